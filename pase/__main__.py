@@ -1,0 +1,7 @@
+"""Allow ``python -m pase``."""
+
+import sys
+
+from pase.cli import main
+
+sys.exit(main())
