@@ -1,0 +1,1 @@
+"""PaSE: parallelization strategies for efficient DNN training."""

@@ -1,0 +1,106 @@
+"""Configurations: the ways one layer can be split across the devices.
+
+A configuration gives every dimension of a layer's iteration space a split
+factor; the factors divide the dimension (so blocks are equal) and their
+product, the number of devices the layer uses, is at most ``p``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import product
+
+import numpy as np
+
+from pase.errors import ConfigurationError
+from pase.graph import Graph, Layer
+from pase.layers import OPS
+
+__all__ = ["ConfigOptions", "layer_configs", "config_counts", "check_config"]
+
+
+@dataclass(frozen=True)
+class ConfigOptions:
+    """Which split factors the search may use.
+
+    Parameters
+    ----------
+    powers_of_two : bool
+        Only split factors 1, 2, 4, 8...
+    min_shard : int
+        Smallest block a split may leave along a dimension (the paper's
+        prototype used 4); dimensions smaller than this are not split.
+    spatial_split : bool
+        Let convolutions and pooling split image rows and columns (``h w``),
+        paying halo exchange.
+    """
+
+    powers_of_two: bool = False
+    min_shard: int = 4
+    spatial_split: bool = False
+
+    def __post_init__(self):
+        if self.min_shard < 1:
+            raise ConfigurationError(f"min_shard must be >= 1, got {self.min_shard}")
+
+
+def _factors(layer: Layer, dim: int, devices: int, options: ConfigOptions, fixed: frozenset) -> list[int]:
+    size, base = layer.sizes[dim], layer.split_base[dim]
+    if layer.dims[dim] in fixed:
+        return [1]
+    out = [
+        f for f in range(1, min(base, devices) + 1)
+        if base % f == 0 and (f == 1 or size // f >= options.min_shard)
+        and (not options.powers_of_two or f & (f - 1) == 0)
+    ]
+    return out
+
+
+def layer_configs(layer: Layer, devices: int, options: ConfigOptions = ConfigOptions()) -> np.ndarray:
+    """Every configuration of ``layer`` on ``devices`` devices, as an int array ``(K, ndims)``.
+
+    Row 0 is the unsplit configuration (all ones); rows are in lexicographic
+    order of the factors.
+
+    Examples
+    --------
+    >>> from pase import layers
+    >>> fc = layers.fully_connected("fc", b=8, n=8, c=8)
+    >>> layer_configs(fc, 2, ConfigOptions(min_shard=1)).tolist()
+    [[1, 1, 1], [1, 1, 2], [1, 2, 1], [2, 1, 1]]
+    """
+    fixed = frozenset() if options.spatial_split else frozenset(OPS[layer.op].spatial_dims)
+    choices = [_factors(layer, i, devices, options, fixed) for i in range(len(layer.dims))]
+    rows = [c for c in product(*choices) if np.prod(c) <= devices]
+    return np.array(rows, dtype=np.int64).reshape(len(rows), len(layer.dims))
+
+
+def config_counts(graph: Graph, devices: int, options: ConfigOptions = ConfigOptions()) -> dict[str, int]:
+    """Number of configurations of every layer (what drives search time)."""
+    return {layer.name: len(layer_configs(layer, devices, options)) for layer in graph}
+
+
+def check_config(layer: Layer, config, devices: int) -> tuple[int, ...]:
+    """Validate a user-given configuration for ``layer``; return it as a tuple.
+
+    Raises
+    ------
+    ConfigurationError
+        Wrong length, a factor that is not a positive divisor of its
+        dimension (or of a dimension that may not be split), or a product
+        above ``devices``.
+    """
+    config = tuple(int(f) for f in config)
+    if len(config) != len(layer.dims):
+        raise ConfigurationError(
+            f"layer {layer.name!r}: configuration {config} has {len(config)} factors; "
+            f"it needs one per dimension {' '.join(layer.dims)}"
+        )
+    for d, f, size, base in zip(layer.dims, config, layer.sizes, layer.split_base):
+        if f < 1 or base % f:
+            what = "may not be split" if base == 1 else f"cannot be split {f} ways"
+            raise ConfigurationError(f"layer {layer.name!r}: {d} = {size} {what}")
+    used = int(np.prod(config))
+    if used > devices:
+        raise ConfigurationError(f"layer {layer.name!r}: configuration {config} uses {used} devices but only {devices} exist")
+    return config

@@ -1,0 +1,252 @@
+"""The paper's cost model (its equation 1): per-layer vectors and per-edge matrices.
+
+For a strategy ``phi`` the cost, in FLOP-equivalents, is::
+
+    sum over layers v of  compute_flops(v, phi(v)) + r * intra_bytes(v, phi(v))
+  + sum over edges (u, v) of r * edge_bytes(u, v, phi(u), phi(v))
+
+with ``r = peak_flops / bandwidth_Bps``; dividing by ``peak_flops`` gives
+seconds. ``compute_flops`` is one device's share of the layer's training
+FLOPs, ``intra_bytes`` what one device sends inside the layer (see
+:mod:`pase.layers`), ``edge_bytes`` the largest volume any device needs of the
+tensor (and sends back of its gradient) that it does not already hold.
+
+:func:`build_cost_model` computes every table for a graph and cluster;
+:meth:`CostModel.cost_graph` hands them to the search as plain arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from pase.cluster import Cluster
+from pase.configs import ConfigOptions, check_config, layer_configs
+from pase.costgraph import CostGraph
+from pase.errors import ConfigurationError, SearchTooLargeError
+from pase.graph import Graph, Layer, TensorSpec
+from pase.layers import OPS, training_flops
+
+__all__ = ["CostModel", "LayerCost", "build_cost_model", "edge_bytes", "layer_compute_flops", "layer_comm_bytes"]
+
+# Refuse to build cost tables above this many bytes: they are the search's input.
+DEFAULT_TABLE_BUDGET_BYTES = 4 * 2**30
+
+
+def layer_compute_flops(layer: Layer, configs: np.ndarray) -> np.ndarray:
+    """Training FLOPs one device performs for ``layer`` under each configuration (rows of ``configs``)."""
+    block = np.asarray(layer.sizes, dtype=float) / configs
+    return OPS[layer.op].flops(layer, block)
+
+
+def layer_comm_bytes(layer: Layer, configs: np.ndarray, bytes_per_element: int) -> np.ndarray:
+    """Bytes one device sends inside ``layer`` under each configuration."""
+    block = np.asarray(layer.sizes, dtype=float) / configs
+    return OPS[layer.op].comm(layer, configs.astype(float), block) * bytes_per_element
+
+
+def _tensor_splits(layer: Layer, tensor: TensorSpec, configs: np.ndarray) -> np.ndarray:
+    """Split factor of every axis of ``tensor`` under each configuration, ``(K, naxes)``."""
+    cols = [configs[:, layer.dims.index(a)] if a is not None else np.ones(len(configs), dtype=np.int64) for a in tensor.axes]
+    return np.stack(cols, axis=1) if cols else np.ones((len(configs), 0), dtype=np.int64)
+
+
+def edge_bytes(
+    src: Layer, src_output: int, src_configs: np.ndarray,
+    dst: Layer, dst_input: int, dst_configs: np.ndarray,
+    bytes_per_element: int,
+) -> np.ndarray:
+    """Bytes moved along one edge for every pair of configurations, ``(K_src, K_dst)``.
+
+    A device of the consumer needs a block of the tensor; it already holds the
+    overlap with its block under the producer's layout (aligned blocks
+    overlap by the smaller extent along every axis), and nothing at all if the
+    consumer uses more devices than the producer. The volume needed minus the
+    volume held moves forward, and as much gradient moves back unless the
+    input takes no gradient. Identical layouts cost 0.
+    """
+    tensor = dst.inputs[dst_input]
+    shape = np.asarray(tensor.shape, dtype=float)
+    held = shape / _tensor_splits(src, src.outputs[src_output], src_configs)  # (Ks, A)
+    need = shape / _tensor_splits(dst, tensor, dst_configs)  # (Kd, A)
+    overlap = np.prod(np.minimum(held[:, None, :], need[None, :, :]), axis=2)
+    more_devices = np.prod(dst_configs, axis=1)[None, :] > np.prod(src_configs, axis=1)[:, None]
+    overlap = np.where(more_devices, 0.0, overlap)
+    moved = np.prod(need, axis=1)[None, :] - overlap
+    directions = 2.0 if tensor.differentiable else 1.0
+    return np.clip(moved, 0.0, None) * directions * bytes_per_element
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """One layer's share of a strategy's cost; times in seconds, costs in FLOP-equivalents."""
+
+    name: str
+    op: str
+    dims: tuple[str, ...]
+    sizes: tuple[int, ...]
+    config: tuple[int, ...]
+    flops: float
+    compute_flops: float
+    intra_comm_bytes: float
+    edge_comm_bytes: float
+    compute_s: float
+    intra_comm_s: float
+    edge_comm_s: float
+
+    @property
+    def total_s(self) -> float:
+        """Compute plus intra-layer plus edge communication time, in seconds."""
+        return self.compute_s + self.intra_comm_s + self.edge_comm_s
+
+    @property
+    def devices(self) -> int:
+        """Devices the configuration uses."""
+        return int(np.prod(self.config))
+
+
+@dataclass(frozen=True, eq=False)
+class CostModel:
+    """Every cost table of a graph on a cluster.
+
+    Attributes
+    ----------
+    graph, cluster, options
+        What the tables were built for.
+    layers : list of Layer
+        Topological order; index ``i`` is node ``i`` of :meth:`cost_graph`.
+    configs : dict
+        Layer name -> int array ``(K, ndims)`` of its configurations.
+    compute_flops, intra_bytes : dict
+        Layer name -> per-configuration vectors.
+    edge_tables : list of (Edge, ndarray)
+        Per edge, bytes for every (source configuration, target configuration).
+    """
+
+    graph: Graph
+    cluster: Cluster
+    options: ConfigOptions
+    layers: list
+    configs: dict
+    compute_flops: dict
+    intra_bytes: dict
+    edge_tables: list
+
+    @property
+    def index(self) -> dict[str, int]:
+        """Layer name -> node index in :meth:`cost_graph`."""
+        return {layer.name: i for i, layer in enumerate(self.layers)}
+
+    def layer_cost_vector(self, name: str) -> np.ndarray:
+        """FLOP-equivalent cost of layer ``name`` per configuration (the search's node vector)."""
+        return self.compute_flops[name] + self.cluster.flops_per_byte * self.intra_bytes[name]
+
+    def cost_graph(self) -> CostGraph:
+        """The search's input: node cost vectors and edge cost matrices in FLOP-equivalents.
+
+        Several tensors between the same two layers add into one matrix.
+        """
+        index = self.index
+        r = self.cluster.flops_per_byte
+        merged: dict[tuple[int, int], np.ndarray] = {}
+        for edge, table in self.edge_tables:
+            key = (index[edge.src], index[edge.dst])
+            merged[key] = merged.get(key, 0.0) + r * table
+        return CostGraph(
+            node_costs=tuple(self.layer_cost_vector(layer.name) for layer in self.layers),
+            edges=tuple((u, v, m) for (u, v), m in merged.items()),
+            names=tuple(layer.name for layer in self.layers),
+        )
+
+    def config_index(self, name: str, config) -> int:
+        """Row of ``config`` among layer ``name``'s configurations.
+
+        Raises
+        ------
+        ConfigurationError
+            The configuration is invalid, or valid but excluded by the options
+            (powers of two, minimum shard, spatial splits).
+        """
+        layer = self.graph.layer(name)
+        config = check_config(layer, config, self.cluster.devices)
+        rows = np.flatnonzero((self.configs[name] == config).all(axis=1))
+        if not len(rows):
+            raise ConfigurationError(
+                f"layer {name!r}: configuration {config} is excluded by the search options {self.options}"
+            )
+        return int(rows[0])
+
+    def breakdown(self, assignment: Mapping[str, int]) -> list[LayerCost]:
+        """Per-layer costs of a strategy given as layer name -> configuration row.
+
+        Edge communication is charged to the consuming layer.
+        """
+        c = self.cluster
+        edge = {layer.name: 0.0 for layer in self.layers}
+        for e, table in self.edge_tables:
+            edge[e.dst] += float(table[assignment[e.src], assignment[e.dst]])
+        rows = []
+        for layer in self.layers:
+            k = assignment[layer.name]
+            compute = float(self.compute_flops[layer.name][k])
+            intra = float(self.intra_bytes[layer.name][k])
+            rows.append(LayerCost(
+                name=layer.name, op=layer.op, dims=layer.dims, sizes=layer.sizes,
+                config=tuple(int(f) for f in self.configs[layer.name][k]),
+                flops=training_flops(layer),
+                compute_flops=compute, intra_comm_bytes=intra, edge_comm_bytes=edge[layer.name],
+                compute_s=compute / c.peak_flops,
+                intra_comm_s=intra / c.bandwidth_Bps,
+                edge_comm_s=edge[layer.name] / c.bandwidth_Bps,
+            ))
+        return rows
+
+
+def build_cost_model(
+    graph: Graph,
+    cluster: Cluster,
+    options: ConfigOptions = ConfigOptions(),
+    *,
+    configs: Mapping[str, np.ndarray] | None = None,
+    table_budget_bytes: int = DEFAULT_TABLE_BUDGET_BYTES,
+) -> CostModel:
+    """Enumerate configurations and compute every cost table of ``graph`` on ``cluster``.
+
+    ``configs`` replaces the enumeration (layer name -> int array of rows), to
+    cost given strategies whatever the options allow.
+
+    Raises
+    ------
+    GraphError
+        The graph is invalid (see :meth:`Graph.validate`).
+    ConfigurationError
+        A layer has no configuration (cannot happen: all ones always fits).
+    SearchTooLargeError
+        The edge tables alone would exceed ``table_budget_bytes``; checked
+        before any table is allocated.
+    """
+    graph.validate()
+    layers = graph.layers
+    if configs is None:
+        configs = {layer.name: layer_configs(layer, cluster.devices, options) for layer in layers}
+    edges = graph.edges
+    table_bytes = 8 * sum(len(configs[e.src]) * len(configs[e.dst]) for e in edges)
+    if table_bytes > table_budget_bytes:
+        raise SearchTooLargeError(
+            f"the edge cost tables of {graph.name!r} on {cluster.devices} devices would take "
+            f"{table_bytes / 2**30:.1f} GiB (budget {table_budget_bytes / 2**30:.1f} GiB); "
+            "use fewer devices, powers of two only, or a larger minimum shard size"
+        )
+    bpe = cluster.bytes_per_element
+    return CostModel(
+        graph=graph, cluster=cluster, options=options, layers=layers, configs=configs,
+        compute_flops={l.name: layer_compute_flops(l, configs[l.name]) for l in layers},
+        intra_bytes={l.name: layer_comm_bytes(l, configs[l.name], bpe) for l in layers},
+        edge_tables=[
+            (e, edge_bytes(graph.layer(e.src), e.src_output, configs[e.src],
+                           graph.layer(e.dst), e.dst_input, configs[e.dst], bpe))
+            for e in edges
+        ],
+    )
