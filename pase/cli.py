@@ -8,9 +8,17 @@ pase (:class:`pase.errors.PaseError`) print one line on stderr and exit 2.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from dataclasses import replace
+from pathlib import Path
 
-from pase.errors import PaseError
+from pase.cluster import PRESETS, Cluster
+from pase.configs import ConfigOptions, config_counts
+from pase.errors import GraphError, PaseError
+from pase.graph import Graph
+from pase.io import load_graph
+from pase.plan import parallelism_kind, plan
 
 __all__ = ["main"]
 
@@ -22,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Find per-layer parallelization strategies for DNN training (PaSE).",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_solve_instance,):
+    for add in (_add_solve, _add_show, _add_solve_instance):
         add(sub)
     return parser
 
@@ -35,3 +43,113 @@ def main(argv: list[str] | None = None) -> int:
     except PaseError as exc:
         print(f"pase: error: {exc}", file=sys.stderr)
         return 2
+
+
+# -- shared options --------------------------------------------------------------------
+
+
+def _add_model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="a sample name (alexnet, inception3, resnet101, rnnlm, transformer, densenet121, gpt) or a graph file (.json)")
+    p.add_argument("--devices", "-p", type=int, required=True, help="number of devices")
+    p.add_argument("--batch", type=int, help="batch size (sample models only)")
+    p.add_argument("--powers-of-two", action="store_true", help="only split factors 1, 2, 4, 8...")
+    p.add_argument("--min-shard", type=int, default=ConfigOptions().min_shard,
+                   help="smallest block a split may leave along a dimension (default %(default)s)")
+    p.add_argument("--spatial-split", action="store_true", help="let convolutions split image rows/columns")
+
+
+def _add_cluster_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cluster", choices=sorted(PRESETS), default="paper-model",
+                   help="hardware preset (default %(default)s: 10 TFLOP/s, 16 GB/s)")
+    p.add_argument("--tflops", type=float, help="peak TFLOP/s per device (overrides the preset)")
+    p.add_argument("--bandwidth", type=float, help="link bandwidth in GB/s (overrides the preset)")
+    p.add_argument("--bytes-per-element", type=int, help="4 for fp32, 2 for fp16/bf16 (overrides the preset)")
+
+
+def _load_model(args) -> Graph:
+    from pase.models import SAMPLES, sample
+
+    if args.model in SAMPLES:
+        return sample(args.model, **({} if args.batch is None else {"batch": args.batch}))
+    path = Path(args.model)
+    if not path.exists():
+        raise GraphError(f"{args.model!r} is neither a sample ({', '.join(SAMPLES)}) nor an existing file")
+    if args.batch is not None:
+        raise GraphError("--batch applies to sample models; a graph file fixes its own batch size")
+    return load_graph(path)
+
+
+def _options(args) -> ConfigOptions:
+    return ConfigOptions(powers_of_two=args.powers_of_two, min_shard=args.min_shard, spatial_split=args.spatial_split)
+
+
+def _cluster(args) -> Cluster:
+    base = PRESETS[args.cluster]
+    changes = {"devices": args.devices}
+    if args.tflops is not None:
+        changes["peak_flops"] = args.tflops * 1e12
+    if args.bandwidth is not None:
+        changes["bandwidth_Bps"] = args.bandwidth * 1e9
+    if args.bytes_per_element is not None:
+        changes["bytes_per_element"] = args.bytes_per_element
+    if len(changes) > 1:
+        changes["name"] = "custom"
+    return replace(base, **changes)
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+# -- pase solve ------------------------------------------------------------------------
+
+
+def _add_solve(sub) -> None:
+    p = sub.add_parser("solve", help="find the best strategy for a model on a cluster")
+    _add_model_options(p)
+    _add_cluster_options(p)
+    p.add_argument("--ordering", help="search ordering (default: the best available)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_solve)
+
+
+def _solve(args) -> int:
+    graph = _load_model(args)
+    result = plan(graph, _cluster(args), options=_options(args), ordering=args.ordering)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=1))
+        return 0
+    rows = [["layer", "op", "dims", "configuration", "parallelism", "time (ms)"]]
+    for r in result.layers:
+        rows.append([r.name, r.op, " ".join(r.dims), "(" + ", ".join(map(str, r.config)) + ")",
+                     parallelism_kind(r.dims, r.config), f"{r.total_s * 1e3:.3f}"])
+    print(_table(rows))
+    t = result.totals_s()
+    print(f"\n{graph.name} on {result.cluster}")
+    print(f"estimated step time {result.step_time_s * 1e3:.2f} ms (compute {t['compute_s'] * 1e3:.2f}, "
+          f"intra-layer communication {t['intra_comm_s'] * 1e3:.2f}, edge communication {t['edge_comm_s'] * 1e3:.2f})")
+    print(f"search {result.search.search_time_s:.3f} s, largest dependent set {result.search.max_dependent_set}")
+    return 0
+
+
+# -- pase show -------------------------------------------------------------------------
+
+
+def _add_show(sub) -> None:
+    p = sub.add_parser("show", help="list a model's layers, dimensions and configuration counts")
+    _add_model_options(p)
+    p.set_defaults(func=_show)
+
+
+def _show(args) -> int:
+    graph = _load_model(args)
+    counts = config_counts(graph, args.devices, _options(args))
+    rows = [["layer", "op", "dims", "configurations"]]
+    for layer in graph:
+        dims = " ".join(f"{d}={n}" for d, n in zip(layer.dims, layer.sizes))
+        rows.append([layer.name, layer.op, dims, str(counts[layer.name])])
+    print(_table(rows))
+    print(f"\n{graph.name}: {len(graph)} layers, {graph.parameter_count / 1e6:.1f}M parameters, "
+          f"{sum(counts.values())} configurations on {args.devices} devices (largest {max(counts.values())})")
+    return 0
