@@ -16,7 +16,7 @@ from pase.errors import ConfigurationError
 from pase.graph import Graph, Layer
 from pase.layers import OPS
 
-__all__ = ["ConfigOptions", "layer_configs", "config_counts", "check_config"]
+__all__ = ["ConfigOptions", "split_factors", "layer_configs", "config_counts", "check_config"]
 
 
 @dataclass(frozen=True)
@@ -44,16 +44,21 @@ class ConfigOptions:
             raise ConfigurationError(f"min_shard must be >= 1, got {self.min_shard}")
 
 
-def _factors(layer: Layer, dim: int, devices: int, options: ConfigOptions, fixed: frozenset) -> list[int]:
-    size, base = layer.sizes[dim], layer.split_base[dim]
-    if layer.dims[dim] in fixed:
+def split_factors(layer: Layer, dim: str, devices: int, options: ConfigOptions = ConfigOptions()) -> list[int]:
+    """Split factors the options allow for dimension ``dim`` of ``layer`` on ``devices`` devices, ascending.
+
+    A factor divides the dimension's split base, leaves blocks of at least
+    ``options.min_shard`` and is at most ``devices``; 1 is always allowed.
+    """
+    i = layer.dims.index(dim)
+    size, base = layer.sizes[i], layer.split_base[i]
+    if not options.spatial_split and dim in OPS[layer.op].spatial_dims:
         return [1]
-    out = [
+    return [
         f for f in range(1, min(base, devices) + 1)
         if base % f == 0 and (f == 1 or size // f >= options.min_shard)
         and (not options.powers_of_two or f & (f - 1) == 0)
     ]
-    return out
 
 
 def layer_configs(layer: Layer, devices: int, options: ConfigOptions = ConfigOptions()) -> np.ndarray:
@@ -69,8 +74,7 @@ def layer_configs(layer: Layer, devices: int, options: ConfigOptions = ConfigOpt
     >>> layer_configs(fc, 2, ConfigOptions(min_shard=1)).tolist()
     [[1, 1, 1], [1, 1, 2], [1, 2, 1], [2, 1, 1]]
     """
-    fixed = frozenset() if options.spatial_split else frozenset(OPS[layer.op].spatial_dims)
-    choices = [_factors(layer, i, devices, options, fixed) for i in range(len(layer.dims))]
+    choices = [split_factors(layer, d, devices, options) for d in layer.dims]
     rows = [c for c in product(*choices) if np.prod(c) <= devices]
     return np.array(rows, dtype=np.int64).reshape(len(rows), len(layer.dims))
 
