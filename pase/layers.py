@@ -286,7 +286,13 @@ def einsum(
     ins = tuple(spec(t, f"x{i}") for i, t in enumerate(operands) if i not in weights)
     ws = tuple(spec(t, f"w{i}") for i, t in enumerate(operands) if i in weights)
     if bias:
-        ws += (spec(out, "bias"),)
+        # One bias per output feature: the output letters some weight indexes
+        # ("bsd,hcd->bshc" has a bias over h c), never the batch or sequence.
+        weight_letters = set("".join(operands[i] for i in weights))
+        bias_term = "".join(d for d in out if d in weight_letters)
+        if not bias_term:
+            raise GraphError(f"layer {name!r}: a bias needs an output letter that a weight operand of {equation!r} has")
+        ws += (spec(bias_term, "bias"),)
     return Layer(
         name, "Einsum", dims, tuple(sizes[d] for d in dims),
         inputs=ins, outputs=(spec(out, "y"),), weights=ws,
@@ -315,12 +321,13 @@ def _conv_comm(layer, cfg, blk):
 @_register("Conv2D", _conv_flops, _conv_comm, spatial_dims=("h", "w"))
 def conv2d(
     name: str, b: int, c: int, height: int, width: int, n: int, r: int, s: int | None = None,
-    *, stride: int = 1, pad: int = 0, pointwise: int = 0, bias: bool = True,
+    *, stride: int = 1, pad: int | Sequence[int] = 0, pointwise: int = 0, bias: bool = True,
 ) -> Layer:
     """2-D convolution over ``b c h w n r s`` (``h w``: output rows and columns).
 
     ``height``/``width`` are the input's; the output has
-    ``(height + 2 pad - r) // stride + 1`` rows. FLOPs: forward ``2bnchwrs``,
+    ``(height + 2 pad - r) // stride + 1`` rows. ``pad`` is one number or a
+    ``(rows, columns)`` pair (InceptionV3's 1x7 and 7x1 kernels). FLOPs: forward ``2bnchwrs``,
     backward data and weight gradients as much again each (``6bnchwrs``); bias
     and fused pointwise ops as in :func:`fully_connected`. Communication: the
     contraction rule (split ``c``: all-reduce outputs; split ``n``: all-reduce
@@ -329,10 +336,13 @@ def conv2d(
     """
     s = r if s is None else s
     _check_sizes(name, b=b, c=c, height=height, width=width, n=n, r=r, s=s, stride=stride)
-    if pad < 0:
-        raise GraphError(f"layer {name!r}: pad must be >= 0, got {pad}")
-    h = _conv_out(name, height, r, stride, pad, "height")
-    w = _conv_out(name, width, s, stride, pad, "width")
+    pads = (pad, pad) if isinstance(pad, (int, np.integer)) else tuple(pad)
+    if len(pads) != 2 or any(isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < 0 for x in pads):
+        raise GraphError(f"layer {name!r}: pad must be an integer >= 0 or a (rows, columns) pair of them, got {pad!r}")
+    pad_h, pad_w = pads
+    pad = int(pad_h) if pad_h == pad_w else (int(pad_h), int(pad_w))
+    h = _conv_out(name, height, r, stride, pad_h, "height")
+    w = _conv_out(name, width, s, stride, pad_w, "width")
     weights = (TensorSpec((n, c, r, s), ("n", "c", "r", "s"), "weight"),)
     if bias:
         weights += (TensorSpec((n,), ("n",), "bias"),)
