@@ -1,0 +1,80 @@
+"""Sample graphs: the paper's benchmark networks and more, built by code.
+
+Every builder returns a validated :class:`~pase.graph.Graph` and takes the
+batch size and model sizes as keyword parameters; its docstring states the
+architecture and the parameter count. :data:`SAMPLES` maps each sample name
+to its builder; :func:`sample` builds one by name.
+
+Name, network, vertices and parameters with the default sizes:
+
+* ``alexnet``: AlexNet (torchvision), batch 128; 13 vertices, 61,100,840.
+* ``inception3``: InceptionV3 without the auxiliary head, batch 128; 219, 23,834,568.
+* ``resnet101``: ResNet-101 (v1.5), batch 128; 245, 44,549,160.
+* ``rnnlm``: 2-layer LSTM language model, vocabulary 100k, hidden 2048,
+  sequence 256, batch 64; 4, 476,825,248.
+* ``transformer``: Transformer base, 6 + 6 layers, model 512, 8 heads,
+  feed-forward 2048, vocabulary 50k, sequence 256, batch 64; 214, 120,938,496.
+* ``transformer_large``: the same with model 1024, 16 heads, feed-forward
+  4096; 214, 329,957,376.
+* ``densenet121``: DenseNet-121, batch 128; 306, 7,978,856.
+* ``gpt``: GPT-2-medium-like decoder, 24 layers, model 1024, 16 heads,
+  sequence 1024, vocabulary 50257, batch 64; 318, 406,286,336.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from pase.errors import GraphError
+from pase.graph import Graph
+from pase.models.cnn import alexnet, densenet121, inception3, resnet101
+from pase.models.sequence import gpt, rnnlm, transformer, transformer_large
+
+__all__ = [
+    "SAMPLES",
+    "sample",
+    "alexnet",
+    "inception3",
+    "resnet101",
+    "rnnlm",
+    "transformer",
+    "transformer_large",
+    "densenet121",
+    "gpt",
+]
+
+SAMPLES: dict[str, Callable[..., Graph]] = {
+    "alexnet": alexnet,
+    "inception3": inception3,
+    "resnet101": resnet101,
+    "rnnlm": rnnlm,
+    "transformer": transformer,
+    "transformer_large": transformer_large,
+    "densenet121": densenet121,
+    "gpt": gpt,
+}
+
+
+def sample(name: str, **params) -> Graph:
+    """Build the sample graph ``name`` with the builder's keyword ``params`` (``batch=32``...).
+
+    Raises
+    ------
+    GraphError
+        ``name`` is not a sample (the message lists the known ones), or a
+        parameter is unknown or invalid.
+
+    Examples
+    --------
+    >>> g = sample("alexnet", batch=64)
+    >>> g.layer("fc6").size_of["b"]
+    64
+    """
+    try:
+        builder = SAMPLES[name]
+    except (KeyError, TypeError):
+        raise GraphError(f"unknown sample graph {name!r}; known samples: {', '.join(SAMPLES)}") from None
+    try:
+        return builder(**params)
+    except TypeError as exc:
+        raise GraphError(f"sample {name!r}: {exc}") from None
