@@ -13,6 +13,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from pase.baselines import applicable_baselines, sweep
 from pase.cluster import PRESETS, Cluster
 from pase.configs import ConfigOptions, config_counts
 from pase.errors import GraphError, PaseError
@@ -30,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Find per-layer parallelization strategies for DNN training (PaSE).",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_solve, _add_show, _add_solve_instance):
+    for add in (_add_solve, _add_show, _add_sweep, _add_solve_instance):
         add(sub)
     return parser
 
@@ -48,9 +49,12 @@ def main(argv: list[str] | None = None) -> int:
 # -- shared options --------------------------------------------------------------------
 
 
-def _add_model_options(p: argparse.ArgumentParser) -> None:
+def _add_model_options(p: argparse.ArgumentParser, *, many_devices: bool = False) -> None:
     p.add_argument("model", help="a sample name (alexnet, inception3, resnet101, rnnlm, transformer, densenet121, gpt) or a graph file (.json)")
-    p.add_argument("--devices", "-p", type=int, required=True, help="number of devices")
+    if many_devices:
+        p.add_argument("--devices", "-p", type=int, nargs="+", required=True, help="device counts, e.g. 4 8 16 32 64")
+    else:
+        p.add_argument("--devices", "-p", type=int, required=True, help="number of devices")
     p.add_argument("--batch", type=int, help="batch size (sample models only)")
     p.add_argument("--powers-of-two", action="store_true", help="only split factors 1, 2, 4, 8...")
     p.add_argument("--min-shard", type=int, default=ConfigOptions().min_shard,
@@ -115,10 +119,16 @@ def _add_solve(sub) -> None:
 
 
 def _solve(args) -> int:
-    graph = _load_model(args)
-    result = plan(graph, _cluster(args), options=_options(args), ordering=args.ordering)
+    graph, cluster, options = _load_model(args), _cluster(args), _options(args)
+    result = plan(graph, cluster, options=options, ordering=args.ordering)
+    baselines = applicable_baselines(graph, cluster, options)
     if args.json:
-        print(json.dumps(result.to_dict(), indent=1))
+        out = result.to_dict()
+        out["baselines"] = {
+            name: {"label": b.label, "cost": b.cost, "step_time_s": b.step_time_s, "speedup": result.speedup_over(b)}
+            for name, b in baselines.items()
+        }
+        print(json.dumps(out, indent=1))
         return 0
     rows = [["layer", "op", "dims", "configuration", "parallelism", "time (ms)"]]
     for r in result.layers:
@@ -130,6 +140,41 @@ def _solve(args) -> int:
     print(f"estimated step time {result.step_time_s * 1e3:.2f} ms (compute {t['compute_s'] * 1e3:.2f}, "
           f"intra-layer communication {t['intra_comm_s'] * 1e3:.2f}, edge communication {t['edge_comm_s'] * 1e3:.2f})")
     print(f"search {result.search.search_time_s:.3f} s, largest dependent set {result.search.max_dependent_set}")
+    for name, b in baselines.items():
+        print(f"  vs {b.label}: {b.step_time_s * 1e3:.2f} ms, PaSE is {result.speedup_over(b):.2f}x faster")
+    return 0
+
+
+# -- pase sweep ------------------------------------------------------------------------
+
+
+def _add_sweep(sub) -> None:
+    p = sub.add_parser("sweep", help="step time and speedup over data parallelism across device counts")
+    _add_model_options(p, many_devices=True)
+    p.add_argument("--bandwidths", type=float, nargs="+", help="link bandwidths to sweep, GB/s")
+    p.add_argument("--tflops-list", type=float, nargs="+", help="peak TFLOP/s values to sweep")
+    _add_cluster_options(p)
+    p.add_argument("--json", action="store_true", help="print the records as a JSON list")
+    p.set_defaults(func=_sweep)
+
+
+def _sweep(args) -> int:
+    graph = _load_model(args)
+    args_cluster = argparse.Namespace(**{**vars(args), "devices": args.devices[0]})
+    records = sweep(
+        graph, args.devices, _cluster(args_cluster), options=_options(args),
+        bandwidths_Bps=[b * 1e9 for b in args.bandwidths] if args.bandwidths else None,
+        peak_flops=[f * 1e12 for f in args.tflops_list] if args.tflops_list else None,
+        progress=None if args.json else lambda done, total: print(f"  solved {done}/{total}", file=sys.stderr),
+    )
+    if args.json:
+        print(json.dumps(records, indent=1))
+        return 0
+    rows = [["devices", "GB/s", "TFLOP/s", "strategy", "step time (ms)", "speedup over DP"]]
+    for r in records:
+        rows.append([str(r["devices"]), f"{r['bandwidth_Bps'] / 1e9:g}", f"{r['peak_flops'] / 1e12:g}", r["label"],
+                     f"{r['step_time_s'] * 1e3:.2f}", f"{r['speedup_over_dp']:.2f}"])
+    print(_table(rows))
     return 0
 
 
