@@ -1,0 +1,17 @@
+"""Write every sample graph, at its default sizes, to ``sample_graphs/NAME.json``.
+
+Usage: ``python -m pase.models [DIRECTORY]`` (default ``sample_graphs``). A
+test checks the committed files equal what the builders produce.
+"""
+
+import sys
+from pathlib import Path
+
+from pase.io import save_graph
+from pase.models import SAMPLES, sample
+
+out = Path(sys.argv[1] if len(sys.argv) > 1 else "sample_graphs")
+out.mkdir(parents=True, exist_ok=True)
+for name in SAMPLES:
+    save_graph(sample(name), out / f"{name}.json")
+    print(f"wrote {out / name}.json")
