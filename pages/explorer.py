@@ -1,0 +1,130 @@
+"""Explorer: solve the chosen graph on the chosen cluster and see the strategy on the graph."""
+
+import json
+
+import streamlit as st
+
+from pase.configs import config_counts
+from pase.errors import PaseError
+from ui import state
+from ui.figures import SORT_KEYS, cost_breakdown_figure, strategy_graph_figure
+from ui.fmt import fmt_count, fmt_time
+from ui.graphview import auto_group_depth, build_graph_view, edge_costs_s, group_key, groups_of
+from ui.pagekit import headline, require_problem, solve_button
+from ui.tables import strategy_table
+
+# Group modules by default above this many layers.
+GROUP_ABOVE = 80
+
+st.title("PaSE explorer")
+st.caption("Find the per-layer parallelization strategy of least estimated training step time "
+           "(Elango, *PaSE*, IPDPS 2021) and see it on the computation graph.")
+
+problem = require_problem()
+graph = state.load_graph(problem.source)
+c = problem.cluster
+counts_key = ("config_counts", problem.source, c.devices, problem.options)
+counts = state.stores()["misc"].get(counts_key)
+if counts is None:
+    counts = config_counts(graph, c.devices, problem.options)
+    state.stores()["misc"].put(counts_key, counts)
+st.markdown(
+    f"**{graph.name}** ({problem.source}): {len(graph)} layers, {len(graph.edges)} edges, "
+    f"{graph.parameter_count / 1e6:,.1f}M parameters · **{c}**, {c.bytes_per_element} bytes per element · "
+    f"up to {max(counts.values())} configurations per layer ({fmt_count(sum(counts.values()))} in all)"
+)
+
+plan = solve_button(problem)
+if plan is None:
+    st.info("Press **Solve** to search for the best strategy; below is the graph's structure.", icon=":material/info:")
+else:
+    try:
+        dp = state.data_parallel_plan(problem)
+    except PaseError as exc:
+        dp = None
+        st.warning(f"Data parallelism could not be costed: {exc}")
+    headline(plan, dp)
+    totals = plan.totals_s()
+    total = sum(totals.values()) or 1.0
+    st.caption(
+        f"Step time = compute {fmt_time(totals['compute_s'])} ({100 * totals['compute_s'] / total:.0f}%) + "
+        f"intra-layer communication {fmt_time(totals['intra_comm_s'])} ({100 * totals['intra_comm_s'] / total:.0f}%) + "
+        f"redistribution between layers {fmt_time(totals['edge_comm_s'])} ({100 * totals['edge_comm_s'] / total:.0f}%)."
+    )
+    table = strategy_table(plan)
+    d1, d2, _ = st.columns([1, 1, 3])
+    d1.download_button("Strategy (JSON)", json.dumps(plan.to_dict(), indent=1),
+                       file_name=f"{graph.name}-p{c.devices}-strategy.json", mime="application/json",
+                       icon=":material/download:", key="dl_json")
+    d2.download_button("Table (CSV)", table.to_csv(index=False), file_name=f"{graph.name}-p{c.devices}-table.csv",
+                       mime="text/csv", icon=":material/download:", key="dl_csv")
+
+# -- the graph ---------------------------------------------------------------------------------
+
+st.subheader("Strategy on the graph" if plan is not None else "The graph")
+names = [layer.name for layer in graph.layers]
+max_depth = max((n.count(".") for n in names), default=0)
+can_group = max_depth > 0
+g1, g2, g3, g4 = st.columns([1, 1, 2, 2])
+group = g1.toggle("Group modules", value=can_group and len(names) > GROUP_ABOVE, disabled=not can_group,
+                  key="ex_group", help="Draw layers that share a name prefix (a module) as one node.")
+depth = None
+expanded: list[str] = []
+if group and can_group:
+    auto = auto_group_depth(names)
+    depth = g2.selectbox("Name depth", list(range(1, max_depth + 1)), index=auto - 1, key=f"ex_depth_{graph.name}",
+                         help="How many dotted name parts make a module: mixed_5b (1), mixed_5b.branch1x1 (2)...")
+    multi = [k for k, ms in groups_of(names, depth).items() if len(ms) > 1]
+    expanded = g3.multiselect("Expand modules", multi, key=f"ex_expand_{graph.name}_{depth}",
+                              placeholder="Draw these modules layer by layer")
+found = g4.selectbox("Find a layer", names, index=None, placeholder="Layer name...", key=f"ex_find_{graph.name}")
+
+if found is not None and depth is not None:
+    key = group_key(found, depth)
+    if key != found and key not in expanded:
+        expanded = [*expanded, key]
+view = build_graph_view(graph, plan, edge_costs_s(plan) if plan is not None else None, depth=depth,
+                        expanded=expanded, config_counts=counts)
+highlight = None
+if found is not None:
+    highlight = view.node_of_layer(found).key
+    if plan is not None:
+        row = next(r for r in plan.layers if r.name == found)
+        st.caption(f"**{found}**: configuration {row.config} over {' '.join(row.dims)}; "
+                   f"total {fmt_time(row.total_s)} (compute {fmt_time(row.compute_s)}, "
+                   f"intra-layer {fmt_time(row.intra_comm_s)}, edge {fmt_time(row.edge_comm_s)}).")
+fig = strategy_graph_figure(view, highlight=highlight)
+# The container's key names the chart for tests: strategy-graph once solved, structure-graph before.
+with st.container(key="strategy-graph" if plan is not None else "structure-graph"):
+    st.plotly_chart(fig, key="graph_chart",
+                    config={"scrollZoom": True, "displaylogo": False, "modeBarButtonsToRemove": ["select2d", "lasso2d"]})
+if plan is not None:
+    st.caption(
+        f"{len(view.nodes)} nodes for {len(names)} layers. Colour: kind of parallelism; label: the split "
+        "(e.g. b8·n2 = batch 8 ways, n 2 ways; 1 = unsplit); square: a module of several layers; "
+        "edge shade: redistribution time. Scroll to zoom, drag to pan, double-click to reset; hover for costs."
+    )
+else:
+    st.caption(f"{len(view.nodes)} nodes for {len(names)} layers; square: a module of several layers. "
+               "Hover for dimensions and configuration counts.")
+    st.stop()
+
+# -- cost breakdown and table ------------------------------------------------------------------
+
+tab_chart, tab_table = st.tabs(["Per-layer cost breakdown", "Configurations (Table II)"])
+with tab_chart:
+    s1, s2 = st.columns([1, 1])
+    sort_by = s1.selectbox("Sort by", list(SORT_KEYS), index=1, key="ex_sort")
+    limit = int(s2.number_input("Layers shown", min_value=1, max_value=len(names), value=min(len(names), 40), step=5,
+                                key=f"ex_limit_{graph.name}"))
+    st.plotly_chart(cost_breakdown_figure(plan.layers, sort_by=sort_by, limit=limit), key="breakdown_chart")
+with tab_table:
+    st.dataframe(
+        table, hide_index=True, key="strategy_table",
+        column_config={
+            "compute_ms": st.column_config.NumberColumn("compute ms", format="%.4g"),
+            "intra_comm_ms": st.column_config.NumberColumn("intra-layer ms", format="%.4g"),
+            "edge_comm_ms": st.column_config.NumberColumn("edge ms", format="%.4g"),
+            "total_ms": st.column_config.NumberColumn("total ms", format="%.4g"),
+        },
+    )

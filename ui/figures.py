@@ -1,0 +1,549 @@
+"""Figure builders: plain functions that return plotly figures (no Streamlit).
+
+Every number drawn comes from :mod:`pase` (plans, sweeps, search statistics);
+these functions only arrange and colour it.
+"""
+
+from __future__ import annotations
+
+from itertools import product
+from typing import Mapping, Sequence
+
+import networkx as nx
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from pase.cost import LayerCost
+from pase.plan import parallelism_kind
+from ui.fmt import compact_config, config_str, fmt_time
+from ui.graphview import KINDS, GraphView
+
+__all__ = [
+    "KIND_COLORS",
+    "COST_COLORS",
+    "strategy_graph_figure",
+    "cost_breakdown_figure",
+    "SORT_KEYS",
+    "sort_layers",
+    "totals_figure",
+    "layer_compare_figure",
+    "sweep_figure",
+    "split_changes_figure",
+    "gemm_cube_figure",
+    "gemm_tensors_figure",
+    "search_step_figure",
+    "dependent_sets_figure",
+]
+
+KIND_COLORS = {
+    "data": "#1f77b4",
+    "parameter": "#d62728",
+    "hybrid": "#9467bd",
+    "replicated": "#7f7f7f",
+    "mixed": "#bcbd22",
+    "unsolved": "#8c96a3",
+}
+COST_COLORS = {"compute": "#4c78a8", "intra-layer comm": "#f58518", "edge comm": "#e45756"}
+# Edge shades, from cheapest to most expensive redistribution.
+EDGE_SHADES = ("#fdd0a2", "#fdae6b", "#fd8d3c", "#e6550d", "#a63603")
+ZERO_EDGE_COLOR = "#d0d0d0"
+
+# Above this many nodes, configuration labels are left to the hover.
+MAX_LABELLED_NODES = 160
+
+
+def _empty_axes(fig: go.Figure) -> None:
+    fig.update_xaxes(visible=False, showgrid=False, zeroline=False)
+    fig.update_yaxes(visible=False, showgrid=False, zeroline=False)
+
+
+def strategy_graph_figure(
+    view: GraphView,
+    *,
+    highlight: str | None = None,
+    title: str | None = None,
+    labels: bool | None = None,
+) -> go.Figure:
+    """The computation graph, layered top to bottom, coloured by parallelism kind.
+
+    One scatter trace per kind, one line trace per edge shade (edges joined
+    with ``None`` separators) and one invisible trace of edge midpoints for
+    edge hover, so a 300-layer graph is a handful of traces.
+
+    Parameters
+    ----------
+    view : GraphView
+        From :func:`ui.graphview.build_graph_view`.
+    highlight : str, optional
+        A node key to ring and zoom to (a found layer, or its group).
+    labels : bool, optional
+        Write each node's configuration beside it (default: when there are at
+        most ``MAX_LABELLED_NODES`` nodes).
+    """
+    fig = go.Figure()
+    pos = {n.key: (n.x, n.y) for n in view.nodes}
+    if labels is None:
+        labels = len(view.nodes) <= MAX_LABELLED_NODES
+
+    # Edges: zero-cost ones light grey, others in 5 shades by cost quantile.
+    costs = np.array([e.cost_s for e in view.edges if e.cost_s > 0])
+    bounds = np.quantile(costs, [0.2, 0.4, 0.6, 0.8]) if len(costs) else np.array([])
+    buckets: dict[int, list] = {}
+    for e in view.edges:
+        b = -1 if e.cost_s <= 0 else int(np.searchsorted(bounds, e.cost_s, side="left"))
+        buckets.setdefault(b, []).append(e)
+    for b in sorted(buckets):
+        xs, ys = [], []
+        for e in buckets[b]:
+            (x0, y0), (x1, y1) = pos[e.src], pos[e.dst]
+            xs += [x0, x1, None]
+            ys += [y0, y1, None]
+        group = buckets[b]
+        if b < 0:
+            name = "no redistribution" if view.solved else "tensor"
+            color, width = (ZERO_EDGE_COLOR, 1.0) if view.solved else ("#9aa5b1", 1.2)
+        else:
+            lo, hi = min(e.cost_s for e in group), max(e.cost_s for e in group)
+            name = f"redistribution {fmt_time(lo)}–{fmt_time(hi)}" if lo != hi else f"redistribution {fmt_time(lo)}"
+            color, width = EDGE_SHADES[b], 1.5 + 0.9 * b
+        fig.add_trace(go.Scatter(
+            x=xs, y=ys, mode="lines", line=dict(color=color, width=width),
+            hoverinfo="skip", name=name, legendgroup="edges", legendgrouptitle_text="Edges",
+        ))
+    if view.edges:
+        fig.add_trace(go.Scatter(
+            x=[(pos[e.src][0] + pos[e.dst][0]) / 2 for e in view.edges],
+            y=[(pos[e.src][1] + pos[e.dst][1]) / 2 for e in view.edges],
+            mode="markers", marker=dict(size=6, color="rgba(0,0,0,0)"),
+            hovertext=[
+                f"{e.src} → {e.dst}"
+                + (f"<br>redistribution: {fmt_time(e.cost_s)}" if view.solved else "")
+                + (f" ({e.tensors} tensors)" if e.tensors > 1 else "")
+                for e in view.edges
+            ],
+            hoverinfo="text", showlegend=False, name="edge costs",
+        ))
+
+    # Nodes: one trace per parallelism kind.
+    for kind in KINDS:
+        nodes = [n for n in view.nodes if n.kind == kind]
+        if not nodes:
+            continue
+        sizes = [14 + 4 * min(np.log2(len(n.members)), 5) if n.is_group else 12 for n in nodes]
+        symbols = ["square" if n.is_group else "circle" for n in nodes]
+        fig.add_trace(go.Scatter(
+            x=[n.x for n in nodes], y=[n.y for n in nodes],
+            mode="markers+text" if labels else "markers",
+            marker=dict(color=KIND_COLORS[kind], size=sizes, symbol=symbols, line=dict(color="white", width=1)),
+            text=[n.label for n in nodes] if labels else None,
+            textposition="middle right", textfont=dict(size=10),
+            hovertext=[n.hover for n in nodes], hoverinfo="text",
+            name=kind if kind != "unsolved" else ("layer" if not any(n.is_group for n in nodes) else "layer / module"),
+            legendgroup="kinds", legendgrouptitle_text="Parallelism" if view.solved else "Not solved yet",
+            customdata=[n.key for n in nodes],
+        ))
+
+    if highlight is not None and highlight in pos:
+        x, y = pos[highlight]
+        fig.add_trace(go.Scatter(
+            x=[x], y=[y], mode="markers+text", text=[highlight], textposition="top center",
+            marker=dict(size=28, color="rgba(0,0,0,0)", line=dict(color="#111", width=3)),
+            hoverinfo="skip", name="found", showlegend=False,
+        ))
+
+    _empty_axes(fig)
+    height = int(min(max(420, 34 * view.generations + 120), 3200))
+    xs = [n.x for n in view.nodes] or [0.0]
+    fig.update_layout(
+        title=title, height=height, margin=dict(l=10, r=10, t=40 if title else 10, b=10),
+        hovermode="closest", plot_bgcolor="white", dragmode="pan",
+        legend=dict(orientation="v", x=1.0, xanchor="right", y=1.0, bgcolor="rgba(255,255,255,0.8)"),
+        uirevision="strategy-graph",
+    )
+    # Room on the right for labels.
+    fig.update_xaxes(range=[min(xs) - 1, max(xs) + (3 if labels else 1)])
+    fig.update_yaxes(range=[-view.generations + 0.5, 0.8])
+    if highlight is not None and highlight in pos:
+        x, y = pos[highlight]
+        fig.update_xaxes(range=[x - 4, x + 6])
+        fig.update_yaxes(range=[y - 6, y + 6])
+        fig.update_layout(uirevision=f"find-{highlight}")
+    return fig
+
+
+SORT_KEYS = {
+    "graph order": None,
+    "total": lambda r: -r.total_s,
+    "compute": lambda r: -r.compute_s,
+    "intra-layer comm": lambda r: -r.intra_comm_s,
+    "edge comm": lambda r: -r.edge_comm_s,
+    "name": lambda r: r.name,
+}
+
+
+def sort_layers(rows: Sequence[LayerCost], sort_by: str = "graph order") -> list[LayerCost]:
+    """``rows`` ordered by one of :data:`SORT_KEYS` (ties keep graph order)."""
+    if sort_by not in SORT_KEYS:
+        raise ValueError(f"sort_by must be one of {', '.join(SORT_KEYS)}, got {sort_by!r}")
+    key = SORT_KEYS[sort_by]
+    return list(rows) if key is None else sorted(rows, key=key)
+
+
+def cost_breakdown_figure(
+    rows: Sequence[LayerCost], *, sort_by: str = "graph order", limit: int | None = None,
+) -> go.Figure:
+    """Per-layer step time as stacked horizontal bars: compute, intra-layer comm, edge comm.
+
+    ``limit`` keeps the first ``limit`` layers after sorting.
+    """
+    rows = sort_layers(rows, sort_by)
+    if limit is not None:
+        rows = rows[:limit]
+    names = [r.name for r in rows]
+    fig = go.Figure()
+    for label, attr in (("compute", "compute_s"), ("intra-layer comm", "intra_comm_s"), ("edge comm", "edge_comm_s")):
+        values = [getattr(r, attr) * 1e3 for r in rows]
+        fig.add_trace(go.Bar(
+            y=names, x=values, orientation="h", name=label, marker_color=COST_COLORS[label],
+            customdata=[[config_str(r.config), compact_config(r.dims, r.config), fmt_time(r.total_s)] for r in rows],
+            hovertemplate="<b>%{y}</b> %{customdata[1]}<br>" + label + ": %{x:.4g} ms<br>total %{customdata[2]}<extra></extra>",
+        ))
+    fig.update_layout(
+        barmode="stack", height=int(max(300, 18 * len(rows) + 120)),
+        margin=dict(l=10, r=10, t=30, b=40), xaxis_title="time per step (ms)",
+        legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0),
+        yaxis=dict(autorange="reversed", type="category", automargin=True),
+    )
+    return fig
+
+
+def totals_figure(totals: Mapping[str, Mapping[str, float]], *, speedups: Mapping[str, float] | None = None) -> go.Figure:
+    """Stacked step time per strategy; ``totals[label]`` is a plan's ``totals_s()``.
+
+    ``speedups[label]`` (how many times the found strategy beats that one) is
+    written at the end of each bar.
+    """
+    labels = list(totals)
+    fig = go.Figure()
+    for label, key in (("compute", "compute_s"), ("intra-layer comm", "intra_comm_s"), ("edge comm", "edge_comm_s")):
+        fig.add_trace(go.Bar(
+            y=labels, x=[totals[l][key] * 1e3 for l in labels], orientation="h", name=label,
+            marker_color=COST_COLORS[label], hovertemplate="%{y}: %{x:.4g} ms<extra>" + label + "</extra>",
+        ))
+    if speedups:
+        for l in labels:
+            if l in speedups:
+                total = sum(totals[l].values()) * 1e3
+                fig.add_annotation(x=total, y=l, text=f"  {speedups[l]:.2f}×", showarrow=False, xanchor="left")
+    fig.update_layout(
+        barmode="stack", height=int(max(220, 46 * len(labels) + 110)), xaxis_title="estimated step time (ms)",
+        margin=dict(l=10, r=60, t=30, b=40), yaxis=dict(autorange="reversed", automargin=True),
+        legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0),
+    )
+    return fig
+
+
+def layer_compare_figure(
+    plans: Mapping[str, Sequence[LayerCost]], *, only: Sequence[str] | None = None,
+) -> go.Figure:
+    """Per-layer total time of several strategies side by side (grouped bars).
+
+    ``plans[label]`` is a plan's layers; ``only`` restricts to these layer names
+    (e.g. where the strategies differ), in graph order.
+    """
+    labels = list(plans)
+    first = plans[labels[0]]
+    names = [r.name for r in first if only is None or r.name in set(only)]
+    palette = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#ff9da6", "#9d755d"]
+    fig = go.Figure()
+    for i, label in enumerate(labels):
+        by_name = {r.name: r for r in plans[label]}
+        rows = [by_name[n] for n in names]
+        fig.add_trace(go.Bar(
+            y=names, x=[r.total_s * 1e3 for r in rows], orientation="h", name=label,
+            marker_color=palette[i % len(palette)],
+            customdata=[[config_str(r.config), compact_config(r.dims, r.config)] for r in rows],
+            hovertemplate="<b>%{y}</b><br>" + label + ": %{customdata[1]} %{customdata[0]}<br>%{x:.4g} ms<extra></extra>",
+        ))
+    fig.update_layout(
+        barmode="group", height=int(max(300, (10 + 8 * len(labels)) * len(names) + 120)),
+        xaxis_title="time per step (ms)", margin=dict(l=10, r=10, t=30, b=40),
+        yaxis=dict(autorange="reversed", type="category", automargin=True),
+        legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0),
+    )
+    return fig
+
+
+def sweep_figure(records: Sequence[Mapping], *, by: str = "devices", series: str = "strategy") -> go.Figure:
+    """Step time and speedup over data parallelism against ``by`` (the paper's Fig. 6, modelled).
+
+    ``records`` are :func:`pase.baselines.sweep` records (``devices``,
+    ``strategy``, ``step_time_s``, ``speedup_over_dp``...); one line per
+    value of ``series``.
+    """
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("Estimated step time", "Speedup over data parallelism"),
+                        horizontal_spacing=0.1)
+    palette = ["#d62728", "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
+    names = list(dict.fromkeys(r[series] for r in records))
+    for i, name in enumerate(names):
+        pts = sorted((r for r in records if r[series] == name), key=lambda r: r[by])
+        color = palette[i % len(palette)]
+        width = 3 if name == "PaSE" else 1.8
+        hover = [f"{r.get('label', name)}<br>{by} = {r[by]:g}<br>{fmt_time(r['step_time_s'])}, "
+                 f"{r['speedup_over_dp']:.2f}× data parallel" for r in pts]
+        for col, key in ((1, "step_time_s"), (2, "speedup_over_dp")):
+            scale = 1e3 if key == "step_time_s" else 1.0
+            fig.add_trace(go.Scatter(
+                x=[r[by] for r in pts], y=[r[key] * scale for r in pts], mode="lines+markers",
+                name=str(name), legendgroup=str(name), showlegend=col == 1,
+                line=dict(color=color, width=width), hovertext=hover, hoverinfo="text",
+            ), row=1, col=col)
+    log_x = by in ("devices", "bandwidth_Bps", "peak_flops")
+    fig.update_xaxes(title_text=by, type="log" if log_x else "linear")
+    if by == "devices":
+        ticks = sorted({r["devices"] for r in records})
+        fig.update_xaxes(tickvals=ticks, ticktext=[str(t) for t in ticks])
+    fig.update_yaxes(title_text="ms per step", type="log", row=1, col=1)
+    fig.update_yaxes(title_text="× data parallel", row=1, col=2)
+    fig.update_layout(height=430, margin=dict(l=10, r=10, t=50, b=40), hovermode="closest")
+    return fig
+
+
+def split_changes_figure(
+    layers: Sequence[tuple[str, Sequence[str]]],
+    configs: Mapping[int, Mapping[str, Sequence[int]]],
+) -> go.Figure:
+    """Each layer's chosen split (rows) at each device count (columns), coloured by parallelism kind.
+
+    ``layers`` is (name, dims) per row; ``configs[devices][name]`` the chosen
+    configuration. A cell whose kind differs from the column to its left has a
+    bold label.
+    """
+    devices = sorted(configs)
+    kinds_index = {k: i for i, k in enumerate(KINDS)}
+    z, text, hover = [], [], []
+    for name, dims in layers:
+        zrow, trow, hrow, prev = [], [], [], None
+        for p in devices:
+            cfg = tuple(configs[p][name])
+            kind = parallelism_kind(tuple(dims), cfg)
+            label = compact_config(dims, cfg)
+            zrow.append(kinds_index[kind])
+            trow.append(f"<b>{label}</b>" if prev is not None and kind != prev else label)
+            hrow.append(f"{name} at p={p}: {config_str(cfg)} {label} ({kind})")
+            prev = kind
+        z.append(zrow)
+        text.append(trow)
+        hover.append(hrow)
+    n = len(KINDS)
+    scale = []
+    for i, k in enumerate(KINDS):
+        scale += [[i / n, KIND_COLORS[k]], [(i + 1) / n, KIND_COLORS[k]]]
+    x = [str(p) for p in devices]
+    fig = go.Figure(go.Heatmap(
+        z=z, x=x, y=[name for name, _ in layers], text=text, texttemplate="%{text}", textfont=dict(size=10, color="white"),
+        hovertext=hover, hoverinfo="text", colorscale=scale, zmin=-0.5, zmax=n - 0.5, xgap=2, ygap=1,
+        colorbar=dict(tickvals=list(range(n)), ticktext=list(KINDS), title="kind"),
+    ))
+    fig.update_layout(
+        height=int(max(260, 20 * len(layers) + 120)), margin=dict(l=10, r=10, t=30, b=40),
+        xaxis=dict(title="devices", type="category", side="top"),
+        yaxis=dict(autorange="reversed", type="category", automargin=True),
+    )
+    return fig
+
+
+# -- Learn: the GEMM iteration space --------------------------------------------------------
+
+_DEVICE_PALETTE = [
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+    "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94",
+]
+
+
+def _device_color(d: int) -> str:
+    return _DEVICE_PALETTE[d % len(_DEVICE_PALETTE)]
+
+
+def gemm_cube_figure(sizes: Sequence[int], splits: Sequence[int], dims: Sequence[str] = ("i", "j", "k")) -> go.Figure:
+    """The iteration space of ``C[i, j] = sum_k A[i, k] B[k, j]`` cut into per-device blocks (the paper's Fig. 1).
+
+    ``splits`` gives the split factor of i, j, k; block ``(a, b, c)`` goes to
+    device ``(a * sj + b) * sk + c``. Blocks are drawn slightly apart, one
+    colour per device, all in one Mesh3d trace.
+    """
+    I, J, K = (int(s) for s in sizes)
+    si, sj, sk = (int(s) for s in splits)
+    bi, bj, bk = I / si, J / sj, K / sk
+    gap = 0.06
+    xs, ys, zs, fi, fj, fk, colors, hover_pts = [], [], [], [], [], [], [], []
+    # Unit-cube corners and its 12 triangles.
+    corners = list(product((0, 1), repeat=3))
+    faces = [(0, 1, 3), (0, 3, 2), (4, 5, 7), (4, 7, 6), (0, 1, 5), (0, 5, 4),
+             (2, 3, 7), (2, 7, 6), (0, 2, 6), (0, 6, 4), (1, 3, 7), (1, 7, 5)]
+    cx, cy, cz, ctext = [], [], [], []
+    for a, b, c in product(range(si), range(sj), range(sk)):
+        device = (a * sj + b) * sk + c
+        x0, y0, z0 = a * bi, b * bj, c * bk
+        base = len(xs)
+        for (u, v, w) in corners:
+            xs.append(x0 + (gap + u * (1 - 2 * gap)) * bi)
+            ys.append(y0 + (gap + v * (1 - 2 * gap)) * bj)
+            zs.append(z0 + (gap + w * (1 - 2 * gap)) * bk)
+        for f in faces:
+            fi.append(base + f[0])
+            fj.append(base + f[1])
+            fk.append(base + f[2])
+            colors.append(_device_color(device))
+        cx.append(x0 + bi / 2)
+        cy.append(y0 + bj / 2)
+        cz.append(z0 + bk / 2)
+        ctext.append(
+            f"device {device}<br>{dims[0]} {a * bi:g}–{(a + 1) * bi:g}, {dims[1]} {b * bj:g}–{(b + 1) * bj:g}, "
+            f"{dims[2]} {c * bk:g}–{(c + 1) * bk:g}"
+        )
+    fig = go.Figure([
+        go.Mesh3d(x=xs, y=ys, z=zs, i=fi, j=fj, k=fk, facecolor=colors, opacity=0.85, flatshading=True,
+                  hoverinfo="skip", name="blocks"),
+        go.Scatter3d(x=cx, y=cy, z=cz, mode="markers", marker=dict(size=3, color="black"),
+                     hovertext=ctext, hoverinfo="text", name="block centres", showlegend=False),
+    ])
+    fig.update_layout(
+        scene=dict(
+            xaxis=dict(title=f"{dims[0]} (rows of A and C)", range=[0, I]),
+            yaxis=dict(title=f"{dims[1]} (columns of B and C)", range=[0, J]),
+            zaxis=dict(title=f"{dims[2]} (reduction)", range=[0, K]),
+            aspectmode="cube",
+            camera=dict(eye=dict(x=1.6, y=-1.6, z=1.1)),
+        ),
+        height=460, margin=dict(l=0, r=0, t=10, b=0), showlegend=False,
+    )
+    return fig
+
+
+def gemm_tensors_figure(splits: Sequence[int], dims: Sequence[str] = ("i", "j", "k")) -> go.Figure:
+    """Which devices hold each block of A (i x k), B (k x j) and C (i x j) for splits (si, sj, sk).
+
+    A block held by several devices is replicated (A over the j split, B over
+    the i split) or, for C, holds partial sums over the k split that an
+    all-reduce must combine. Cell text lists the devices.
+    """
+    si, sj, sk = (int(s) for s in splits)
+
+    def dev(a, b, c):
+        return (a * sj + b) * sk + c
+
+    panels = [
+        ("A", si, sk, dims[0], dims[2], lambda r, q: [dev(r, b, q) for b in range(sj)], "replicated"),
+        ("B", sk, sj, dims[2], dims[1], lambda r, q: [dev(a, q, r) for a in range(si)], "replicated"),
+        ("C", si, sj, dims[0], dims[1], lambda r, q: [dev(r, q, c) for c in range(sk)], "partial sums"),
+    ]
+    fig = make_subplots(rows=1, cols=3, subplot_titles=[
+        f"A[{dims[0]},{dims[2]}]", f"B[{dims[2]},{dims[1]}]", f"C[{dims[0]},{dims[1]}]"], horizontal_spacing=0.06)
+    for col, (name, rows, cols, rdim, cdim, holders, what) in enumerate(panels, start=1):
+        z, text, hover = [], [], []
+        for r in range(rows):
+            zr, tr, hr = [], [], []
+            for q in range(cols):
+                hs = holders(r, q)
+                zr.append(len(hs))
+                shown = ",".join(map(str, hs[:6])) + ("…" if len(hs) > 6 else "")
+                tr.append(shown)
+                kind = what if len(hs) > 1 else "one device"
+                hr.append(f"{name} block ({rdim} {r}, {cdim} {q}): devices {shown} ({kind})")
+            z.append(zr)
+            text.append(tr)
+            hover.append(hr)
+        fig.add_trace(go.Heatmap(
+            z=z, text=text, texttemplate="%{text}", hovertext=hover, hoverinfo="text",
+            colorscale=[[0, "#e8f1fa"], [1, "#08519c"]] if name != "C" else [[0, "#fde8e6"], [1, "#a50f15"]],
+            zmin=1, zmax=max(si, sj, sk, 2), showscale=False, xgap=2, ygap=2, textfont=dict(size=11),
+        ), row=1, col=col)
+        fig.update_xaxes(title_text=cdim, showticklabels=False, row=1, col=col)
+        fig.update_yaxes(title_text=rdim, showticklabels=False, autorange="reversed", row=1, col=col)
+    fig.update_layout(height=300, margin=dict(l=10, r=10, t=40, b=30))
+    return fig
+
+
+# -- Learn: the search --------------------------------------------------------------------
+
+STEP_COLORS = {
+    "done": "#c7c7c7",
+    "current": "#d62728",
+    "dependent": "#ff7f0e",
+    "connected": "#9ecae1",
+    "pending": "#ffffff",
+}
+
+
+def search_step_figure(
+    g: nx.DiGraph | nx.MultiDiGraph,
+    pos: Mapping[str, tuple[float, float]],
+    *,
+    done: Sequence[str] = (),
+    current: str | None = None,
+    dependent: Sequence[str] = (),
+    connected: Sequence[str] = (),
+    order: Mapping[str, int] | None = None,
+) -> go.Figure:
+    """A small graph at one step of the search: vertices already eliminated, the current vertex v(i),
+    its connected set X(i) and its dependent set D(i).
+
+    ``order`` (vertex -> position in the ordering) is written on each vertex.
+    """
+    fig = go.Figure()
+    xs, ys = [], []
+    for u, v in g.edges():
+        xs += [pos[u][0], pos[v][0], None]
+        ys += [pos[u][1], pos[v][1], None]
+    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=dict(color="#999", width=1.5), hoverinfo="skip",
+                             showlegend=False))
+    done, dependent, connected = set(done), set(dependent), set(connected)
+
+    def state(n):
+        if n == current:
+            return "current"
+        if n in dependent:
+            return "dependent"
+        if n in connected:
+            return "connected"
+        if n in done:
+            return "done"
+        return "pending"
+
+    legend = {"current": "v(i): current", "dependent": "D(i): dependent set", "connected": "X(i): connected set",
+              "done": "eliminated earlier", "pending": "not yet ordered"}
+    for st_name in ("current", "dependent", "connected", "done", "pending"):
+        ns = [n for n in g.nodes if state(n) == st_name]
+        if not ns:
+            continue
+        fig.add_trace(go.Scatter(
+            x=[pos[n][0] for n in ns], y=[pos[n][1] for n in ns], mode="markers+text",
+            marker=dict(size=30, color=STEP_COLORS[st_name], line=dict(color="#333", width=1.5)),
+            text=[f"{n}" + (f" ({order[n] + 1})" if order and n in order else "") for n in ns],
+            textposition="middle right", hoverinfo="text", hovertext=ns, name=legend[st_name],
+        ))
+    _empty_axes(fig)
+    xs_all = [p[0] for p in pos.values()]
+    fig.update_xaxes(range=[min(xs_all) - 1, max(xs_all) + 2.5])
+    fig.update_layout(height=420, margin=dict(l=10, r=10, t=10, b=10), plot_bgcolor="white",
+                      legend=dict(orientation="h", y=-0.02, yanchor="top", x=0))
+    return fig
+
+
+def dependent_sets_figure(series: Mapping[str, Sequence[float]], *, y_title: str = "|D(i)|",
+                          log_y: bool = False) -> go.Figure:
+    """One line per ordering: the dependent-set size (or table size) at every step."""
+    fig = go.Figure()
+    palette = {"GenerateSeq": "#d62728", "breadth-first": "#1f77b4"}
+    for i, (name, values) in enumerate(series.items()):
+        fig.add_trace(go.Scatter(
+            x=list(range(1, len(values) + 1)), y=list(values), mode="lines", name=name,
+            line=dict(color=palette.get(name, _device_color(i + 2)), width=2, shape="hv"),
+        ))
+    fig.update_layout(height=320, margin=dict(l=10, r=10, t=20, b=40), xaxis_title="step i",
+                      yaxis_title=y_title, legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0))
+    if log_y:
+        fig.update_yaxes(type="log")
+    return fig

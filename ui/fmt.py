@@ -1,0 +1,67 @@
+"""Short human-readable strings for times, configurations and sizes (chart labels, tables)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+__all__ = ["fmt_time", "fmt_count", "fmt_bytes", "config_str", "compact_config", "dims_str"]
+
+
+def fmt_time(seconds: float) -> str:
+    """A duration with 3 significant digits and a fitting unit.
+
+    >>> fmt_time(0.0123)
+    '12.3 ms'
+    >>> fmt_time(0)
+    '0 s'
+    """
+    s = float(seconds)
+    if s == 0:
+        return "0 s"
+    a = abs(s)
+    for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")):
+        if a >= scale:
+            return f"{s / scale:.3g} {unit}"
+    return f"{s:.3g} s"
+
+
+def fmt_count(n: float) -> str:
+    """A count with a k/M/G suffix: ``fmt_count(1_500_000) == '1.5M'``."""
+    n = float(n)
+    for scale, unit in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return f"{n:.3g}" if n != int(n) else str(int(n))
+
+
+def fmt_bytes(n: float) -> str:
+    """A size in bytes: ``fmt_bytes(2048) == '2 KiB'``."""
+    n = float(n)
+    for scale, unit in ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.3g} B"
+
+
+def config_str(config: Sequence[int]) -> str:
+    """The full configuration tuple as in the paper's Table II: ``(1, 4, 8)``."""
+    return "(" + ", ".join(str(int(f)) for f in config) + ")"
+
+
+def compact_config(dims: Sequence[str], config: Sequence[int]) -> str:
+    """Only the split dimensions, e.g. ``n4·c8``; ``1`` when nothing is split.
+
+    >>> compact_config(("b", "n", "c"), (1, 4, 8))
+    'n4·c8'
+    >>> compact_config(("b", "n", "c"), (1, 1, 1))
+    '1'
+    """
+    parts = [f"{d}{int(f)}" for d, f in zip(dims, config) if int(f) > 1]
+    return "·".join(parts) if parts else "1"
+
+
+def dims_str(dims: Sequence[str], sizes: Sequence[int] | None = None) -> str:
+    """Dimensions, with sizes when given: ``b=32 n=64`` or ``b n``."""
+    if sizes is None:
+        return " ".join(dims)
+    return " ".join(f"{d}={int(s)}" for d, s in zip(dims, sizes))

@@ -1,0 +1,329 @@
+"""What the strategy graph chart shows: nodes (layers or groups of layers), edges and positions.
+
+Plain data built from a :class:`pase.plan.Plan`; :func:`ui.figures.strategy_graph_figure`
+draws it. Large graphs stay legible by *grouping*: layers whose names share
+a dotted prefix (``mixed_5b.branch3x3.conv`` -> ``mixed_5b`` at depth 1) become
+one node, unless the user expands that group.
+
+The layout is layered top to bottom: every node sits on the row of its
+topological generation (networkx), and nodes of a row are ordered by the mean
+position of their predecessors to keep edges short.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from typing import Iterable, Mapping
+
+import networkx as nx
+import numpy as np
+
+from pase.cost import edge_bytes
+from pase.graph import Graph
+from pase.plan import Plan, parallelism_kind
+from ui.fmt import compact_config, config_str, dims_str, fmt_time
+
+__all__ = [
+    "KINDS",
+    "NodeInfo",
+    "EdgeInfo",
+    "GraphView",
+    "edge_costs_s",
+    "group_key",
+    "auto_group_depth",
+    "groups_of",
+    "layered_layout",
+    "build_graph_view",
+]
+
+# Parallelism kinds in legend order; "mixed": a group whose layers differ; "unsolved": no strategy yet.
+KINDS = ("data", "parameter", "hybrid", "replicated", "mixed", "unsolved")
+
+# A grouped view aims at no more nodes than this (see auto_group_depth).
+TARGET_GROUPED_NODES = 60
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One drawn node: a layer, or a group of layers sharing a name prefix."""
+
+    key: str
+    members: tuple[str, ...]
+    kind: str
+    label: str
+    hover: str
+    compute_s: float
+    intra_comm_s: float
+    edge_comm_s: float
+    x: float = 0.0
+    y: float = 0.0
+
+    @property
+    def total_s(self) -> float:
+        return self.compute_s + self.intra_comm_s + self.edge_comm_s
+
+    @property
+    def is_group(self) -> bool:
+        return len(self.members) > 1 or (len(self.members) == 1 and self.members[0] != self.key)
+
+
+@dataclass(frozen=True)
+class EdgeInfo:
+    """One drawn edge with its redistribution time (the sum over the tensors it stands for)."""
+
+    src: str
+    dst: str
+    cost_s: float
+    tensors: int = 1
+
+
+@dataclass(frozen=True)
+class GraphView:
+    """Nodes with positions and edges, ready to draw."""
+
+    nodes: tuple[NodeInfo, ...]
+    edges: tuple[EdgeInfo, ...]
+    grouped: bool
+    generations: int
+    solved: bool = True
+
+    def node(self, key: str) -> NodeInfo:
+        for n in self.nodes:
+            if n.key == key:
+                return n
+        raise KeyError(key)
+
+    def node_of_layer(self, layer: str) -> NodeInfo:
+        """The node that shows ``layer`` (itself or its group)."""
+        for n in self.nodes:
+            if layer in n.members:
+                return n
+        raise KeyError(layer)
+
+
+def edge_costs_s(plan: Plan) -> dict[tuple[str, str], float]:
+    """Redistribution time of every edge (src, dst) under the plan's strategy, in seconds.
+
+    Uses :func:`pase.cost.edge_bytes` on the chosen configurations; several
+    tensors between the same two layers are summed. Their sum over a layer's
+    incoming edges is the plan's ``edge_comm_s`` for that layer.
+    """
+    graph, cluster = plan.graph, plan.cluster
+    strategy = plan.strategy
+    out: dict[tuple[str, str], float] = defaultdict(float)
+    for e in graph.edges:
+        src, dst = graph.layer(e.src), graph.layer(e.dst)
+        moved = edge_bytes(
+            src, e.src_output, np.array([strategy[e.src]], dtype=np.int64),
+            dst, e.dst_input, np.array([strategy[e.dst]], dtype=np.int64),
+            cluster.bytes_per_element,
+        )
+        out[(e.src, e.dst)] += float(moved[0, 0]) / cluster.bandwidth_Bps
+    return dict(out)
+
+
+def group_key(name: str, depth: int | None) -> str:
+    """The group of layer ``name`` at ``depth`` dotted components (``None``: no grouping).
+
+    >>> group_key("mixed_5b.branch1x1.bn", 1)
+    'mixed_5b'
+    >>> group_key("fc", 1)
+    'fc'
+    """
+    if depth is None or depth < 1:
+        return name
+    parts = name.split(".")
+    return ".".join(parts[:depth]) if len(parts) > depth else name
+
+
+def groups_of(names: Iterable[str], depth: int | None) -> dict[str, list[str]]:
+    """Group key -> member layer names (in the given order)."""
+    out: dict[str, list[str]] = {}
+    for n in names:
+        out.setdefault(group_key(n, depth), []).append(n)
+    return out
+
+
+def auto_group_depth(names: Iterable[str], target: int = TARGET_GROUPED_NODES) -> int:
+    """The finest grouping depth that leaves at most ``target`` nodes (depth 1 if none does)."""
+    names = list(names)
+    max_depth = max((n.count(".") for n in names), default=0)
+    best = 1
+    for depth in range(1, max_depth + 1):
+        if len(groups_of(names, depth)) <= target:
+            best = depth
+        else:
+            break
+    return best
+
+
+def layered_layout(g: nx.DiGraph, x_gap: float = 1.0) -> dict[str, tuple[float, float]]:
+    """Top-to-bottom layered positions: ``y = -generation``; rows centred, ordered by parents' mean x.
+
+    Raises ``networkx.NetworkXUnfeasible`` if ``g`` has a cycle.
+    """
+    pos: dict[str, tuple[float, float]] = {}
+    order = {n: i for i, n in enumerate(g.nodes)}
+    for level, generation in enumerate(nx.topological_generations(g)):
+        def key(n):
+            parents = [pos[p][0] for p in g.predecessors(n) if p in pos]
+            return (float(np.mean(parents)) if parents else 0.0, order[n])
+
+        row = sorted(generation, key=key)
+        width = (len(row) - 1) * x_gap
+        for j, n in enumerate(row):
+            pos[n] = (j * x_gap - width / 2, -float(level))
+    return pos
+
+
+def _layer_hover(row, kind: str) -> str:
+    return "<br>".join([
+        f"<b>{row.name}</b> ({row.op})",
+        f"dims: {dims_str(row.dims, row.sizes)}",
+        f"config: {config_str(row.config)} = {compact_config(row.dims, row.config)} ({kind}, {row.devices} devices)",
+        f"compute: {fmt_time(row.compute_s)}",
+        f"intra-layer comm: {fmt_time(row.intra_comm_s)}",
+        f"edge comm (in): {fmt_time(row.edge_comm_s)}",
+        f"total: {fmt_time(row.total_s)}",
+    ])
+
+
+def _group_node(key: str, rows: list, kinds: list[str]) -> NodeInfo:
+    labels = sorted({compact_config(r.dims, r.config) for r in rows})
+    kind_set = set(kinds)
+    kind = kinds[0] if len(kind_set) == 1 else "mixed"
+    label = labels[0] if len(labels) == 1 else f"{len(rows)} layers, {len(labels)} splits"
+    compute = sum(r.compute_s for r in rows)
+    intra = sum(r.intra_comm_s for r in rows)
+    edge = sum(r.edge_comm_s for r in rows)
+    counts = defaultdict(int)
+    for r in rows:
+        counts[compact_config(r.dims, r.config)] += 1
+    splits = ", ".join(f"{c}×{n}" for c, n in sorted(counts.items(), key=lambda kv: -kv[1])[:6])
+    kinds_txt = ", ".join(f"{k} {kinds.count(k)}" for k in KINDS if k in kind_set)
+    hover = "<br>".join([
+        f"<b>{key}</b>: group of {len(rows)} layers",
+        f"splits: {splits}" + (" ..." if len(counts) > 6 else ""),
+        f"kinds: {kinds_txt}",
+        f"compute: {fmt_time(compute)}",
+        f"intra-layer comm: {fmt_time(intra)}",
+        f"edge comm (in): {fmt_time(edge)}",
+        f"total: {fmt_time(compute + intra + edge)}",
+    ])
+    return NodeInfo(key, tuple(r.name for r in rows), kind, label, hover, compute, intra, edge)
+
+
+def _structure_hover(layer, configs: int | None) -> str:
+    lines = [f"<b>{layer.name}</b> ({layer.op})", f"dims: {dims_str(layer.dims, layer.sizes)}"]
+    if configs is not None:
+        lines.append(f"{configs} configurations")
+    return "<br>".join(lines)
+
+
+def build_graph_view(
+    graph: Graph,
+    plan: Plan | None = None,
+    edge_costs: Mapping[tuple[str, str], float] | None = None,
+    *,
+    depth: int | None = None,
+    expanded: Iterable[str] = (),
+    config_counts: Mapping[str, int] | None = None,
+) -> GraphView:
+    """Nodes, edges and layered positions for ``graph``, coloured by ``plan``'s strategy when given.
+
+    Parameters
+    ----------
+    graph : Graph
+    plan : Plan, optional
+        A strategy for ``graph``; without one every node is ``"unsolved"``
+        (the structure alone, before the search).
+    edge_costs : mapping (src, dst) -> seconds, optional
+        From :func:`edge_costs_s` (computed from ``plan`` when not given).
+    depth : int, optional
+        Group layers by their first ``depth`` name components; ``None`` draws
+        every layer.
+    expanded : iterable of str
+        Group keys to draw layer by layer anyway.
+    config_counts : mapping layer -> int, optional
+        Shown in the hover of an unsolved graph.
+    """
+    if plan is not None and edge_costs is None:
+        edge_costs = edge_costs_s(plan)
+    if edge_costs is None:
+        edge_costs = {(e.src, e.dst): 0.0 for e in graph.edges}
+    expanded = set(expanded)
+    layers = graph.layers
+    names = [layer.name for layer in layers]
+    rows = {r.name: r for r in plan.layers} if plan is not None else {}
+    kinds = {r.name: parallelism_kind(r.dims, r.config) for r in plan.layers} if plan is not None else {}
+
+    # Layer -> node key.
+    node_of: dict[str, str] = {}
+    if depth is not None:
+        for key, members in groups_of(names, depth).items():
+            for m in members:
+                node_of[m] = m if (len(members) == 1 or key in expanded) else key
+    else:
+        node_of = {n: n for n in names}
+
+    def quotient():
+        q = nx.DiGraph()
+        q.add_nodes_from(dict.fromkeys(node_of[n] for n in names))
+        for (u, v) in edge_costs:
+            if node_of[u] != node_of[v]:
+                q.add_edge(node_of[u], node_of[v])
+        return q
+
+    # Merge groups caught in a cycle (rare with prefix groups).
+    q = quotient()
+    if not nx.is_directed_acyclic_graph(q):
+        cond = nx.condensation(q)
+        comp = cond.graph["mapping"]
+        parts: dict[int, list[str]] = defaultdict(list)
+        for n in q.nodes:
+            parts[comp[n]].append(n)
+        merged = {c: ps[0] if len(ps) == 1 else " + ".join(sorted(ps)) for c, ps in parts.items()}
+        node_of = {n: merged[comp[k]] for n, k in node_of.items()}
+        q = quotient()
+
+    members: dict[str, list[str]] = defaultdict(list)
+    for n in names:
+        members[node_of[n]].append(n)
+
+    pos = layered_layout(q)
+    by_name = {layer.name: layer for layer in layers}
+    nodes = []
+    for key in q.nodes:
+        ms = members[key]
+        single = len(ms) == 1 and ms[0] == key
+        if plan is None:
+            if single:
+                layer = by_name[key]
+                count = config_counts.get(key) if config_counts else None
+                node = NodeInfo(key, (key,), "unsolved", "", _structure_hover(layer, count), 0.0, 0.0, 0.0)
+            else:
+                ops = sorted({by_name[m].op for m in ms})
+                hover = f"<b>{key}</b>: group of {len(ms)} layers<br>ops: {', '.join(ops[:8])}"
+                node = NodeInfo(key, tuple(ms), "unsolved", "", hover, 0.0, 0.0, 0.0)
+        elif single:
+            r = rows[key]
+            k = kinds[key]
+            node = NodeInfo(key, (key,), k, compact_config(r.dims, r.config), _layer_hover(r, k),
+                            r.compute_s, r.intra_comm_s, r.edge_comm_s)
+        else:
+            node = _group_node(key, [rows[m] for m in ms], [kinds[m] for m in ms])
+        x, y = pos[key]
+        nodes.append(replace(node, x=x, y=y))
+
+    agg: dict[tuple[str, str], list[float]] = {}
+    for (u, v), cost in edge_costs.items():
+        a, b = node_of[u], node_of[v]
+        if a == b:
+            continue
+        entry = agg.setdefault((a, b), [0.0, 0])
+        entry[0] += cost
+        entry[1] += 1
+    edges = tuple(EdgeInfo(a, b, c, int(t)) for (a, b), (c, t) in agg.items())
+    generations = int(-min((n.y for n in nodes), default=0)) + 1
+    return GraphView(tuple(nodes), edges, depth is not None, generations, solved=plan is not None)

@@ -1,0 +1,63 @@
+"""Pieces several pages share: requiring a problem, the Solve button, headline numbers."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from pase.errors import PaseError
+from pase.plan import Plan
+from ui import state
+from ui.fmt import fmt_count, fmt_time
+
+__all__ = ["require_problem", "solve_button", "headline"]
+
+
+def require_problem() -> state.Problem:
+    """The sidebar's problem; otherwise say why there is none and stop this page."""
+    problem, why = state.current_problem()
+    if problem is None:
+        if why and (why.startswith("Cannot") or "error" in why.lower()):
+            st.error(why, icon=":material/error:")
+        else:
+            st.info(why or "Choose a graph in the sidebar.", icon=":material/info:")
+        st.stop()
+    return problem
+
+
+def solve_button(problem: state.Problem, *, key: str = "solve", label: str = "Solve") -> Plan | None:
+    """The primary action: run the search with a progress bar. Returns the plan (cached or new) or None."""
+    cached = state.cached_plan(problem)
+    clicked = st.button(label, type="primary", key=key, icon=":material/play_arrow:",
+                        help="Find the strategy of least estimated step time (the paper's search).")
+    if not clicked:
+        return cached
+    if cached is not None:
+        return cached
+    bar = st.progress(0.0, text="Building cost tables...")
+    try:
+        return state.solve(problem, progress=state.throttled_progress(bar, "Search step"))
+    except PaseError as exc:
+        st.error(f"{type(exc).__name__}: {exc}", icon=":material/error:")
+        return None
+    finally:
+        bar.empty()
+
+
+def headline(plan: Plan, dp: Plan | None) -> None:
+    """Four metrics: estimated step time, speedup over data parallelism, search time, largest dependent set."""
+    c1, c2, c3, c4 = st.columns(4)
+    c1.metric("Estimated step time", fmt_time(plan.step_time_s),
+              help="The paper's cost F(G, φ) divided by the device's peak FLOP/s.")
+    if dp is not None:
+        c2.metric("Speedup over data parallelism", f"{plan.speedup_over(dp):.2f}×",
+                  help=f"Data parallelism: {fmt_time(dp.step_time_s)} per step under the same model.")
+    else:
+        c2.metric("Speedup over data parallelism", "n/a")
+    search = plan.search
+    if search is not None:
+        c3.metric("Search time", fmt_time(search.search_time_s))
+        c4.metric("Largest dependent set", str(search.max_dependent_set),
+                  help=f"Largest table: {fmt_count(search.max_table_entries)} entries.")
+    else:
+        c3.metric("Search time", "n/a")
+        c4.metric("Largest dependent set", "n/a")

@@ -1,0 +1,147 @@
+"""The sidebar every page shares: the graph (sample or upload), the cluster and the search options.
+
+Rendered by the router (``app.py``) on every run, so the choices survive
+moving between pages. The chosen :class:`ui.state.Problem` (or the reason
+there is none, e.g. a bad upload) is left in the session for the pages.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import streamlit as st
+
+from pase.cluster import PRESETS, Cluster
+from pase.configs import ConfigOptions
+from pase.errors import PaseError
+from ui.state import GraphSource, Problem, load_graph, set_current_problem
+
+__all__ = ["problem_sidebar", "sample_parameters", "DEFAULT_SAMPLE", "DEFAULT_PRESET"]
+
+DEFAULT_SAMPLE = "inception3"
+DEFAULT_PRESET = "paper-model"
+DEFAULT_DEVICES = 8
+CUSTOM = "custom"
+
+
+def sample_parameters(name: str) -> dict[str, int]:
+    """The integer keyword parameters of sample ``name``'s builder with their defaults (batch first)."""
+    from pase.models import SAMPLES
+
+    builder = SAMPLES[name]
+    params = {}
+    for p in inspect.signature(builder).parameters.values():
+        if isinstance(p.default, int) and not isinstance(p.default, bool):
+            params[p.name] = p.default
+    return dict(sorted(params.items(), key=lambda kv: kv[0] != "batch"))
+
+
+def _apply_preset() -> None:
+    name = st.session_state["in_preset"]
+    if name in PRESETS:
+        c = PRESETS[name]
+        st.session_state["in_tflops"] = c.peak_flops / 1e12
+        st.session_state["in_bandwidth"] = c.bandwidth_Bps / 1e9
+        st.session_state["in_bpe"] = c.bytes_per_element
+
+
+def _defaults() -> None:
+    ss = st.session_state
+    if "in_preset" not in ss:
+        ss["in_preset"] = DEFAULT_PRESET
+        _apply_preset()
+    ss.setdefault("in_devices", DEFAULT_DEVICES)
+
+
+def _graph_source(sb) -> tuple[GraphSource | None, bytes | None, str | None]:
+    from pase.models import SAMPLES
+
+    kind = sb.radio("Graph", ["Sample", "Upload"], horizontal=True, key="in_graph_kind",
+                    help="A sample network built by pase, or your own graph in pase's JSON format "
+                         "(see docs/graph-format.md).")
+    if kind == "Sample":
+        names = list(SAMPLES)
+        name = sb.selectbox("Sample graph", names, index=names.index(DEFAULT_SAMPLE) if DEFAULT_SAMPLE in names else 0,
+                            key="in_sample")
+        params = sample_parameters(name)
+        values = {}
+        if "batch" in params:
+            values["batch"] = int(sb.number_input("Batch size", min_value=1, max_value=1 << 20, value=params["batch"],
+                                                  step=1, key=f"in_{name}_batch"))
+        others = [k for k in params if k != "batch"]
+        if others:
+            with sb.expander("Model sizes"):
+                for k in others:
+                    values[k] = int(st.number_input(k, min_value=1, max_value=1 << 24, value=params[k], step=1,
+                                                    key=f"in_{name}_{k}"))
+        # Only parameters that differ from the defaults make the cache key, in a fixed order.
+        chosen = tuple((k, v) for k, v in values.items())
+        return GraphSource("sample", name, chosen), None, None
+    upload = sb.file_uploader("Graph file (.json)", type=["json"], key="in_upload",
+                              help="pase's graph format: docs/graph-format.md")
+    if upload is None:
+        return None, None, "Upload a graph file in pase's JSON format, or pick a sample graph."
+    data = upload.getvalue()
+    return GraphSource.for_upload(upload.name, data), data, None
+
+
+def _cluster(sb) -> Cluster:
+    presets = [*PRESETS, CUSTOM]
+    sb.selectbox("Cluster preset", presets, key="in_preset", on_change=_apply_preset,
+                 help="Fills in device speed, link bandwidth and element size; edit them below.")
+    devices = int(sb.number_input("Devices p", min_value=1, max_value=4096, step=1, key="in_devices"))
+    c1, c2 = sb.columns(2)
+    tflops = c1.number_input("TFLOP/s per device", min_value=0.001, max_value=1e6, step=1.0, format="%g",
+                             key="in_tflops", on_change=lambda: st.session_state.update(in_preset=CUSTOM))
+    bandwidth = c2.number_input("Link GB/s", min_value=0.001, max_value=1e6, step=1.0, format="%g",
+                                key="in_bandwidth", on_change=lambda: st.session_state.update(in_preset=CUSTOM))
+    bpe = sb.selectbox("Bytes per element", [4, 2, 1, 8], key="in_bpe",
+                       format_func=lambda b: {4: "4 (fp32)", 2: "2 (fp16/bf16)", 1: "1 (int8/fp8)", 8: "8 (fp64)"}[b],
+                       on_change=lambda: st.session_state.update(in_preset=CUSTOM))
+    preset = st.session_state["in_preset"]
+    base = PRESETS.get(preset)
+    return Cluster(
+        devices=devices, peak_flops=float(tflops) * 1e12, bandwidth_Bps=float(bandwidth) * 1e9,
+        bytes_per_element=int(bpe), memory_bytes=base.memory_bytes if base else None,
+        name=preset,
+    )
+
+
+def _options(sb) -> ConfigOptions:
+    with sb.expander("Search options"):
+        pow2 = st.checkbox("Powers of two only", key="in_pow2", help="Split factors 1, 2, 4, 8... only.")
+        min_shard = int(st.number_input("Minimum shard", min_value=1, max_value=1024, value=ConfigOptions().min_shard,
+                                        step=1, key="in_min_shard",
+                                        help="Smallest block a split may leave along a dimension."))
+        spatial = st.checkbox("Split image rows/columns", key="in_spatial",
+                              help="Let convolutions and pooling split h and w (paying halo exchange).")
+    return ConfigOptions(powers_of_two=pow2, min_shard=min_shard, spatial_split=spatial)
+
+
+def problem_sidebar() -> Problem | None:
+    """Draw the sidebar; store and return the chosen problem (None, with a reason, if there is none)."""
+    _defaults()
+    sb = st.sidebar
+    sb.markdown("### Problem")
+    try:
+        source, data, why = _graph_source(sb)
+        sb.markdown("### Cluster")
+        cluster = _cluster(sb)
+        options = _options(sb)
+    except PaseError as exc:
+        set_current_problem(None, str(exc))
+        return None
+    if source is None:
+        set_current_problem(None, why)
+        return None
+    try:
+        graph = load_graph(source, data)
+    except PaseError as exc:
+        what = "the uploaded file" if source.kind == "upload" else f"sample {source.name}"
+        set_current_problem(None, f"Cannot use {what}: {exc}")
+        return None
+    sb.caption(f"**{graph.name}**: {len(graph)} layers, {len(graph.edges)} edges, "
+               f"{graph.parameter_count / 1e6:,.1f}M parameters")
+    problem = Problem(source, cluster, options)
+    set_current_problem(problem)
+    return problem

@@ -1,0 +1,206 @@
+"""Streamlit glue: the problem the user has chosen, and per-process result caches.
+
+A :class:`Problem` (graph source, cluster, search options) is a frozen,
+hashable value; solved plans, baselines and sweeps are kept per problem in
+small LRU stores created once per server process with
+``st.cache_resource``, so asking the same question again (on any page, in
+any browser tab) is instant. The stores hold pase objects as they are (no
+pickling); Plans are immutable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Callable, Hashable
+
+import streamlit as st
+
+from pase.cluster import Cluster
+from pase.configs import ConfigOptions
+from pase.graph import Graph
+from pase.io import loads_graph
+from pase.plan import Plan
+
+__all__ = [
+    "GraphSource",
+    "Problem",
+    "LRUStore",
+    "stores",
+    "load_graph",
+    "cached_plan",
+    "solve",
+    "data_parallel_plan",
+    "baseline_plans",
+    "current_problem",
+    "set_current_problem",
+    "throttled_progress",
+]
+
+
+@dataclass(frozen=True)
+class GraphSource:
+    """Where the graph comes from: a sample with its parameters, or an uploaded file (by content digest)."""
+
+    kind: str  # "sample" or "upload"
+    name: str
+    params: tuple[tuple[str, int], ...] = ()
+    digest: str = ""
+
+    def __str__(self) -> str:
+        if self.kind == "sample":
+            args = ", ".join(f"{k}={v}" for k, v in self.params)
+            return f"{self.name}({args})"
+        return f"{self.name} (uploaded)"
+
+    @staticmethod
+    def for_upload(filename: str, data: bytes) -> "GraphSource":
+        return GraphSource("upload", filename, (), hashlib.sha256(data).hexdigest())
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A question to answer: which graph, on which cluster, with which split options."""
+
+    source: GraphSource
+    cluster: Cluster
+    options: ConfigOptions = ConfigOptions()
+
+
+class LRUStore:
+    """A small thread-safe least-recently-used dict."""
+
+    def __init__(self, maxsize: int):
+        self.maxsize = maxsize
+        self._data: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable, default=None):
+        with self._lock:
+            if key not in self._data:
+                return default
+            self._data.move_to_end(key)
+            return self._data[key]
+
+    def put(self, key: Hashable, value) -> None:
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            while len(self._data) > self.maxsize:
+                self._data.popitem(last=False)
+
+    def __contains__(self, key: Hashable) -> bool:
+        with self._lock:
+            return key in self._data
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+
+
+@st.cache_resource(show_spinner=False)
+def stores() -> dict[str, LRUStore]:
+    """The process-wide result stores (created once per server process)."""
+    return {
+        "graphs": LRUStore(16),
+        "plans": LRUStore(48),
+        "dp": LRUStore(48),
+        "baselines": LRUStore(24),
+        "sweeps": LRUStore(16),
+        "misc": LRUStore(32),
+    }
+
+
+def load_graph(source: GraphSource, data: bytes | None = None) -> Graph:
+    """The graph of ``source``, built (sample) or parsed (upload ``data``) once and cached.
+
+    Raises
+    ------
+    PaseError
+        The sample parameters or the uploaded file are invalid (the message says why).
+    """
+    store = stores()["graphs"]
+    graph = store.get(source)
+    if graph is not None:
+        return graph
+    if source.kind == "sample":
+        from pase.models import sample
+
+        graph = sample(source.name, **dict(source.params))
+    else:
+        if data is None:
+            raise KeyError(f"the upload {source.name!r} is no longer cached; upload it again")
+        graph = loads_graph(data)
+    store.put(source, graph)
+    return graph
+
+
+def cached_plan(problem: Problem) -> Plan | None:
+    """The solved plan for ``problem`` if it was solved before in this server process."""
+    return stores()["plans"].get(problem)
+
+
+def solve(problem: Problem, progress: Callable[[int, int], None] | None = None) -> Plan:
+    """Find (or fetch) the best plan for ``problem``; ``progress(done, total)`` follows the search."""
+    from pase.plan import plan
+
+    store = stores()["plans"]
+    found = store.get(problem)
+    if found is not None:
+        return found
+    graph = load_graph(problem.source)
+    found = plan(graph, problem.cluster, options=problem.options, progress=progress)
+    store.put(problem, found)
+    return found
+
+
+def data_parallel_plan(problem: Problem) -> Plan:
+    """Data parallelism for ``problem`` under the same cost model (cached)."""
+    from pase.baselines import data_parallel
+
+    store = stores()["dp"]
+    found = store.get(problem)
+    if found is None:
+        found = data_parallel(load_graph(problem.source), problem.cluster, problem.options)
+        store.put(problem, found)
+    return found
+
+
+def baseline_plans(problem: Problem) -> dict[str, Plan]:
+    """Every baseline that applies to the problem's graph, name -> best Plan (cached)."""
+    from pase.baselines import applicable_baselines
+
+    store = stores()["baselines"]
+    found = store.get(problem)
+    if found is None:
+        found = applicable_baselines(load_graph(problem.source), problem.cluster, problem.options)
+        store.put(problem, found)
+    return found
+
+
+def current_problem() -> tuple[Problem | None, str | None]:
+    """The problem chosen in the sidebar on this run, or ``(None, why not)``."""
+    return st.session_state.get("_problem"), st.session_state.get("_problem_error")
+
+
+def set_current_problem(problem: Problem | None, error: str | None = None) -> None:
+    st.session_state["_problem"] = problem
+    st.session_state["_problem_error"] = error
+
+
+def throttled_progress(bar, label: str, min_interval_s: float = 0.1) -> Callable[[int, int], None]:
+    """A ``progress(done, total)`` callback updating the Streamlit progress ``bar`` at most every ``min_interval_s``."""
+    last = [0.0]
+
+    def update(done: int, total: int) -> None:
+        now = time.perf_counter()
+        if done < total and now - last[0] < min_interval_s:
+            return
+        last[0] = now
+        frac = min(max(done / total if total else 1.0, 0.0), 1.0)
+        bar.progress(frac, text=f"{label}: {done} of {total}")
+
+    return update

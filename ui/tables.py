@@ -1,0 +1,75 @@
+"""Tables of plans as pandas DataFrames (the paper's Table II and comparisons)."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import pandas as pd
+
+from pase.plan import Plan, parallelism_kind
+from ui.fmt import compact_config, config_str, dims_str
+
+__all__ = ["strategy_table", "comparison_table", "differing_layers", "totals_table"]
+
+
+def strategy_table(plan: Plan) -> pd.DataFrame:
+    """One row per layer in graph order, like the paper's Table II plus the cost breakdown (ms)."""
+    rows = []
+    for r in plan.layers:
+        rows.append({
+            "layer": r.name,
+            "op": r.op,
+            "dims": dims_str(r.dims),
+            "sizes": dims_str(r.dims, r.sizes),
+            "configuration": config_str(r.config),
+            "split": compact_config(r.dims, r.config),
+            "parallelism": parallelism_kind(r.dims, r.config),
+            "devices": r.devices,
+            "compute_ms": r.compute_s * 1e3,
+            "intra_comm_ms": r.intra_comm_s * 1e3,
+            "edge_comm_ms": r.edge_comm_s * 1e3,
+            "total_ms": r.total_s * 1e3,
+        })
+    return pd.DataFrame(rows)
+
+
+def differing_layers(plans: Mapping[str, Plan], reference: str) -> list[str]:
+    """Layers whose configuration differs between ``plans[reference]`` and any other plan."""
+    ref = plans[reference].strategy
+    return [name for name in ref if any(p.strategy[name] != ref[name] for p in plans.values())]
+
+
+def comparison_table(plans: Mapping[str, Plan], reference: str) -> pd.DataFrame:
+    """Per layer: each plan's split and time (ms), and whether it differs from ``reference``."""
+    labels = list(plans)
+    base = plans[reference]
+    by_label = {l: {r.name: r for r in plans[l].layers} for l in labels}
+    rows = []
+    for r in base.layers:
+        row = {"layer": r.name, "op": r.op, "dims": dims_str(r.dims)}
+        for l in labels:
+            other = by_label[l][r.name]
+            row[f"{l} split"] = compact_config(other.dims, other.config)
+        for l in labels:
+            row[f"{l} ms"] = by_label[l][r.name].total_s * 1e3
+        row["differs"] = any(by_label[l][r.name].config != r.config for l in labels)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def totals_table(plans: Mapping[str, Plan], reference: str) -> pd.DataFrame:
+    """Per plan: variant label, step time and its parts (ms), and the reference's speedup over it."""
+    ref = plans[reference]
+    rows = []
+    for name, p in plans.items():
+        t = p.totals_s()
+        rows.append({
+            "strategy": name,
+            "variant": p.label,
+            "step_ms": p.step_time_s * 1e3,
+            "compute_ms": t["compute_s"] * 1e3,
+            "intra_comm_ms": t["intra_comm_s"] * 1e3,
+            "edge_comm_ms": t["edge_comm_s"] * 1e3,
+            f"{reference} speedup": ref.speedup_over(p),
+        })
+    return pd.DataFrame(rows)
