@@ -22,6 +22,7 @@ import json
 import math
 import re
 import warnings
+import zlib
 from dataclasses import dataclass
 from os import PathLike
 from typing import Any, Sequence
@@ -224,7 +225,7 @@ def load_instance(path: str | PathLike) -> tuple[CostGraph, dict]:
             raw = f.read()
         if raw[:2] == b"\x1f\x8b":
             raw = gzip.decompress(raw)
-    except (OSError, EOFError) as exc:
+    except (OSError, EOFError, zlib.error) as exc:
         raise FormatError(f"cannot read instance {str(path)!r}: {exc}") from None
     arrays: list[np.ndarray] = []
 

@@ -488,7 +488,7 @@ def _undominated(c: np.ndarray, mats: list[tuple[np.ndarray, int]]) -> np.ndarra
     dominated = np.zeros(c.size, dtype=bool)
     for b in dict.fromkeys(int(np.argmin(s)) for s in (best, worst, mean)):
         if dominated[b]:
-            continue  # only a kept configuration may remove others
+            continue  # what b dominates, its dominator (tested already) dominates too
         # max_x (M[b, x] - M[a, x]) is at least the difference of the row minima and
         # of the row maxima: a cheap bound that rules most configurations out.
         bound = c[b] - c

@@ -1,0 +1,132 @@
+"""Orderings: GenerateSeq as the paper states it, dependent sets as the paper defines them, auto never worse."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from pase.ordering import (
+    ORDERINGS,
+    adjacency,
+    breadth_first,
+    compute_ordering,
+    elimination_steps,
+    elimination_work,
+    generate_seq,
+    min_fill,
+    min_table,
+)
+
+
+def _random_graph(seed: int):
+    """Random graph (sometimes disconnected) with configuration counts, as (adjacency, counts)."""
+    rng = random.Random(seed)
+    n = rng.randint(1, 14)
+    edges = set()
+    for v in range(1, n):
+        if rng.random() < 0.9:  # mostly a tree, sometimes a new component
+            edges.add((rng.randrange(v), v))
+    for _ in range(rng.randint(0, n)):
+        u, v = rng.sample(range(n), 2) if n > 1 else (0, 0)
+        if u != v and (v, u) not in edges:
+            edges.add((u, v))
+    return adjacency(n, edges), [rng.randint(1, 9) for _ in range(n)]
+
+
+def _paper_generate_seq(adj):
+    """The paper's Fig. 3 written literally: d sets, smallest |d| first (lowest id on ties)."""
+    d = {v: set(adj[v]) for v in range(len(adj))}
+    order = []
+    while d:
+        v = min(d, key=lambda x: (len(d[x]), x))
+        order.append(v)
+        for u in d[v]:
+            d[u] = (d[u] | d[v]) - {v, u}
+        del d[v]
+    return order
+
+
+def _paper_dependent_sets(adj, order):
+    """D(i) by the paper's definition: the unordered neighbours of X(i), the set of ordered
+    vertices reachable from v(i) through ordered vertices."""
+    ordered = set()
+    result = []
+    for v in order:
+        ordered.add(v)
+        connected, stack = {v}, [v]
+        while stack:
+            for u in adj[stack.pop()]:
+                if u in ordered and u not in connected:
+                    connected.add(u)
+                    stack.append(u)
+        result.append({u for x in connected for u in adj[x]} - ordered)
+    return result
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_generate_seq_is_the_papers_fig3(seed):
+    adj, _ = _random_graph(seed)
+    assert generate_seq(adj) == _paper_generate_seq(adj)
+
+
+@pytest.mark.parametrize("seed", range(60))
+@pytest.mark.parametrize("name", ORDERINGS)
+def test_dependent_sets_match_the_papers_definition(seed, name):
+    adj, counts = _random_graph(seed)
+    order = compute_ordering(adj, counts, name)
+    assert sorted(order) == list(range(len(adj)))
+    steps = elimination_steps(adj, counts, order)
+    position = {v: i for i, v in enumerate(order)}
+    for step, expected in zip(steps, _paper_dependent_sets(adj, order)):
+        assert set(step.dependent_set) == expected
+        assert list(step.dependent_set) == sorted(expected, key=position.get)
+        assert step.table_entries == math.prod(counts[u] for u in expected)
+        assert step.work == step.table_entries * counts[step.vertex]
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_auto_is_never_worse_than_any_heuristic(seed):
+    adj, counts = _random_graph(seed)
+    auto = elimination_work(adj, counts, compute_ordering(adj, counts, "auto"))
+    for order in (generate_seq(adj), min_table(adj, counts), min_fill(adj, counts), breadth_first(adj)):
+        assert auto <= elimination_work(adj, counts, order)
+
+
+def test_star_hub_waits_for_its_leaves():
+    # A merge point (concat) with five inputs: GenerateSeq keeps it until it is no bigger than a leaf.
+    adj = adjacency(6, [(leaf, 5) for leaf in range(5)])
+    order = generate_seq(adj)
+    assert order.index(5) >= 4
+    assert max(len(s.dependent_set) for s in elimination_steps(adj, [3] * 6, order)) == 1
+
+
+def test_breadth_first_order_and_components():
+    adj = adjacency(7, [(0, 2), (0, 1), (1, 3), (2, 4), (5, 6)])
+    assert breadth_first(adj) == [0, 1, 2, 3, 4, 5, 6]
+    assert breadth_first(adjacency(3, [(2, 1)])) == [0, 1, 2]
+
+
+def test_weighted_orderings_use_configuration_counts():
+    # Path 0 - 1 - 2 with a huge middle vertex: eliminating the middle first would build a
+    # 2 x 2 table at a cost of 1000 x 4, while eliminating an end costs 2 x 1000.
+    adj = adjacency(3, [(0, 1), (1, 2)])
+    counts = [2, 1000, 2]
+    for order in (min_table(adj, counts), min_fill(adj, counts), compute_ordering(adj, counts)):
+        assert order[0] != 1
+    assert elimination_work(adj, counts, [0, 1, 2]) == 2 * 1000 + 1000 * 2 + 2
+
+
+def test_invalid_orderings():
+    adj = adjacency(3, [(0, 1)])
+    with pytest.raises(ValueError, match="unknown ordering 'dfs'"):
+        compute_ordering(adj, [1, 1, 1], "dfs")
+    for bad in ([0, 1], [0, 1, 1], [0, 1, 3]):
+        with pytest.raises(ValueError, match="every vertex 0..2 exactly once"):
+            elimination_steps(adj, [1, 1, 1], bad)
+
+
+def test_empty_graph():
+    assert compute_ordering([], [], "auto") == []
+    assert elimination_steps([], [], []) == []
