@@ -16,7 +16,7 @@ from pathlib import Path
 from pase.baselines import applicable_baselines, sweep
 from pase.cluster import PRESETS, Cluster
 from pase.configs import ConfigOptions, config_counts
-from pase.errors import GraphError, PaseError
+from pase.errors import ClusterError, GraphError, PaseError
 from pase.graph import Graph
 from pase.io import load_graph
 from pase.plan import parallelism_kind, plan
@@ -68,6 +68,14 @@ def _add_cluster_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tflops", type=float, help="peak TFLOP/s per device (overrides the preset)")
     p.add_argument("--bandwidth", type=float, help="link bandwidth in GB/s (overrides the preset)")
     p.add_argument("--bytes-per-element", type=int, help="4 for fp32, 2 for fp16/bf16 (overrides the preset)")
+    p.add_argument("--memory-gb", type=float,
+                   help="memory per device in GB (1e9 bytes); the strategy must fit (overrides the preset)")
+    p.add_argument("--nodes", type=int, help="nodes the devices are spread over (devices per node = devices / nodes)")
+    p.add_argument("--devices-per-node", type=int, help="devices in one node (overrides the preset)")
+    p.add_argument("--intra-bandwidth", type=float,
+                   help="link bandwidth inside a node in GB/s per device (same as --bandwidth)")
+    p.add_argument("--inter-bandwidth", type=float,
+                   help="network bandwidth between nodes in GB/s per device (overrides the preset)")
 
 
 def _load_model(args) -> Graph:
@@ -96,6 +104,20 @@ def _cluster(args) -> Cluster:
         changes["bandwidth_Bps"] = args.bandwidth * 1e9
     if args.bytes_per_element is not None:
         changes["bytes_per_element"] = args.bytes_per_element
+    if getattr(args, "memory_gb", None) is not None:
+        changes["memory_bytes"] = args.memory_gb * 1e9
+    if getattr(args, "intra_bandwidth", None) is not None:
+        changes["bandwidth_Bps"] = args.intra_bandwidth * 1e9
+    if getattr(args, "inter_bandwidth", None) is not None:
+        changes["inter_bandwidth_Bps"] = args.inter_bandwidth * 1e9
+    nodes, per_node = getattr(args, "nodes", None), getattr(args, "devices_per_node", None)
+    if nodes is not None:
+        if nodes < 1 or args.devices % nodes or (per_node is not None and nodes * per_node != args.devices):
+            raise ClusterError(f"--nodes {nodes} does not divide {args.devices} devices"
+                               + ("" if per_node is None else f" into nodes of {per_node}"))
+        per_node = args.devices // nodes
+    if per_node is not None:
+        changes["devices_per_node"] = per_node
     if len(changes) > 1:
         changes["name"] = "custom"
     return replace(base, **changes)

@@ -13,6 +13,14 @@ tensor (and sends back of its gradient) that it does not already hold.
 
 :func:`build_cost_model` computes every table for a graph and cluster;
 :meth:`CostModel.cost_graph` hands them to the search as plain arrays.
+
+On a two-level cluster (nodes of devices, a slower network between them; see
+:mod:`pase.topology`) a byte no longer has one price: the model then also
+keeps the communication *time* of every layer and edge, in seconds
+(``intra_comm_s``, ``edge_time_tables``), and the search sees
+``peak_flops * seconds`` instead of ``r * bytes``. On a flat cluster
+(:attr:`Cluster.is_flat`: one node, or equal bandwidths) those tables are
+``None`` and every number is computed exactly as before.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from pase.costgraph import CostGraph
 from pase.errors import ConfigurationError, SearchTooLargeError
 from pase.graph import Graph, Layer, TensorSpec
 from pase.layers import OPS, training_flops
+from pase.topology import edge_time_s, layer_comm_time_s
 
 __all__ = ["CostModel", "LayerCost", "build_cost_model", "edge_bytes", "layer_compute_flops", "layer_comm_bytes"]
 
@@ -123,6 +132,13 @@ class CostModel:
         Layer name -> per-configuration vectors.
     edge_tables : list of (Edge, ndarray)
         Per edge, bytes for every (source configuration, target configuration).
+    intra_comm_s : dict or None
+        Two-level clusters only: layer name -> seconds of communication inside
+        the layer per configuration (:func:`pase.topology.layer_comm_time_s`).
+    edge_time_tables : list of (Edge, ndarray) or None
+        Two-level clusters only: per edge, seconds for every pair of
+        configurations (:func:`pase.topology.edge_time_s`), in the order of
+        ``edge_tables``.
     """
 
     graph: Graph
@@ -133,6 +149,8 @@ class CostModel:
     compute_flops: dict
     intra_bytes: dict
     edge_tables: list
+    intra_comm_s: dict | None = None
+    edge_time_tables: list | None = None
 
     @property
     def index(self) -> dict[str, int]:
@@ -141,6 +159,8 @@ class CostModel:
 
     def layer_cost_vector(self, name: str) -> np.ndarray:
         """FLOP-equivalent cost of layer ``name`` per configuration (the search's node vector)."""
+        if self.intra_comm_s is not None:
+            return self.compute_flops[name] + self.cluster.peak_flops * self.intra_comm_s[name]
         return self.compute_flops[name] + self.cluster.flops_per_byte * self.intra_bytes[name]
 
     def cost_graph(self) -> CostGraph:
@@ -149,11 +169,14 @@ class CostModel:
         Several tensors between the same two layers add into one matrix.
         """
         index = self.index
-        r = self.cluster.flops_per_byte
+        if self.edge_time_tables is not None:
+            scale, tables = self.cluster.peak_flops, self.edge_time_tables
+        else:
+            scale, tables = self.cluster.flops_per_byte, self.edge_tables
         merged: dict[tuple[int, int], np.ndarray] = {}
-        for edge, table in self.edge_tables:
+        for edge, table in tables:
             key = (index[edge.src], index[edge.dst])
-            merged[key] = merged.get(key, 0.0) + r * table
+            merged[key] = merged.get(key, 0.0) + scale * table
         return CostGraph(
             node_costs=tuple(self.layer_cost_vector(layer.name) for layer in self.layers),
             edges=tuple((u, v, m) for (u, v), m in merged.items()),
@@ -187,21 +210,38 @@ class CostModel:
         edge = {layer.name: 0.0 for layer in self.layers}
         for e, table in self.edge_tables:
             edge[e.dst] += float(table[assignment[e.src], assignment[e.dst]])
+        edge_s = None
+        if self.edge_time_tables is not None:
+            edge_s = {layer.name: 0.0 for layer in self.layers}
+            for e, table in self.edge_time_tables:
+                edge_s[e.dst] += float(table[assignment[e.src], assignment[e.dst]])
         rows = []
         for layer in self.layers:
             k = assignment[layer.name]
             compute = float(self.compute_flops[layer.name][k])
             intra = float(self.intra_bytes[layer.name][k])
+            if edge_s is None:
+                intra_s, e_s = intra / c.bandwidth_Bps, edge[layer.name] / c.bandwidth_Bps
+            else:
+                intra_s, e_s = float(self.intra_comm_s[layer.name][k]), edge_s[layer.name]
             rows.append(LayerCost(
                 name=layer.name, op=layer.op, dims=layer.dims, sizes=layer.sizes,
                 config=tuple(int(f) for f in self.configs[layer.name][k]),
                 flops=training_flops(layer),
                 compute_flops=compute, intra_comm_bytes=intra, edge_comm_bytes=edge[layer.name],
                 compute_s=compute / c.peak_flops,
-                intra_comm_s=intra / c.bandwidth_Bps,
-                edge_comm_s=edge[layer.name] / c.bandwidth_Bps,
+                intra_comm_s=intra_s,
+                edge_comm_s=e_s,
             ))
         return rows
+
+    def strategy_cost(self, rows: list[LayerCost]) -> float:
+        """Total FLOP-equivalent cost (the paper's F) of a :meth:`breakdown`."""
+        if self.intra_comm_s is None:
+            r = self.cluster.flops_per_byte
+            return float(sum(row.compute_flops + r * (row.intra_comm_bytes + row.edge_comm_bytes) for row in rows))
+        f = self.cluster.peak_flops
+        return float(sum(row.compute_flops + f * (row.intra_comm_s + row.edge_comm_s) for row in rows))
 
 
 def build_cost_model(
@@ -225,7 +265,8 @@ def build_cost_model(
         A layer has no configuration (cannot happen: all ones always fits).
     SearchTooLargeError
         The edge tables alone would exceed ``table_budget_bytes``; checked
-        before any table is allocated.
+        before any table is allocated (on a two-level cluster the time tables
+        count too).
     """
     graph.validate()
     layers = graph.layers
@@ -233,6 +274,8 @@ def build_cost_model(
         configs = {layer.name: layer_configs(layer, cluster.devices, options) for layer in layers}
     edges = graph.edges
     table_bytes = 8 * sum(len(configs[e.src]) * len(configs[e.dst]) for e in edges)
+    if not cluster.is_flat:
+        table_bytes *= 2
     if table_bytes > table_budget_bytes:
         raise SearchTooLargeError(
             f"the edge cost tables of {graph.name!r} on {cluster.devices} devices would take "
@@ -240,6 +283,14 @@ def build_cost_model(
             "use fewer devices, powers of two only, or a larger minimum shard size"
         )
     bpe = cluster.bytes_per_element
+    intra_s = edge_s = None
+    if not cluster.is_flat:
+        intra_s = {l.name: layer_comm_time_s(l, configs[l.name], cluster) for l in layers}
+        edge_s = [
+            (e, edge_time_s(graph.layer(e.src), e.src_output, configs[e.src],
+                            graph.layer(e.dst), e.dst_input, configs[e.dst], cluster))
+            for e in edges
+        ]
     return CostModel(
         graph=graph, cluster=cluster, options=options, layers=layers, configs=configs,
         compute_flops={l.name: layer_compute_flops(l, configs[l.name]) for l in layers},
@@ -249,4 +300,6 @@ def build_cost_model(
                            graph.layer(e.dst), e.dst_input, configs[e.dst], bpe))
             for e in edges
         ],
+        intra_comm_s=intra_s,
+        edge_time_tables=edge_s,
     )

@@ -1,13 +1,26 @@
 """The front door: :func:`plan` finds the best strategy, :func:`evaluate` costs a given one.
 
 Both return a :class:`Plan`: the configuration of every layer with its
-compute, intra-layer and edge communication time under the paper's cost model.
+compute, intra-layer and edge communication time under the paper's cost model,
+and its memory per device (:mod:`pase.memory`).
+
+Memory limit
+------------
+When the device memory is known (``cluster.memory_bytes``, or
+``memory_limit_bytes=`` given), :func:`plan` returns the cheapest strategy
+that fits (:func:`pase.memory_search.solve_within_memory`); if the
+unconstrained optimum fits, it is that optimum, found by one search exactly as
+without a limit. ``memory_limit_bytes=None`` turns the limit off. With no
+capacity known (``memory_bytes=None``, the ``paper-model`` preset) nothing
+changes from the paper's search. When no strategy fits,
+:class:`~pase.memory.InsufficientMemoryError` gives the least memory any
+strategy needs.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Callable, Literal, Mapping
 
 import numpy as np
 
@@ -16,6 +29,8 @@ from pase.configs import ConfigOptions, check_config
 from pase.cost import CostModel, LayerCost, build_cost_model
 from pase.errors import ConfigurationError, GraphError
 from pase.graph import Graph
+from pase.memory import InsufficientMemoryError, MemoryOptions, MemoryReport, build_memory_model
+from pase.memory_search import MemorySearchResult, solve_within_memory
 from pase.search import SearchResult, solve
 
 __all__ = ["Plan", "plan", "evaluate", "parallelism_kind"]
@@ -53,6 +68,13 @@ class Plan:
         Total in FLOP-equivalents (the paper's F(G, phi)).
     search : SearchResult or None
         Statistics of the search, when the strategy came from one.
+    memory : MemoryReport or None
+        Memory per device of the strategy: ``memory.layers`` per layer (same
+        order as ``layers``), ``memory.per_device_bytes`` in total,
+        ``memory.capacity_bytes`` the capacity it is held against.
+    memory_search : MemorySearchResult or None
+        When a memory limit applied: the bound, gap and effort of the
+        memory-feasible search.
     """
 
     graph: Graph
@@ -61,6 +83,8 @@ class Plan:
     layers: tuple[LayerCost, ...]
     cost: float
     search: SearchResult | None = None
+    memory: MemoryReport | None = None
+    memory_search: MemorySearchResult | None = None
 
     @property
     def step_time_s(self) -> float:
@@ -80,6 +104,21 @@ class Plan:
             "edge_comm_s": sum(r.edge_comm_s for r in self.layers),
         }
 
+    @property
+    def memory_per_device_bytes(self) -> float | None:
+        """Peak memory one device needs for this strategy, in bytes (see :mod:`pase.memory`)."""
+        return None if self.memory is None else self.memory.per_device_bytes
+
+    @property
+    def memory_capacity_bytes(self) -> float | None:
+        """Memory of one device the plan is held against: the limit searched under, else the cluster's."""
+        return None if self.memory is None else self.memory.capacity_bytes
+
+    @property
+    def fits_memory(self) -> bool | None:
+        """Whether the strategy fits in device memory; ``None`` when the capacity is unknown."""
+        return None if self.memory is None else self.memory.fits
+
     def speedup_over(self, other: "Plan") -> float:
         """How many times faster this plan's step is than ``other``'s."""
         return other.step_time_s / self.step_time_s
@@ -95,10 +134,17 @@ class Plan:
                 "peak_flops": self.cluster.peak_flops,
                 "bandwidth_Bps": self.cluster.bandwidth_Bps,
                 "bytes_per_element": self.cluster.bytes_per_element,
+                "memory_bytes": self.cluster.memory_bytes,
+                "nodes": self.cluster.nodes,
+                "devices_per_node": self.cluster.node_size,
+                "inter_bandwidth_Bps": self.cluster.network_bandwidth_Bps,
             },
             "cost": self.cost,
             "step_time_s": self.step_time_s,
             **self.totals_s(),
+            "memory_per_device_bytes": self.memory_per_device_bytes,
+            "memory_capacity_bytes": self.memory_capacity_bytes,
+            "fits_memory": self.fits_memory,
             "layers": [
                 {
                     "name": r.name, "op": r.op, "dims": "".join(r.dims) if all(len(d) == 1 for d in r.dims) else list(r.dims),
@@ -110,6 +156,19 @@ class Plan:
                 for r in self.layers
             ],
         }
+        if self.memory is not None:
+            out["memory"] = self.memory.totals()
+            for record, m in zip(out["layers"], self.memory.layers):
+                record["memory_bytes"] = m.resident_bytes
+                record["buffer_bytes"] = m.buffer_bytes
+        if self.memory_search is not None:
+            ms = self.memory_search
+            out["memory_search"] = {
+                "capacity_bytes": ms.capacity_bytes, "lower_bound": ms.lower_bound, "gap": ms.gap,
+                "optimal": ms.optimal, "multiplier": ms.multiplier, "solves": ms.solves,
+                "subproblems": ms.subproblems, "excluded_configs": ms.excluded_configs,
+                "unconstrained_cost": ms.unconstrained_cost,
+            }
         if self.search is not None:
             out["search_time_s"] = self.search.search_time_s
             out["max_dependent_set"] = self.search.max_dependent_set
@@ -126,6 +185,10 @@ def plan(
     memory_budget_bytes: int | None = None,
     progress: Callable[[int, int], None] | None = None,
     model: CostModel | None = None,
+    memory_limit_bytes: float | None | Literal["cluster"] = "cluster",
+    memory_options: MemoryOptions = MemoryOptions(),
+    max_memory_solves: int = 100,
+    memory_gap_tolerance: float = 0.005,
 ) -> Plan:
     """Find the strategy of minimum modelled step time for ``graph`` on ``cluster``.
 
@@ -143,6 +206,18 @@ def plan(
         Called as the search advances.
     model : CostModel, optional
         Tables already built for this graph, cluster and options.
+    memory_limit_bytes : float, None or "cluster"
+        Memory per device the strategy must fit in: ``"cluster"`` (default)
+        takes ``cluster.memory_bytes`` (no limit when that is ``None``);
+        ``None``: no limit.
+    memory_options : MemoryOptions
+        Optimizer and precision for the memory count.
+    max_memory_solves : int
+        Searches the memory-feasible search may run before it stops and
+        reports its gap (``Plan.memory_search``).
+    memory_gap_tolerance : float
+        The memory-feasible search stops once its strategy is proved within
+        this fraction of the best that fits (default 0.5%; 0: prove optimality).
 
     Raises
     ------
@@ -150,10 +225,15 @@ def plan(
         The graph is invalid.
     SearchTooLargeError
         The search would exceed its memory budget; nothing was allocated.
+    InsufficientMemoryError
+        A memory limit applies and no strategy fits; ``least_bytes`` is the
+        least memory any strategy needs.
 
     Examples
     --------
-    >>> from pase import layers, Graph, Cluster
+    >>> from pase import layers
+    >>> from pase.cluster import Cluster
+    >>> from pase.graph import Graph
     >>> g = Graph("mlp")
     >>> g.add_layer(layers.fully_connected("fc1", b=64, n=256, c=256))
     >>> g.add_layer(layers.fully_connected("fc2", b=64, n=256, c=256), inputs=["fc1"])
@@ -165,13 +245,52 @@ def plan(
     kwargs = {"memory_budget_bytes": memory_budget_bytes, "progress": progress}
     if ordering is not None:
         kwargs["ordering"] = ordering
-    result = solve(model.cost_graph(), **kwargs)
-    assignment = {layer.name: int(result.assignment[i]) for i, layer in enumerate(model.layers)}
-    return Plan(graph, cluster, "PaSE", tuple(model.breakdown(assignment)), float(result.cost), result)
+    limit = cluster.memory_bytes if memory_limit_bytes == "cluster" else memory_limit_bytes
+    capacity = cluster.memory_bytes if limit is None else limit
+    if limit is None:
+        result = solve(model.cost_graph(), **kwargs)
+        assignment = {layer.name: int(result.assignment[i]) for i, layer in enumerate(model.layers)}
+        chosen = {name: model.configs[name][k:k + 1] for name, k in assignment.items()}
+        memory = build_memory_model(graph, cluster, memory_options, configs=chosen)
+        report = memory.report({name: 0 for name in chosen}, capacity)
+        return Plan(graph, cluster, "PaSE", tuple(model.breakdown(assignment)), float(result.cost), result, report)
+    memory = build_memory_model(graph, cluster, memory_options, configs=model.configs)
+    fit = _fit(model, memory, limit, memory_options, max_memory_solves, memory_gap_tolerance, kwargs)
+    assignment = {layer.name: int(fit.assignment[i]) for i, layer in enumerate(model.layers)}
+    search = replace(fit.first_search, cost=fit.cost, assignment=fit.assignment, search_time_s=fit.search_time_s)
+    return Plan(graph, cluster, "PaSE", tuple(model.breakdown(assignment)), float(fit.cost), search,
+                memory.report(assignment, limit), fit)
 
 
-def evaluate(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int, ...]], *, label: str = "user") -> Plan:
+def _fit(model: CostModel, memory, limit: float, memory_options: MemoryOptions, max_solves: int,
+         gap_tolerance: float, kwargs) -> MemorySearchResult:
+    """The memory-feasible search, with the reserve taken off the capacity and errors in whole-strategy terms."""
+    reserved = memory_options.reserved_bytes
+    try:
+        fit = solve_within_memory(model.cost_graph(), memory.resident_vectors(), limit - reserved,
+                                  transient=memory.buffer_vectors(), max_solves=max_solves,
+                                  gap_tolerance=gap_tolerance, **kwargs)
+    except InsufficientMemoryError as exc:
+        least = exc.least_bytes + reserved
+        raise InsufficientMemoryError(
+            f"no strategy for {model.graph.name!r} fits in {limit / 1e9:.3g} GB per device on "
+            f"{model.cluster.devices} devices: the least any strategy needs is {least / 1e9:.3g} GB "
+            "(more devices, a smaller batch or a larger memory would help)", limit, least) from None
+    return replace(fit, capacity_bytes=limit, memory_bytes=fit.memory_bytes + reserved)
+
+
+def evaluate(
+    graph: Graph,
+    cluster: Cluster,
+    strategy: Mapping[str, tuple[int, ...]],
+    *,
+    label: str = "user",
+    memory_options: MemoryOptions = MemoryOptions(),
+) -> Plan:
     """Cost a complete strategy (layer name -> configuration) under the same model as :func:`plan`.
+
+    The plan's memory is held against ``cluster.memory_bytes``
+    (``Plan.fits_memory``); a strategy that does not fit is still costed.
 
     Raises
     ------
@@ -191,7 +310,7 @@ def evaluate(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int, .
             raise ConfigurationError(f"strategy gives no configuration for layer {layer.name!r}")
         configs[layer.name] = np.array([check_config(layer, strategy[layer.name], cluster.devices)])
     model = build_cost_model(graph, cluster, configs=configs)
-    rows = model.breakdown({name: 0 for name in configs})
-    r = cluster.flops_per_byte
-    cost = sum(row.compute_flops + r * (row.intra_comm_bytes + row.edge_comm_bytes) for row in rows)
-    return Plan(graph, cluster, label, tuple(rows), float(cost))
+    assignment = {name: 0 for name in configs}
+    rows = model.breakdown(assignment)
+    memory = build_memory_model(graph, cluster, memory_options, configs=configs).report(assignment)
+    return Plan(graph, cluster, label, tuple(rows), model.strategy_cost(rows), memory=memory)

@@ -1,0 +1,328 @@
+"""Two-level clusters: collectives and redistributions over nodes of devices.
+
+The paper prices every byte at one link bandwidth. Real clusters have fast
+links inside a node (NVLink, PCIe) and a slower network between nodes
+(InfiniBand). This module prices communication on a
+:class:`~pase.cluster.Cluster` with ``devices_per_node`` and
+``inter_bandwidth_Bps``, in seconds.
+
+Device-assignment rule
+----------------------
+A configuration with split factors ``f_1 .. f_m`` (the layer's dimensions in
+their listed order) puts the device with coordinates ``(i_1 .. i_m)`` on
+device number ``i_m + f_m (i_{m-1} + f_{m-1} (...))``: row-major, the **last
+dimension innermost**. Node ``n`` holds devices ``n D .. n D + D - 1`` (``D``
+devices per node), so a node holds every coordinate of the innermost
+dimensions, a range of one boundary dimension and a single coordinate of the
+outer ones. Every layer builder lists the batch dimension first, so data
+parallelism is placed across nodes and model splits (heads, hidden units,
+channels) inside them, as Megatron-LM does. :func:`node_factors` gives, per
+dimension, how many nodes its split spans.
+
+Collectives
+-----------
+Every communication inside a layer is a :class:`Collective` among the
+devices that differ only in the dimensions ``dims``: ``k`` devices, ``k_in``
+of them per node, over ``k_out = k / k_in`` nodes. With ``M`` bytes of block
+and bandwidths ``B_in`` (inside a node) and ``B_out`` (between nodes, per
+device):
+
+* all-reduce, hierarchical (reduce-scatter in the node, all-reduce of the
+  ``M / k_in`` shard across nodes, all-gather in the node)::
+
+      2 (k_in - 1) / k_in * M / B_in  +  2 (k_out - 1) / k_out * (M / k_in) / B_out
+
+* all-gather of an ``M``-byte result: half of that;
+* exchange (halo rows, pipeline stages): the bytes at ``B_in`` when the group
+  lies in one node, at ``B_out`` otherwise (the slowest device sets the pace).
+
+With ``k_out = 1`` these are the flat ring formulas, and with ``B_in = B_out``
+they add up to them exactly (``2 (k - 1) / k M / B``).
+
+Redistribution along an edge
+----------------------------
+A consumer device needs a block of the tensor and already holds its overlap
+with the producer's block on the same device (the flat model). Of the rest,
+what the producer's devices *in the same node* hold crosses the node's links;
+the remainder crosses the network; the two transfers are not overlapped::
+
+    seconds = (held_in_node - held_on_device) / B_in + (needed - held_in_node) / B_out
+
+for the forward tensor and again for its gradient. ``held_in_node`` uses the
+producer's node-level block (:func:`node_factors`) and is 0 when the consumer
+spans more nodes than the producer, as ``held_on_device`` is 0 when it uses
+more devices.
+
+The placement is exact when split factors and ``D`` are powers of two (the
+usual case); otherwise node blocks are rounded up and costs are approximate.
+On a flat cluster (:attr:`Cluster.is_flat`) the cost model does not use this
+module at all, so one node, or equal bandwidths, give the paper's costs
+bit for bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from pase import layers as L
+from pase.cluster import Cluster
+from pase.graph import Layer, TensorSpec
+
+__all__ = [
+    "Collective",
+    "COLLECTIVES",
+    "collectives",
+    "group_sizes",
+    "node_factors",
+    "allreduce_time_s",
+    "allgather_time_s",
+    "exchange_time_s",
+    "collective_elements",
+    "layer_comm_time_s",
+    "edge_time_s",
+]
+
+KINDS = ("allreduce", "allgather", "exchange")
+
+
+@dataclass(frozen=True, eq=False)
+class Collective:
+    """One communication inside a layer, for every configuration of a batch.
+
+    Attributes
+    ----------
+    kind : str
+        ``"allreduce"`` (``elements``: the block reduced), ``"allgather"``
+        (``elements``: the gathered result) or ``"exchange"`` (``elements``:
+        what each device sends to its neighbours).
+    elements : ndarray
+        ``(K,)`` elements per device, one per configuration.
+    dims : tuple of str
+        The group: devices that differ only in these dimensions.
+    what : str
+        Short description (``"y partial sums"``, ``"weight gradient"``...).
+    """
+
+    kind: str
+    elements: np.ndarray
+    dims: tuple[str, ...]
+    what: str = ""
+
+
+# -- decomposition of each op's communication into collectives -------------------------
+
+
+def _contraction(layer: Layer, cfg: np.ndarray, blk: np.ndarray) -> list[Collective]:
+    out = []
+    roles = ([(t, "partial sums") for t in layer.outputs]
+             + [(t, "gradient") for t in layer.inputs if t.differentiable]
+             + [(t, "weight gradient") for t in layer.weights])
+    for t, role in roles:
+        dims = tuple(d for d in layer.dims if d not in t.axes)
+        out.append(Collective("allreduce", L.block_elements(layer, t, cfg), dims, f"{t.name} {role}"))
+    return out
+
+
+def _halo(layer: Layer, cfg: np.ndarray, blk: np.ndarray) -> list[Collective]:
+    return [Collective("exchange", L._halo_comm(layer, cfg, blk), ("h", "w"), "halo")]
+
+
+def _stats(layer: Layer, cfg: np.ndarray, over, per_row: int, per_row_backward: int) -> Collective:
+    # The same quantities as pase.layers._stats_comm, kept as a collective.
+    rows = np.prod(np.where([d in over for d in layer.dims], 1, layer.sizes / cfg), axis=1)
+    dims = tuple(d for d in layer.dims if d in over)
+    return Collective("allreduce", (per_row + per_row_backward) * rows, dims, "statistics")
+
+
+def _batch_norm(layer, cfg, blk):
+    return _contraction(layer, cfg, blk) + [_stats(layer, cfg, ("b", "h", "w"), 2, 2)]
+
+
+def _layer_norm(layer, cfg, blk):
+    return _contraction(layer, cfg, blk) + [_stats(layer, cfg, (layer.param_dict["axis"],), 2, 2)]
+
+
+def _softmax(layer, cfg, blk):
+    return [_stats(layer, cfg, (layer.param_dict["axis"],), 2, 1)]
+
+
+def _lstm(layer, cfg, blk):
+    l, b, s, d, e = blk.T
+    full_e = layer.size_of["e"]
+    k_l = L.column(layer, cfg, "l")
+    out = [
+        Collective("allreduce", l * b * s * 4 * e, ("d",), "input projection partial sums"),
+        Collective("allgather", 2.0 * l * s * b * full_e, ("e",), "hidden state"),
+        Collective("allreduce", b * s * d, ("e",), "x gradient"),
+        Collective("exchange", np.where(k_l > 1, 2.0 * b * s * e, 0.0), ("l",), "pipeline stages"),
+    ]
+    for w in layer.weights:
+        out.append(Collective("allreduce", L.block_elements(layer, w, cfg), ("b",), f"{w.name} weight gradient"))
+    return out
+
+
+def _nothing(layer, cfg, blk):
+    return []
+
+
+# Op name -> decomposition of the op's ``comm`` formula (pase.layers) into collectives.
+# tests/test_topology.py checks that, priced flat, every entry equals the op's own formula.
+COLLECTIVES: dict[str, Callable[[Layer, np.ndarray, np.ndarray], list[Collective]]] = {
+    "FullyConnected": _contraction,
+    "Einsum": _contraction,
+    "Embedding": _contraction,
+    "ReduceMean": _contraction,
+    "Elementwise": _contraction,
+    "Conv2D": lambda layer, cfg, blk: _contraction(layer, cfg, blk) + _halo(layer, cfg, blk),
+    "Pooling": _halo,
+    "BatchNorm": _batch_norm,
+    "LayerNorm": _layer_norm,
+    "Softmax": _softmax,
+    "SoftmaxCrossEntropy": _softmax,
+    "LSTM": _lstm,
+    "Concat": _nothing,
+    "Split": _nothing,
+    "Reshape": _nothing,
+    "Transpose": _nothing,
+}
+
+
+def collectives(layer: Layer, configs: np.ndarray) -> list[Collective]:
+    """The collectives of ``layer`` under each configuration (rows of ``configs``).
+
+    An op without an entry in :data:`COLLECTIVES` is priced as one exchange of
+    its whole communication (``OpSpec.comm``) among all the devices it uses.
+    """
+    cfg = np.asarray(configs, dtype=float)
+    blk = np.asarray(layer.sizes, dtype=float) / cfg
+    decompose = COLLECTIVES.get(layer.op)
+    if decompose is None:
+        return [Collective("exchange", L.OPS[layer.op].comm(layer, cfg, blk), tuple(layer.dims), "communication")]
+    return decompose(layer, cfg, blk)
+
+
+def collective_elements(layer: Layer, configs: np.ndarray, c: Collective) -> np.ndarray:
+    """Elements one device sends in ``c`` under the flat model (what ``OpSpec.comm`` adds up)."""
+    k, _, _ = group_sizes(layer, configs, c.dims, devices_per_node=None)
+    if c.kind == "allreduce":
+        return L.allreduce(c.elements, k)
+    if c.kind == "allgather":
+        return (k - 1) / k * c.elements
+    return c.elements
+
+
+# -- placement -----------------------------------------------------------------------------
+
+
+def node_factors(configs: np.ndarray, devices_per_node: int) -> np.ndarray:
+    """Per configuration and dimension, how many nodes the dimension's split spans, ``(K, m)``.
+
+    Under the module's row-major rule (last dimension innermost) a node holds
+    ``f / node_factor`` coordinates of every dimension; the product of a row
+    is the number of nodes the configuration uses.
+
+    >>> node_factors(np.array([[4, 2, 1], [2, 8, 2]]), 8).tolist()
+    [[1, 1, 1], [2, 2, 1]]
+    """
+    configs = np.asarray(configs, dtype=np.int64)
+    nf = np.ones_like(configs)
+    inner = np.ones(len(configs), dtype=np.int64)  # devices a node already spans, innermost first
+    for j in reversed(range(configs.shape[1])):
+        f = configs[:, j]
+        room = devices_per_node // inner  # coordinates of dimension j that fit in a node
+        fits = f <= room
+        nf[:, j] = np.where(fits, 1, -(-f // np.maximum(room, 1)))
+        inner = np.where(fits, inner * f, devices_per_node)
+    return nf
+
+
+def group_sizes(layer: Layer, configs: np.ndarray, dims, devices_per_node: int | None):
+    """``(k, k_in, k_out)`` float arrays of the group over ``dims``: devices, per node, nodes.
+
+    ``devices_per_node=None`` reads as one node.
+    """
+    configs = np.asarray(configs)
+    idx = [layer.dims.index(d) for d in dims if d in layer.dims]
+    k = np.prod(configs[:, idx], axis=1).astype(float) if idx else np.ones(len(configs))
+    if devices_per_node is None or not idx:
+        return k, k, np.ones(len(configs))
+    nf = node_factors(configs, devices_per_node)
+    k_out = np.prod(nf[:, idx], axis=1).astype(float)
+    return k, k / k_out, k_out
+
+
+# -- times ---------------------------------------------------------------------------------
+
+
+def allreduce_time_s(nbytes, k_in, k_out, intra_Bps: float, inter_Bps: float) -> np.ndarray:
+    """Seconds of a hierarchical all-reduce of ``nbytes`` among ``k_in`` devices per node on ``k_out`` nodes."""
+    nbytes, k_in, k_out = (np.asarray(x, dtype=float) for x in (nbytes, k_in, k_out))
+    return 2.0 * (k_in - 1) / k_in * nbytes / intra_Bps + 2.0 * (k_out - 1) / k_out * (nbytes / k_in) / inter_Bps
+
+
+def allgather_time_s(nbytes, k_in, k_out, intra_Bps: float, inter_Bps: float) -> np.ndarray:
+    """Seconds of a hierarchical all-gather whose result is ``nbytes``."""
+    nbytes, k_in, k_out = (np.asarray(x, dtype=float) for x in (nbytes, k_in, k_out))
+    return (k_in - 1) / k_in * nbytes / intra_Bps + (k_out - 1) / k_out * (nbytes / k_in) / inter_Bps
+
+
+def exchange_time_s(nbytes, k_out, intra_Bps: float, inter_Bps: float) -> np.ndarray:
+    """Seconds to send ``nbytes`` to neighbours: over the network when the group spans nodes."""
+    nbytes, k_out = np.asarray(nbytes, dtype=float), np.asarray(k_out, dtype=float)
+    return nbytes / np.where(k_out > 1, inter_Bps, intra_Bps)
+
+
+def layer_comm_time_s(layer: Layer, configs: np.ndarray, cluster: Cluster) -> np.ndarray:
+    """Seconds of communication inside ``layer`` under each configuration on a two-level ``cluster``."""
+    bpe, b_in, b_out = cluster.bytes_per_element, cluster.intra_bandwidth_Bps, cluster.network_bandwidth_Bps
+    total = np.zeros(len(configs))
+    for c in collectives(layer, configs):
+        _, k_in, k_out = group_sizes(layer, configs, c.dims, cluster.node_size)
+        nbytes = c.elements * bpe
+        if c.kind == "allreduce":
+            total += allreduce_time_s(nbytes, k_in, k_out, b_in, b_out)
+        elif c.kind == "allgather":
+            total += allgather_time_s(nbytes, k_in, k_out, b_in, b_out)
+        else:
+            total += exchange_time_s(nbytes, k_out, b_in, b_out)
+    return total
+
+
+def _tensor_splits(layer: Layer, tensor: TensorSpec, factors: np.ndarray) -> np.ndarray:
+    cols = [factors[:, layer.dims.index(a)] if a is not None else np.ones(len(factors), dtype=np.int64)
+            for a in tensor.axes]
+    return np.stack(cols, axis=1) if cols else np.ones((len(factors), 0), dtype=np.int64)
+
+
+def edge_time_s(
+    src: Layer, src_output: int, src_configs: np.ndarray,
+    dst: Layer, dst_input: int, dst_configs: np.ndarray,
+    cluster: Cluster,
+) -> np.ndarray:
+    """Seconds to redistribute one edge's tensor (and its gradient), ``(K_src, K_dst)``.
+
+    See the module docstring; with equal bandwidths this is
+    :func:`pase.cost.edge_bytes` divided by the bandwidth.
+    """
+    D = cluster.node_size
+    tensor = dst.inputs[dst_input]
+    shape = np.asarray(tensor.shape, dtype=float)
+    produced = src.outputs[src_output]
+    held_dev = shape / _tensor_splits(src, produced, src_configs)  # (Ks, A)
+    held_node = shape / _tensor_splits(src, produced, node_factors(src_configs, D))
+    need = shape / _tensor_splits(dst, tensor, dst_configs)  # (Kd, A)
+    ov_dev = np.prod(np.minimum(held_dev[:, None, :], need[None, :, :]), axis=2)
+    ov_node = np.prod(np.minimum(held_node[:, None, :], need[None, :, :]), axis=2)
+    k_src, k_dst = np.prod(src_configs, axis=1), np.prod(dst_configs, axis=1)
+    ov_dev = np.where(k_dst[None, :] > k_src[:, None], 0.0, ov_dev)
+    n_src, n_dst = -(-k_src // D), -(-k_dst // D)
+    ov_node = np.where(n_dst[None, :] > n_src[:, None], 0.0, ov_node)
+    needed = np.prod(need, axis=1)[None, :]
+    inside = np.clip(ov_node - ov_dev, 0.0, None)
+    across = np.clip(needed - ov_node, 0.0, None)
+    directions = 2.0 if tensor.differentiable else 1.0
+    bpe = cluster.bytes_per_element
+    return directions * bpe * (inside / cluster.intra_bandwidth_Bps + across / cluster.network_bandwidth_Bps)
