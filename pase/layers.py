@@ -18,7 +18,8 @@ reduce): splitting a dimension that a tensor does not index leaves partial
 results of that tensor on the devices of the split, which a ring all-reduce
 of ``2 (k - 1) / k`` times the block combines. That covers the forward output
 (split reduction dimension), every input gradient in the backward pass, and
-every weight gradient (the data-parallel all-reduce).
+every weight gradient over the output dimensions the weight lacks (the
+data-parallel all-reduce).
 """
 
 from __future__ import annotations
@@ -163,11 +164,20 @@ def _missing(layer: Layer, tensor: TensorSpec) -> list[str]:
 
 
 def contraction_comm(layer: Layer, cfg: np.ndarray, block: np.ndarray) -> np.ndarray:
-    """All-reduces of partial sums: outputs, input gradients, weight gradients (module docstring)."""
+    """All-reduces of partial sums: outputs, input gradients, weight gradients (module docstring).
+
+    A weight's gradient sums the output gradient over the output dimensions
+    the weight lacks (the batch, image rows...); devices that differ only in a
+    dimension the output lacks (an in-channel split for a bias) compute the
+    same gradient and exchange nothing.
+    """
     total = np.zeros(len(cfg))
-    grads = list(layer.outputs) + [t for t in layer.inputs if t.differentiable] + list(layer.weights)
-    for t in grads:
+    for t in list(layer.outputs) + [t for t in layer.inputs if t.differentiable]:
         total += allreduce(block_elements(layer, t, cfg), split_over(layer, cfg, _missing(layer, t)))
+    out_dims = {a for t in layer.outputs for a in t.axes}
+    for w in layer.weights:
+        reduced = [d for d in _missing(layer, w) if d in out_dims]
+        total += allreduce(block_elements(layer, w, cfg), split_over(layer, cfg, reduced))
     return total
 
 

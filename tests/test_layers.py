@@ -128,3 +128,12 @@ def test_reshape_only_splits_leading_axis_of_a_group():
     heads = L.reshape("heads", (2, 4, 512), ("b", "s", "d"), (2, 4, 8, 64))
     assert heads.split_base == (2, 4, 8)
     assert heads.outputs[0].axes == ("b", "s", "d", None)
+
+
+def test_bias_gradient_needs_no_exchange_across_an_in_channel_split():
+    with_bias = L.fully_connected("fc", b=8, n=6, c=4)
+    without = L.fully_connected("fc", b=8, n=6, c=4, bias=False)
+    cfg = np.array([[1, 1, 4], [2, 1, 1]])
+    extra = layer_comm_bytes(with_bias, cfg, 4) - layer_comm_bytes(without, cfg, 4)
+    assert extra[0] == 0  # c split: every device holds the whole output gradient
+    assert extra[1] == pytest.approx(2 * (2 - 1) / 2 * 6 * 4)  # b split: the bias gradient is all-reduced
