@@ -11,18 +11,40 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pase.errors import FormatError, GraphError
+from pase.errors import FormatError, GraphError, PaseError
 from pase.graph import Graph
 from pase.layers import build_layer
 
-__all__ = ["FORMAT", "VERSION", "MAX_FILE_BYTES", "MAX_LAYERS", "graph_to_dict", "graph_from_dict",
-           "dumps_graph", "loads_graph", "save_graph", "load_graph"]
+__all__ = ["FORMAT", "VERSION", "MAX_FILE_BYTES", "MAX_LAYERS", "MAX_DIM", "MAX_TENSOR_ELEMENTS", "MODEL_SUFFIXES",
+           "graph_to_dict", "graph_from_dict", "dumps_graph", "loads_graph", "save_graph", "load_graph",
+           "load_model_file"]
 
 FORMAT = "pase-graph"
 VERSION = 1
 # Uploads larger than this are refused before parsing (the largest sample is ~1 MB).
 MAX_FILE_BYTES = 20 * 2**20
 MAX_LAYERS = 20_000
+# Absurd sizes are refused: no dimension above MAX_DIM, no tensor above MAX_TENSOR_ELEMENTS elements.
+MAX_DIM = 2**31 - 1
+MAX_TENSOR_ELEMENTS = 2**48
+# File types :func:`load_model_file` reads.
+MODEL_SUFFIXES = (".json", ".onnx")
+
+
+def _short(value: object, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for messages about uploaded data."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _check_magnitudes(layer, where: str) -> None:
+    for d, n in zip(layer.dims, layer.sizes):
+        if n > MAX_DIM:
+            raise FormatError(f"{where}: dimension {d} = {n} is absurdly large (at most {MAX_DIM})")
+    for t in layer.inputs + layer.outputs + layer.weights:
+        if t.size > MAX_TENSOR_ELEMENTS:
+            raise FormatError(f"{where}: tensor {t.name!r} of shape {t.shape} has {t.size:.3g} elements "
+                              f"(at most {MAX_TENSOR_ELEMENTS:.3g})")
 
 
 def graph_to_dict(graph: Graph) -> dict:
@@ -57,12 +79,12 @@ def graph_from_dict(data: object) -> Graph:
     if not isinstance(data, dict):
         raise FormatError(f"a graph file must hold a JSON object, not {type(data).__name__}")
     if data.get("format") != FORMAT:
-        raise FormatError(f"field 'format' must be {FORMAT!r}, got {data.get('format')!r}")
-    if data.get("version") != VERSION:
-        raise FormatError(f"field 'version' must be {VERSION}, got {data.get('version')!r}")
+        raise FormatError(f"field 'format' must be {FORMAT!r}, got {_short(data.get('format'))}")
+    if data.get("version") != VERSION or isinstance(data.get("version"), bool):
+        raise FormatError(f"field 'version' must be {VERSION}, got {_short(data.get('version'))}")
     name = data.get("name", "graph")
     if not isinstance(name, str):
-        raise FormatError(f"field 'name' must be a string, got {name!r}")
+        raise FormatError(f"field 'name' must be a string, got {_short(name)}")
     specs = data.get("layers")
     if not isinstance(specs, list) or not specs:
         raise FormatError("field 'layers' must be a non-empty list")
@@ -75,7 +97,7 @@ def graph_from_dict(data: object) -> Graph:
             raise FormatError(f"{where}: must be an object")
         for field, kind in (("name", str), ("op", str), ("params", dict), ("inputs", list)):
             if not isinstance(spec.get(field, [] if field == "inputs" else None), kind):
-                raise FormatError(f"{where}: field {field!r} must be a {kind.__name__}, got {spec.get(field)!r}")
+                raise FormatError(f"{where}: field {field!r} must be a {kind.__name__}, got {_short(spec.get(field))}")
         inputs = []
         for j, src in enumerate(spec.get("inputs", [])):
             if src is None or isinstance(src, str):
@@ -84,11 +106,15 @@ def graph_from_dict(data: object) -> Graph:
                   and isinstance(src[1], int) and not isinstance(src[1], bool)):
                 inputs.append((src[0], src[1]))
             else:
-                raise FormatError(f"{where}: inputs[{j}] must be null, a layer name or [name, output], got {src!r}")
+                raise FormatError(f"{where}: inputs[{j}] must be null, a layer name or [name, output], got {_short(src)}")
         try:
             layer = build_layer(spec["op"], spec["name"], **spec["params"])
-        except (ValueError, OverflowError, ZeroDivisionError) as exc:
-            raise FormatError(f"{where}: bad params: {exc}") from None
+        except PaseError:
+            raise
+        except Exception as exc:  # any builder failure on uploaded parameters is a format error
+            detail = " ".join(str(exc).split())[:200]
+            raise FormatError(f"{where}: bad params for {_short(spec['op'], 30)}: {type(exc).__name__}: {detail}") from None
+        _check_magnitudes(layer, where)
         graph.add_layer(layer, inputs)
     graph.validate()
     return graph
@@ -113,10 +139,10 @@ def loads_graph(text: str | bytes) -> Graph:
         raise FormatError(f"the file is {len(text) / 2**20:.1f} MiB; at most {MAX_FILE_BYTES / 2**20:.0f} MiB is accepted")
     try:
         data = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise FormatError(f"not valid JSON: {exc}") from None
     except RecursionError:
         raise FormatError("not valid JSON: nested too deeply") from None
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError, or an integer with too many digits
+        raise FormatError(f"not valid JSON: {' '.join(str(exc).split())[:200]}") from None
     return graph_from_dict(data)
 
 
@@ -139,3 +165,81 @@ def load_graph(path: str | Path) -> Graph:
         return loads_graph(data)
     except (FormatError, GraphError) as exc:
         raise type(exc)(f"{path.name}: {exc}") from None
+
+
+def load_model_file(source: str | Path | bytes, filename: str | None = None, *, batch: int | None = None) -> Graph:
+    """Load an uploaded or local model file, by its suffix: ``.json`` (pase graph) or ``.onnx``.
+
+    Parameters
+    ----------
+    source : path or bytes
+        A file path, or the file's contents (an upload).
+    filename : str, optional
+        The file's name, whose suffix picks the format; needed with bytes,
+        default the path's name. A file with another suffix is read as JSON
+        when it starts with ``{``.
+    batch : int, optional
+        Batch size for an ONNX model (default: the model's own); a pase graph
+        file fixes its own batch size, so it is refused there.
+
+    Raises
+    ------
+    FormatError
+        Too large, unreadable, an unknown file type, or malformed; the message
+        starts with the file's name.
+    GraphError
+        The model's graph is invalid.
+
+    Examples
+    --------
+    >>> g = load_model_file(Path("docs/example-graph.json").read_bytes(), "example-graph.json")
+    >>> len(g)
+    4
+    """
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        filename = filename or path.name
+        try:
+            size = path.stat().st_size
+        except OSError as exc:
+            raise FormatError(f"cannot read {path}: {exc.strerror}") from None
+        limit = _limit_for(filename)
+        if size > limit:
+            raise FormatError(f"{filename} is {size / 2**20:.1f} MiB; at most {limit / 2**20:.0f} MiB is accepted")
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise FormatError(f"cannot read {path}: {exc.strerror}") from None
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        data = bytes(source)
+        filename = filename or "upload"
+    else:
+        raise FormatError(f"a model file must be a path or bytes, not {type(source).__name__}")
+    suffix = Path(filename).suffix.lower()
+    if suffix not in MODEL_SUFFIXES:
+        if data.lstrip()[:1] == b"{":
+            suffix = ".json"
+        else:
+            raise FormatError(f"{filename}: unknown file type {suffix or '(no suffix)'!r}; expected a pase graph "
+                              "(.json) or an ONNX model (.onnx)")
+    if len(data) > _limit_for(filename):
+        limit = _limit_for(filename)
+        raise FormatError(f"{filename} is {len(data) / 2**20:.1f} MiB; at most {limit / 2**20:.0f} MiB is accepted")
+    try:
+        if suffix == ".onnx":
+            from pase.onnx_import import from_onnx
+
+            return from_onnx(data, batch=batch, name=Path(filename).stem or None)
+        if batch is not None:
+            raise GraphError("a pase graph file fixes its own batch size; a batch size applies to ONNX models and samples")
+        return loads_graph(data)
+    except (FormatError, GraphError) as exc:
+        raise type(exc)(f"{filename}: {exc}") from None
+
+
+def _limit_for(filename: str) -> int:
+    if Path(filename).suffix.lower() == ".onnx":
+        from pase.onnx_import import MAX_ONNX_BYTES
+
+        return MAX_ONNX_BYTES
+    return MAX_FILE_BYTES

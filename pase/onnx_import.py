@@ -1665,6 +1665,7 @@ class _Importer:
         specs = self.specs
         outputs = {self.values[o.name].key() for o in self.g.output
                    if isinstance(self.values.get(o.name), _Act) and self.values[o.name].src is not None}
+        self._drop_dead(specs, outputs)
         # Merge chains of single-layer LSTMs into one multi-layer vertex (the paper's form).
         changed = True
         while changed:
@@ -1684,15 +1685,7 @@ class _Importer:
                     specs.remove(prev)
                     changed = True
                     break
-        # Drop data movement nobody reads (left behind when reshapes and transposes cancelled).
-        changed = True
-        while changed:
-            users = self._users(specs)
-            dead = [s for s in specs if s.op in DATA_MOVEMENT
-                    and not any(users.get((id(s), i)) or (id(s), i) in outputs for i in range(len(s.out_shapes)))]
-            changed = bool(dead)
-            for s in dead:
-                specs.remove(s)
+        self._drop_dead(specs, outputs)
         graph = Graph(self.name)
         for spec in specs:
             try:
@@ -1703,6 +1696,17 @@ class _Importer:
             graph.add_layer(layer, inputs)
         graph.validate()
         return graph
+
+    def _drop_dead(self, specs, outputs):
+        """Remove data movement nobody reads (left behind when reshapes and transposes cancelled)."""
+        changed = True
+        while changed:
+            users = self._users(specs)
+            dead = [s for s in specs if s.op in DATA_MOVEMENT
+                    and not any(users.get((id(s), i)) or (id(s), i) in outputs for i in range(len(s.out_shapes)))]
+            changed = bool(dead)
+            for s in dead:
+                specs.remove(s)
 
     @staticmethod
     def _users(specs):
