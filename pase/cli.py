@@ -86,9 +86,11 @@ def _load_model(args) -> Graph:
     path = Path(args.model)
     if not path.exists():
         raise GraphError(f"{args.model!r} is neither a sample ({', '.join(SAMPLES)}) nor an existing file")
-    if args.batch is not None:
-        raise GraphError("--batch applies to sample models; a graph file fixes its own batch size")
-    return load_graph(path)
+    if args.batch is not None and path.suffix.lower() != ".onnx":
+        raise GraphError("--batch applies to sample models and ONNX models; a graph file fixes its own batch size")
+    from pase.io import load_model_file
+
+    return load_model_file(path, batch=args.batch)
 
 
 def _options(args) -> ConfigOptions:
