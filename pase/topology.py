@@ -116,13 +116,17 @@ class Collective:
 
 
 def _contraction(layer: Layer, cfg: np.ndarray, blk: np.ndarray) -> list[Collective]:
+    # pase.layers.contraction_comm: partial sums over the dimensions a tensor lacks; a weight
+    # gradient only over the lacking dimensions the output has (batch, rows...).
     out = []
-    roles = ([(t, "partial sums") for t in layer.outputs]
-             + [(t, "gradient") for t in layer.inputs if t.differentiable]
-             + [(t, "weight gradient") for t in layer.weights])
-    for t, role in roles:
+    for t, role in ([(t, "partial sums") for t in layer.outputs]
+                    + [(t, "gradient") for t in layer.inputs if t.differentiable]):
         dims = tuple(d for d in layer.dims if d not in t.axes)
         out.append(Collective("allreduce", L.block_elements(layer, t, cfg), dims, f"{t.name} {role}"))
+    out_dims = {a for t in layer.outputs for a in t.axes}
+    for w in layer.weights:
+        dims = tuple(d for d in layer.dims if d not in w.axes and d in out_dims)
+        out.append(Collective("allreduce", L.block_elements(layer, w, cfg), dims, f"{w.name} weight gradient"))
     return out
 
 
