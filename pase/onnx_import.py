@@ -419,6 +419,7 @@ _POINTWISE_NARY = {
     "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Where", "Equal", "Less", "Greater",
     "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Mod", "BitwiseAnd", "BitwiseOr",
 }
+_MOVE_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Gather", "Expand", "Tile", "Pad"}
 _PASS_THROUGH = {"Identity", "Dropout", "Cast", "CastLike"}
 _SHAPE_OPS = {"Shape", "Size", "Constant", "ConstantOfShape", "Range", "NonZero"}
 _REDUCE = {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
@@ -477,6 +478,9 @@ class _Importer:
         return f"node {_node_label(self.node)}" if self.node is not None else "model"
 
     def _emit(self, op: str, params: dict, inputs: list, suffix: str = "") -> _Spec:
+        if suffix and not self._named and self.node is not None and self.node.op_type in _MOVE_OPS:
+            suffix = ""  # the layer a Reshape, Transpose... node maps to keeps the node's name
+        self._named = True
         name = self._unique(self._base() + suffix)
         try:
             layer = build_layer(op, name, **params)
@@ -823,6 +827,7 @@ class _Importer:
                     self.consumers[t] = self.consumers.get(t, 0) + 1
         for node in self._topological(g.node):
             self.node = node
+            self._named = False
             try:
                 outs = self._convert(node)
             except _Unsupported as exc:

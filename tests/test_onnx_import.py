@@ -1,0 +1,511 @@
+"""ONNX import: operator mapping on small hand-built models, and hardening against bad files.
+
+Each test builds an ONNX model with ``onnx.helper`` and checks the pase graph it
+imports to: which layers, which dimensions, what was fused or folded, and that
+the graph validates. The models exported from torch modules are in
+``test_onnx_models.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+if os.environ.get("CI"):
+    import onnx  # CI installs the test extra: these tests must run there, never skip
+else:
+    onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper
+
+from pase.errors import FormatError, GraphError, PaseError
+from pase.layers import training_flops
+from pase.onnx_import import MAX_ONNX_BYTES, SUPPORTED_OPS, OnnxImportWarning, from_onnx
+
+F = TensorProto.FLOAT
+I64 = TensorProto.INT64
+
+
+# -- building models ------------------------------------------------------------------------------
+
+
+def vi(name, shape, dtype=F):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def w(name, *shape, value=None):
+    arr = np.zeros(shape, np.float32) if value is None else np.asarray(value)
+    return numpy_helper.from_array(arr, name)
+
+
+def const(name, value, dtype=np.int64):
+    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.asarray(value, dtype=dtype)),
+                            name=f"const_{name}")
+
+
+def node(op, inputs, outputs, name=None, **attrs):
+    return helper.make_node(op, inputs, outputs, name=name or outputs[0], **attrs)
+
+
+def model(nodes, inputs, outputs, inits=(), opset=17):
+    graph = helper.make_graph(nodes, "test", inputs, outputs, list(inits))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def ops(graph):
+    return [layer.op for layer in graph]
+
+
+# -- GEMMs and fusion ---------------------------------------------------------------------------------
+
+
+def test_gemm_with_bias_and_relu_is_one_fully_connected_layer():
+    m = model([node("Gemm", ["x", "W", "B"], ["h"], name="fc", transB=1), node("Relu", ["h"], ["y"])],
+              [vi("x", [32, 64])], [vi("y", [32, 10])], [w("W", 10, 64), w("B", 10)])
+    g = from_onnx(m)
+    (fc,) = g.layers
+    assert str(fc) == "fc: FullyConnected(b=32 n=10 c=64)"
+    assert fc.param_dict["bias"] is True and fc.param_dict["pointwise"] == 1
+    assert g.parameter_count == 10 * 64 + 10
+
+
+def test_matmul_then_bias_add_on_a_sequence_is_an_einsum_with_bias():
+    m = model([node("MatMul", ["x", "W"], ["h"], name="proj"), node("Add", ["h", "B"], ["y"])],
+              [vi("x", [8, 16, 32])], [vi("y", [8, 16, 48])], [w("W", 32, 48), w("B", 48)])
+    (layer,) = from_onnx(m).layers
+    assert layer.op == "Einsum"
+    assert layer.param_dict["equation"] == "bsd,de->bse"
+    assert layer.param_dict["bias"] is True
+    assert layer.size_of == {"b": 8, "s": 16, "d": 32, "e": 48}
+
+
+def test_gelu_decomposition_fuses_into_the_linear_layer():
+    # x * 0.5 * (1 + erf(x / sqrt(2))), as torch exports nn.GELU before opset 20.
+    nodes = [
+        node("Gemm", ["x", "W"], ["h"], name="fc", transB=1),
+        const("c2", 1.4142135, np.float32), const("c1", 1.0, np.float32), const("c05", 0.5, np.float32),
+        node("Div", ["h", "c2"], ["d"]), node("Erf", ["d"], ["e"]), node("Add", ["e", "c1"], ["a"]),
+        node("Mul", ["h", "a"], ["m"]), node("Mul", ["m", "c05"], ["y"]),
+    ]
+    g = from_onnx(model(nodes, [vi("x", [4, 8])], [vi("y", [4, 8])], [w("W", 8, 8)]))
+    assert ops(g) == ["FullyConnected"]
+    assert g.layer("fc").param_dict["pointwise"] == 5
+
+
+def test_residual_add_of_two_layers_is_an_elementwise_layer():
+    nodes = [node("MatMul", ["x", "W1"], ["a"], name="fc1"), node("MatMul", ["a", "W2"], ["b"], name="fc2"),
+             node("Add", ["a", "b"], ["y"], name="residual")]
+    g = from_onnx(model(nodes, [vi("x", [4, 8])], [vi("y", [4, 8])], [w("W1", 8, 8), w("W2", 8, 8)]))
+    assert ops(g) == ["FullyConnected", "FullyConnected", "Elementwise"]
+    assert {e.src for e in g.in_edges("residual")} == {"fc1", "fc2"}
+
+
+def test_attention_matmuls_are_two_input_einsums():
+    b, h, s, d = 2, 4, 16, 8
+    nodes = [
+        node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+        node("MatMul", ["q", "kt"], ["scores"], name="scores"),
+        node("Softmax", ["scores"], ["p"], name="softmax", axis=-1),
+        node("MatMul", ["p", "v"], ["y"], name="context"),
+    ]
+    pre = [node("MatMul", [f"{t}0", f"W{t}"], [t], name=f"proj_{t}") for t in "qkv"]
+    m = model(pre + nodes, [vi(f"{t}0", [b, h, s, d]) for t in "qkv"], [vi("y", [b, h, s, d])],
+              [w(f"W{t}", d, d) for t in "qkv"])
+    g = from_onnx(m)
+    scores = g.layer("scores")
+    assert scores.op == "Einsum" and len(scores.inputs) == 2 and not scores.weights
+    assert scores.param_dict["equation"] == "bhsd,bhdt->bhst"
+    assert g.layer("softmax").op == "Softmax"
+    # Splitting nothing: FLOPs of a batched product, forward and backward.
+    assert training_flops(scores) == pytest.approx(6 * b * h * s * s * d)
+
+
+# -- convolutions -----------------------------------------------------------------------------------
+
+
+def test_conv_batchnorm_relu_pool_gemm():
+    nodes = [
+        node("Conv", ["x", "Wc", "Bc"], ["c"], name="conv", pads=[1, 1, 1, 1], strides=[2, 2], kernel_shape=[3, 3]),
+        node("BatchNormalization", ["c", "s", "t", "m", "v"], ["n"], name="bn"),
+        node("Relu", ["n"], ["r"]),
+        node("MaxPool", ["r"], ["p"], name="pool", kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),
+        node("GlobalAveragePool", ["p"], ["gap"], name="gap"),
+        node("Flatten", ["gap"], ["f"], name="flatten"),
+        node("Gemm", ["f", "Wf"], ["y"], name="fc", transB=1),
+    ]
+    inits = [w("Wc", 16, 3, 3, 3), w("Bc", 16), w("s", 16), w("t", 16), w("m", 16), w("v", 16), w("Wf", 10, 16)]
+    g = from_onnx(model(nodes, [vi("x", [8, 3, 32, 32])], [vi("y", [8, 10])], inits))
+    assert ops(g) == ["Conv2D", "BatchNorm", "Pooling", "Pooling", "Reshape", "FullyConnected"]
+    conv = g.layer("conv")
+    assert conv.size_of == {"b": 8, "c": 3, "h": 16, "w": 16, "n": 16, "r": 3, "s": 3}
+    assert conv.param_dict["pointwise"] == 1  # the ReLU after its batch norm
+    pool = g.layer("pool")
+    assert pool.outputs[0].shape == (8, 16, 8, 8)  # ceil mode: ceil((16 + 0 - 3) / 2) + 1 = 8
+    assert g.layer("gap").outputs[0].shape == (8, 16, 1, 1)
+    # Weights, not layers: conv weight + bias, bn scale + shift, fc weight.
+    assert g.parameter_count == 16 * 27 + 16 + 2 * 16 + 160
+
+
+def test_conv1d_goes_through_a_2d_convolution():
+    m = model([node("Conv", ["x", "W"], ["y"], name="conv", pads=[2, 2], kernel_shape=[5])],
+              [vi("x", [4, 8, 100])], [vi("y", [4, 16, 100])], [w("W", 16, 8, 5)])
+    g = from_onnx(m)
+    conv = g.layer("conv")
+    assert conv.size_of == {"b": 4, "c": 8, "h": 1, "w": 100, "n": 16, "r": 1, "s": 5}
+    assert ops(g) == ["Reshape", "Conv2D", "Reshape"] or ops(g) == ["Conv2D", "Reshape"]
+
+
+def test_same_padding_and_asymmetric_pads():
+    m = model([node("Conv", ["x", "W"], ["y"], name="conv", auto_pad="SAME_UPPER", strides=[2, 2])],
+              [vi("x", [2, 3, 31, 31])], [vi("y", [2, 4, 16, 16])], [w("W", 4, 3, 3, 3)])
+    assert from_onnx(m).layer("conv").outputs[0].shape == (2, 4, 16, 16)
+
+
+def test_grouped_convolution_is_reported_unsupported():
+    m = model([node("Conv", ["x", "W"], ["y"], name="dw", group=8)],
+              [vi("x", [2, 8, 16, 16])], [vi("y", [2, 8, 14, 14])], [w("W", 8, 1, 3, 3)])
+    with pytest.raises(FormatError, match=r"Conv \(grouped convolution, group=8\) x1, e.g. 'dw'"):
+        from_onnx(m)
+
+
+# -- normalisation, softmax, losses ---------------------------------------------------------------
+
+
+def test_layer_norm_over_last_and_last_two_axes():
+    nodes = [node("LayerNormalization", ["x", "s", "t"], ["a"], name="ln1", axis=-1),
+             node("LayerNormalization", ["a", "s2", "t2"], ["y"], name="ln2", axis=-2)]
+    g = from_onnx(model(nodes, [vi("x", [4, 10, 6])], [vi("y", [4, 10, 6])],
+                        [w("s", 6), w("t", 6), w("s2", 10, 6), w("t2", 10, 6)]))
+    assert g.layer("ln1").param_dict["axis"] == "d"
+    assert g.layer("ln2").inputs[0].shape == (4, 60)  # merged axes
+    assert g.layers[-1].outputs[0].shape == (4, 10, 6)
+
+
+def test_logsoftmax_then_nll_loss_is_one_softmax_cross_entropy():
+    nodes = [node("MatMul", ["x", "W"], ["logits"], name="proj"),
+             node("LogSoftmax", ["logits"], ["lp"], name="logsoftmax", axis=1),
+             node("NegativeLogLikelihoodLoss", ["lp", "labels"], ["loss"], name="nll")]
+    g = from_onnx(model(nodes, [vi("x", [32, 64]), vi("labels", [32], I64)], [vi("loss", [])], [w("W", 64, 100)]))
+    assert ops(g) == ["FullyConnected", "SoftmaxCrossEntropy"]
+    loss = g.layers[-1]
+    assert loss.inputs[0].shape == (32, 100) and loss.inputs[1].differentiable is False
+
+
+def test_softmax_cross_entropy_loss_operator():
+    nodes = [node("MatMul", ["x", "W"], ["logits"], name="proj"),
+             node("SoftmaxCrossEntropyLoss", ["logits", "labels"], ["loss"], name="xent", reduction="mean")]
+    g = from_onnx(model(nodes, [vi("x", [32, 64]), vi("labels", [32], I64)], [vi("loss", [])], [w("W", 64, 100)]))
+    assert ops(g) == ["FullyConnected", "SoftmaxCrossEntropy"]
+
+
+def test_softmax_before_opset_13_flattens_trailing_axes():
+    m = model([node("MatMul", ["x", "W"], ["h"], name="proj"), node("Softmax", ["h"], ["y"], name="sm", axis=1)],
+              [vi("x", [4, 6, 8])], [vi("y", [4, 6, 8])], [w("W", 8, 8)], opset=11)
+    g = from_onnx(m)
+    assert g.layer("sm").inputs[0].shape == (4, 48)
+
+
+# -- data movement and folding ----------------------------------------------------------------------
+
+
+def test_shape_arithmetic_is_folded_not_turned_into_layers():
+    # y = reshape(fc(x), [shape(h)[0], -1]) through Shape -> Gather -> Unsqueeze -> Concat.
+    nodes = [
+        node("MatMul", ["x", "W"], ["h"], name="fc"),
+        node("Shape", ["h"], ["shape"]), const("zero", 0), node("Gather", ["shape", "zero"], ["n"], axis=0),
+        const("axes", [0]), node("Unsqueeze", ["n", "axes"], ["n1"]), const("minus1", [-1]),
+        node("Concat", ["n1", "minus1"], ["target"], axis=0), node("Cast", ["target"], ["target64"], to=I64),
+        node("Reshape", ["h", "target64"], ["y"], name="flatten"),
+    ]
+    g = from_onnx(model(nodes, [vi("x", [4, 3, 8])], [vi("y", [4, 24])], [w("W", 8, 8)]))
+    assert ops(g) == ["Einsum", "Reshape"]
+    assert g.layer("flatten").outputs[0].shape == (4, 24)
+
+
+def test_transposes_and_squeezes_that_cancel_leave_no_layers():
+    nodes = [
+        node("MatMul", ["x", "W"], ["h"], name="fc"),
+        node("Transpose", ["h"], ["t"], perm=[1, 0, 2]), const("ax", [1]), node("Unsqueeze", ["t", "ax"], ["u"]),
+        node("Squeeze", ["u", "ax"], ["sq"]), node("Transpose", ["sq"], ["back"], perm=[1, 0, 2]),
+        node("Identity", ["back"], ["i"]), node("Dropout", ["i"], ["dr"]),
+        node("MatMul", ["dr", "W"], ["y"], name="fc2"),
+    ]
+    g = from_onnx(model(nodes, [vi("x", [4, 5, 8])], [vi("y", [4, 5, 8])], [w("W", 8, 8)]))
+    assert ops(g) == ["Einsum", "Einsum"]
+    assert [str(e) for e in g.edges] == ["fc[0] -> fc2[0]"]
+
+
+def test_concat_and_split():
+    nodes = [
+        node("MatMul", ["x", "W1"], ["a"], name="fc1"), node("MatMul", ["x", "W2"], ["b"], name="fc2"),
+        node("Concat", ["a", "b"], ["c"], name="cat", axis=1),
+        node("Split", ["c", "parts"], ["p", "q"], name="split", axis=1),
+        node("Add", ["p", "q"], ["y"], name="add"),
+    ]
+    inits = [w("W1", 8, 6), w("W2", 8, 10), numpy_helper.from_array(np.array([8, 8], np.int64), "parts")]
+    g = from_onnx(model(nodes, [vi("x", [4, 8])], [vi("y", [4, 8])], inits))
+    assert ops(g) == ["FullyConnected", "FullyConnected", "Concat", "Split", "Elementwise"]
+    assert g.layer("cat").outputs[0].shape == (4, 16)
+    assert g.layer("cat").param_dict["axis"] == "n"
+    assert [t.shape for t in g.layer("split").outputs] == [(4, 8), (4, 8)]
+
+
+def test_slice_and_gather_of_an_activation_become_splits():
+    nodes = [
+        node("MatMul", ["x", "W"], ["h"], name="qkv"),
+        const("starts", [0]), const("ends", [4]), const("axes", [2]),
+        node("Slice", ["h", "starts", "ends", "axes"], ["s"], name="slice"),
+        const("i", 0), node("Gather", ["h", "i"], ["first"], name="first", axis=1),
+        node("MatMul", ["s", "W2"], ["y1"], name="use_slice"), node("MatMul", ["first", "W3"], ["y2"], name="use_first"),
+    ]
+    g = from_onnx(model(nodes, [vi("x", [2, 5, 8])], [vi("y1", [2, 5, 3]), vi("y2", [2, 3])],
+                        [w("W", 8, 12), w("W2", 4, 3), w("W3", 12, 3)]))
+    g.validate()
+    assert "Split" in ops(g)
+    assert g.layer("use_slice").inputs[0].shape == (2, 5, 4)
+    assert g.layer("use_first").inputs[0].shape == (2, 12)
+
+
+def test_gather_on_a_weight_is_an_embedding():
+    nodes = [node("Gather", ["table", "ids"], ["e"], name="embedding"), node("MatMul", ["e", "W"], ["y"], name="fc")]
+    g = from_onnx(model(nodes, [vi("ids", [8, 20], I64)], [vi("y", [8, 20, 16])], [w("table", 1000, 32), w("W", 32, 16)]))
+    emb = g.layer("embedding")
+    assert str(emb) == "embedding: Embedding(b=8 s=20 d=32 v=1000)"
+    assert g.parameter_count == 1000 * 32 + 32 * 16
+
+
+def test_reduce_mean_keepdims():
+    nodes = [node("MatMul", ["x", "W"], ["h"], name="fc"),
+             node("ReduceMean", ["h"], ["m"], name="mean", axes=[1], keepdims=1),
+             node("Sub", ["h", "m"], ["y"], name="center")]
+    g = from_onnx(model(nodes, [vi("x", [4, 10, 8])], [vi("y", [4, 10, 8])], [w("W", 8, 8)], opset=13))
+    mean = g.layer("mean")
+    assert mean.op == "ReduceMean" and mean.param_dict["reduce"] == ["s"]
+    # Broadcasting the mean back is a two-input einsum (h minus m over s).
+    assert g.layer("center").op == "Einsum"
+
+
+def test_lstm_chain_becomes_one_multilayer_lstm():
+    def lstm(i, x, d, e):
+        return node("LSTM", [x, f"W{i}", f"R{i}", f"B{i}"], [f"y{i}", f"h{i}", f"c{i}"], name=f"lstm{i}", hidden_size=e)
+
+    nodes = [
+        node("Gather", ["table", "ids"], ["emb"], name="embedding"),
+        node("Transpose", ["emb"], ["x0"], perm=[1, 0, 2]),
+        lstm(0, "x0", 32, 64), const("one", [1]), node("Squeeze", ["y0", "one"], ["x1"]),
+        lstm(1, "x1", 64, 64), node("Squeeze", ["y1", "one"], ["x2"]),
+        node("Transpose", ["x2"], ["out"], perm=[1, 0, 2]),
+        node("MatMul", ["out", "Wp"], ["y"], name="projection"),
+    ]
+    inits = [w("table", 500, 32), w("Wp", 64, 500)]
+    for i, d in ((0, 32), (1, 64)):
+        inits += [w(f"W{i}", 1, 256, d), w(f"R{i}", 1, 256, 64), w(f"B{i}", 1, 512)]
+    g = from_onnx(model(nodes, [vi("ids", [8, 20], I64)], [vi("y", [8, 20, 500])], inits))
+    assert ops(g) == ["Embedding", "LSTM", "Einsum"]
+    lstm_layer = g.layers[1]
+    assert lstm_layer.size_of == {"l": 2, "b": 8, "s": 20, "d": 32, "e": 64}
+    assert [str(e) for e in g.edges] == ["embedding[0] -> lstm1[0]", "lstm1[0] -> projection[0]"]
+
+
+def test_bidirectional_lstm_is_two_lstms_and_a_concat():
+    nodes = [node("LSTM", ["x", "W", "R"], ["y", "h", "c"], name="bi", hidden_size=16, direction="bidirectional"),
+             node("Transpose", ["y"], ["t"], perm=[0, 2, 1, 3]), const("shape", [10, 4, 32]),
+             node("Reshape", ["t", "shape"], ["r"]), node("MatMul", ["r", "Wp"], ["out"], name="proj")]
+    g = from_onnx(model(nodes, [vi("x", [10, 4, 8])], [vi("out", [10, 4, 5])],
+                        [w("W", 2, 64, 8), w("R", 2, 64, 16), w("Wp", 32, 5)]))
+    assert ops(g).count("LSTM") == 2 and "Concat" in ops(g)
+
+
+# -- unsupported operators and options ------------------------------------------------------------------
+
+
+def _with_unsupported():
+    nodes = [node("MatMul", ["x", "W"], ["h"], name="fc"), node("Hardmax", ["h"], ["a"], name="hm1"),
+             node("Hardmax", ["a"], ["b"], name="hm2"), node("TopK", ["b", "k"], ["v", "i"], name="topk"),
+             node("MatMul", ["v", "W2"], ["y"], name="fc2")]
+    inits = [w("W", 8, 8), numpy_helper.from_array(np.array([4], np.int64), "k"), w("W2", 4, 3)]
+    return model(nodes, [vi("x", [2, 8])], [vi("y", [2, 3])], inits)
+
+
+def test_unsupported_operators_are_all_listed():
+    with pytest.raises(FormatError) as info:
+        from_onnx(_with_unsupported())
+    message = str(info.value)
+    assert "Hardmax x2, e.g. 'hm1'" in message and "TopK x1, e.g. 'topk'" in message
+    assert "unsupported='elementwise'" in message
+
+
+def test_unsupported_operators_as_elementwise_with_a_warning():
+    with pytest.warns(OnnxImportWarning, match="Hardmax x2"):
+        g = from_onnx(_with_unsupported(), unsupported="elementwise")
+    g.validate()
+    assert g.layer("hm1").op == "Elementwise"
+    # TopK changes the shape (2, 8) -> (2, 4): a crop, then an element-wise layer.
+    assert g.layer("topk").outputs[0].shape == (2, 4)
+    assert g.layer("fc2").inputs[0].shape == (2, 4)
+
+
+def test_other_domains_are_unsupported():
+    n = helper.make_node("FusedGemm", ["x", "W"], ["y"], name="fused", domain="com.microsoft")
+    m = model([n], [vi("x", [2, 8])], [vi("y", [2, 8])], [w("W", 8, 8)])
+    m.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    with pytest.raises(FormatError, match="FusedGemm \\(domain 'com.microsoft'\\)"):
+        from_onnx(m)
+
+
+def test_supported_ops_cover_the_issue_list():
+    wanted = {"Gemm", "MatMul", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "BatchNormalization",
+              "LayerNormalization", "Softmax", "Relu", "Gelu", "Sigmoid", "Tanh", "Add", "Mul", "Concat", "Split",
+              "Reshape", "Flatten", "Transpose", "Gather", "LSTM", "ReduceMean", "Dropout", "Identity", "Shape",
+              "Slice", "Cast", "Unsqueeze", "Constant"}
+    assert wanted <= SUPPORTED_OPS
+
+
+def _symbolic_model():
+    x = helper.make_tensor_value_info("x", F, ["N", 8])
+    return model([node("MatMul", ["x", "W"], ["y"], name="fc")], [x], [vi("y", [None, 4])], [w("W", 8, 4)])
+
+
+def test_symbolic_batch_needs_a_batch_size():
+    with pytest.raises(FormatError, match="symbolic batch dimension 'N'.*batch="):
+        from_onnx(_symbolic_model())
+    assert from_onnx(_symbolic_model(), batch=128).layer("fc").size_of["b"] == 128
+
+
+def test_other_symbolic_dimensions_need_sizes():
+    x = helper.make_tensor_value_info("x", F, [2, "seq", 8])
+    m = model([node("MatMul", ["x", "W"], ["y"], name="fc")], [x], [vi("y", [2, None, 4])], [w("W", 8, 4)])
+    with pytest.raises(FormatError, match="symbolic dimension 'seq'"):
+        from_onnx(m)
+    assert from_onnx(m, symbols={"seq": 50}).layer("fc").size_of["s"] == 50
+
+
+def test_batch_override_rescales_reshape_targets_fixed_at_export():
+    nodes = [node("MatMul", ["x", "W"], ["h"], name="fc"), const("shape", [4 * 6, 8]),
+             node("Reshape", ["h", "shape"], ["y"], name="flatten")]
+    m = model(nodes, [vi("x", [4, 6, 8])], [vi("y", [24, 8])], [w("W", 8, 8)])
+    g = from_onnx(m, batch=16)
+    assert g.layer("flatten").outputs[0].shape == (96, 8)
+    with pytest.raises(GraphError, match="positive integer"):
+        from_onnx(m, batch=0)
+
+
+# -- safety: external data, malformed and hostile files ---------------------------------------------
+
+
+def _external(location):
+    t = onnx.TensorProto()
+    t.name, t.data_type = "W", F
+    t.dims.extend([8, 4])
+    t.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", "0"), ("length", "128")):
+        e = t.external_data.add()
+        e.key, e.value = key, value
+    return model([node("MatMul", ["x", "W"], ["y"], name="fc")], [vi("x", [2, 8])], [vi("y", [2, 4])], [t])
+
+
+@pytest.mark.parametrize("location", ["weights.bin", "/etc/passwd", "../../../../etc/shadow", "/dev/zero"])
+def test_external_data_is_never_read(location, monkeypatch, tmp_path):
+    import builtins
+
+    data = _external(location).SerializeToString()
+    path = tmp_path / "model.onnx"
+    path.write_bytes(data)
+    real_open = builtins.open
+
+    def guarded_open(file, *args, **kwargs):
+        assert str(file) == str(path), f"the importer opened {file!r}"
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", guarded_open)
+    g = from_onnx(path)
+    assert g.parameter_count == 32
+    g = from_onnx(data)
+    assert g.layer("fc").weights[0].shape == (4, 8)
+
+
+def test_a_reshape_target_in_external_data_is_reported():
+    t = onnx.TensorProto()
+    t.name, t.data_type = "shape", I64
+    t.dims.extend([2])
+    t.data_location = onnx.TensorProto.EXTERNAL
+    e = t.external_data.add()
+    e.key, e.value = "location", "x.bin"
+    nodes = [node("MatMul", ["x", "W"], ["h"], name="fc"), node("Reshape", ["h", "shape"], ["y"], name="reshape")]
+    m = model(nodes, [vi("x", [2, 8])], [vi("y", [4, 4])], [w("W", 8, 8), t])
+    with pytest.raises(FormatError, match="'reshape' \\(Reshape\\).*target shape.*external data"):
+        from_onnx(m)
+
+
+def _mlp_bytes():
+    nodes = [node("Gemm", ["x", "W"], ["h"], name="fc", transB=1), node("Relu", ["h"], ["y"])]
+    return model(nodes, [vi("x", [4, 8])], [vi("y", [4, 8])], [w("W", 8, 8)]).SerializeToString()
+
+
+@pytest.mark.parametrize("data, message", [
+    (b"", "empty"),
+    (b"\x00\x01\x02garbage\xff\xfe" * 10, "not a valid ONNX file|no graph|no nodes|no opset"),
+    (b'{"format": "pase-graph"}', "not a valid ONNX file|no graph|no nodes|no opset"),
+])
+def test_garbage_is_refused(data, message):
+    with pytest.raises(FormatError, match=message):
+        from_onnx(data)
+
+
+def test_every_truncation_of_a_model_gives_a_pase_error():
+    data = _mlp_bytes()
+    for cut in range(0, len(data), 7):
+        try:
+            from_onnx(data[:cut])
+        except PaseError as exc:
+            assert str(exc)
+        # A protobuf cut at a field boundary may still parse into a (smaller) valid model.
+
+
+def test_size_limit():
+    data = _mlp_bytes()
+    with pytest.raises(FormatError, match="at most 0 MiB|MiB; at most"):
+        from_onnx(data, max_bytes=100)
+    assert MAX_ONNX_BYTES >= 100 * 2**20
+
+
+def test_cycle_dangling_input_and_duplicate_output_are_refused():
+    cyc = model([node("Relu", ["b"], ["a"], name="r1"), node("Relu", ["a"], ["b"], name="r2")],
+                [vi("x", [2, 2])], [vi("a", [2, 2])])
+    with pytest.raises(FormatError, match="cycle"):
+        from_onnx(cyc)
+    dangling = model([node("Relu", ["ghost"], ["y"], name="r")], [vi("x", [2, 2])], [vi("y", [2, 2])])
+    with pytest.raises(FormatError, match="reads tensor 'ghost'"):
+        from_onnx(dangling)
+    dup = model([node("Relu", ["x"], ["y"], name="r1"), node("Relu", ["x"], ["y"], name="r2")],
+                [vi("x", [2, 2])], [vi("y", [2, 2])])
+    with pytest.raises(FormatError, match="produced twice"):
+        from_onnx(dup)
+
+
+def test_zero_sized_and_absurd_inputs_are_refused():
+    zero = model([node("Relu", ["x"], ["y"])], [vi("x", [0, 8])], [vi("y", [0, 8])])
+    with pytest.raises(FormatError, match="zero-sized"):
+        from_onnx(zero)
+    huge = model([node("MatMul", ["x", "W"], ["y"], name="fc")], [vi("x", [2**40, 8])], [vi("y", [2**40, 4])],
+                 [w("W", 8, 4)])
+    with pytest.raises(FormatError, match="absurdly large"):
+        from_onnx(huge)
+
+
+def test_a_model_without_layers_or_connections():
+    only_shapes = model([node("Shape", ["x"], ["y"])], [vi("x", [2, 2])], [vi("y", [2], I64)])
+    with pytest.raises(GraphError, match="no layers"):
+        from_onnx(only_shapes)
+    two = model([node("MatMul", ["x", "W"], ["a"], name="f1"), node("MatMul", ["z", "W"], ["b"], name="f2")],
+                [vi("x", [2, 8]), vi("z", [2, 8])], [vi("a", [2, 8]), vi("b", [2, 8])], [w("W", 8, 8)])
+    with pytest.raises(GraphError, match="not connected"):
+        from_onnx(two)
+
+
+def test_no_warnings_on_a_clean_import():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        from_onnx(_mlp_bytes())
