@@ -91,6 +91,11 @@ def graph_from_dict(data: object) -> Graph:
     if len(specs) > MAX_LAYERS:
         raise FormatError(f"the graph has {len(specs)} layers; at most {MAX_LAYERS} are accepted")
     graph = Graph(name)
+    # Where each name is defined, to tell a cycle or a misordered file from a typo.
+    position = {}
+    for k, other in enumerate(specs):
+        if isinstance(other, dict) and isinstance(other.get("name"), str):
+            position.setdefault(other["name"], k)
     for i, spec in enumerate(specs):
         where = _where(i, spec)
         if not isinstance(spec, dict):
@@ -107,6 +112,13 @@ def graph_from_dict(data: object) -> Graph:
                 inputs.append((src[0], src[1]))
             else:
                 raise FormatError(f"{where}: inputs[{j}] must be null, a layer name or [name, output], got {_short(src)}")
+            producer = inputs[-1] if isinstance(inputs[-1], str) else inputs[-1] and inputs[-1][0]
+            if producer is not None and producer not in graph:
+                if producer == spec["name"]:
+                    raise GraphError(f"{where}: input {j} is the layer's own output: a cycle")
+                if position.get(producer, -1) > i:
+                    raise GraphError(f"{where}: input {j}: no earlier layer named {_short(producer)}; it is listed "
+                                     "later, but layers must come after their producers (a graph with a cycle cannot)")
         try:
             layer = build_layer(spec["op"], spec["name"], **spec["params"])
         except PaseError:
@@ -192,7 +204,8 @@ def load_model_file(source: str | Path | bytes, filename: str | None = None, *, 
 
     Examples
     --------
-    >>> g = load_model_file(Path("docs/example-graph.json").read_bytes(), "example-graph.json")
+    >>> example = Path(__file__).resolve().parents[1] / "docs" / "example-graph.json"
+    >>> g = load_model_file(example.read_bytes(), "example-graph.json")
     >>> len(g)
     4
     """
