@@ -28,9 +28,10 @@ What makes it fast, all exact:
   max_x (M[b, x] - M[a, x]) <= 0``. An optimal assignment survives. It runs
   when the search is big enough for it to pay;
 * each step sums the bucket's terms into two operands (cheap, since each
-  lacks some of the dependent set's axes) and then makes one fused pass of
-  add-and-minimise over cache-sized tiles, split across CPU threads when the
-  step is large; numpy releases the GIL inside these loops.
+  lacks some of the dependent set's axes), then adds the two and minimises
+  tile by tile, each tile small enough to stay in cache, so no array of the
+  step's full size ``K(v) * |table|`` ever exists; large steps split their
+  tiles across CPU threads (numpy releases the GIL inside these loops).
 
 Everything is float64: the sums stay exact to about 1e-15 relative, far below
 the 1e-9 the instances are checked to. The reported cost is
@@ -48,6 +49,7 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Callable, Sequence
 
 import numpy as np
@@ -288,9 +290,10 @@ class _Prepared:
     """Everything decided before the first table: the reduced problem and the plan of each step.
 
     Factors (the cost terms) are numbered: vertex ``v``'s cost vector is factor
-    ``v``, edge ``j`` is factor ``n + j``, the table made by step ``i`` is
-    factor ``n + m + i``. ``scopes[f]`` lists the vertices factor ``f``
-    depends on, in the order of its array's axes.
+    ``v``, edge ``j`` is factor ``n + j``, then come the tables in the order
+    the steps make them (a step with an empty dependent set makes none).
+    ``scopes[f]`` lists the vertices factor ``f`` depends on, in the order of
+    its array's axes.
     """
 
     estimate: SearchEstimate
@@ -313,7 +316,7 @@ def _prepare(cost_graph: CostGraph, ordering: str | Sequence[int], prune: bool |
         prune = work > _PRUNE_WORK_PER_EDGE_ENTRY * sum(m.size for _, _, m in cost_graph.edges)
     if prune:
         kept = _prune(cost_graph)
-        node_costs = [c[k] for c, k in zip(cost_graph.node_costs, kept)]
+        node_costs = [c[k] for c, k in zip(cost_graph.node_costs, kept, strict=True)]
         edges = [_submatrix(m, kept[u], kept[v]) for u, v, m in cost_graph.edges]
         counts = tuple(len(k) for k in kept)
         if isinstance(ordering, str) and ordering in _WEIGHTED_ORDERINGS:  # they weigh by the counts
@@ -323,7 +326,7 @@ def _prepare(cost_graph: CostGraph, ordering: str | Sequence[int], prune: bool |
         node_costs = list(cost_graph.node_costs)
         edges = [m for _, _, m in cost_graph.edges]
     steps = elimination_steps(adj, counts, order)  # validates an explicit ordering
-    extra_bytes = sum(e.nbytes for e, (_, _, m) in zip(edges, cost_graph.edges) if e is not m)
+    extra_bytes = sum(e.nbytes for e, (_, _, m) in zip(edges, cost_graph.edges, strict=True) if e is not m)
 
     position = [0] * n
     for i, v in enumerate(order):
@@ -335,11 +338,10 @@ def _prepare(cost_graph: CostGraph, ordering: str | Sequence[int], prune: bool |
     groups = []
     scratch = 0
     for step in steps:
-        v, dep = step.vertex, step.dependent_set
-        bucket_scopes = [scopes[f] for f in buckets[v]]
-        split = _split_bucket(buckets[v], bucket_scopes, v, dep, counts)
+        dep = step.dependent_set
+        split = _split_bucket(buckets[step.vertex], scopes, counts)
         groups.append(split)
-        scratch = max(scratch, _step_scratch(split, scopes, v, dep, counts))
+        scratch = max(scratch, _step_scratch(split, scopes, dep, counts))
         if dep:
             scopes.append(dep)
             buckets[dep[0]].append(len(scopes) - 1)
@@ -369,7 +371,7 @@ def _operand_size(group: Sequence[int], scopes: Sequence[tuple[int, ...]], count
     return math.prod(counts[x] for x in set().union(*(scopes[f] for f in group)))
 
 
-def _split_bucket(bucket: list[int], bucket_scopes: list[tuple[int, ...]], v: int, dep: tuple[int, ...],
+def _split_bucket(bucket: list[int], scopes: Sequence[tuple[int, ...]],
                   counts: Sequence[int]) -> tuple[tuple[int, ...], ...]:
     """Split a bucket into at most two groups whose sums are small.
 
@@ -378,13 +380,12 @@ def _split_bucket(bucket: list[int], bucket_scopes: list[tuple[int, ...]], v: in
     group. Greedy: merge the two groups whose merged sum is smallest until two
     remain (a cost vector has no axis besides ``v``, so it merges for free).
     """
-    scope_of = dict(zip(bucket, bucket_scopes))
-    groups = [(f,) for f in sorted(bucket, key=lambda f: -math.prod(counts[x] for x in scope_of[f]))]
+    groups = [(f,) for f in sorted(bucket, key=lambda f: -math.prod(counts[x] for x in scopes[f]))]
     while len(groups) > 2:
         best = None
         for i in range(len(groups)):
             for j in range(i + 1, len(groups)):
-                size = _operand_size(groups[i] + groups[j], scope_of, counts)
+                size = _operand_size(groups[i] + groups[j], scopes, counts)
                 if best is None or size < best[0]:
                     best = (size, i, j)
         _, i, j = best
@@ -392,7 +393,8 @@ def _split_bucket(bucket: list[int], bucket_scopes: list[tuple[int, ...]], v: in
     return tuple(groups)
 
 
-def _step_scratch(groups, scopes, v, dep, counts) -> int:
+def _step_scratch(groups: Sequence[tuple[int, ...]], scopes: Sequence[tuple[int, ...]], dep: tuple[int, ...],
+                  counts: Sequence[int]) -> int:
     """Entries of temporary arrays a step needs beyond its table: operands and tile buffers."""
     operands = sum(_operand_size(g, scopes, counts) for g in groups)
     rest = math.prod(counts[x] for x in dep[1:])
@@ -408,14 +410,14 @@ def _threads() -> int:
 
 
 def _too_large_message(cost_graph: CostGraph, est: SearchEstimate, budget: int) -> str:
-    big = max(est.steps, key=lambda s: s.table_entries)
-    return (
-        f"the search would hold {est.total_table_entries:,} table entries, about {_gib(est.peak_bytes)} "
-        f"at its peak, over the memory budget of {_gib(budget)}; its largest table ({big.table_entries:,} "
-        f"entries) is over the configurations of {len(big.dependent_set)} layers when "
-        f"{cost_graph.label(big.vertex)} is eliminated. Use fewer configurations (fewer devices, powers of "
-        f"two only, a larger minimum shard size) or a larger memory budget"
-    )
+    message = (f"the search would hold {est.total_table_entries:,} table entries, about "
+               f"{_gib(est.peak_bytes)} at its peak, over the memory budget of {_gib(budget)}")
+    if est.steps:
+        big = max(est.steps, key=lambda s: s.table_entries)
+        message += (f"; its largest table ({big.table_entries:,} entries) is over the configurations of "
+                    f"{len(big.dependent_set)} layers when {cost_graph.label(big.vertex)} is eliminated")
+    return (message + ". Use fewer configurations (fewer devices, powers of two only, a larger minimum "
+            "shard size) or a larger memory budget")
 
 
 def _gib(nbytes: int) -> str:
@@ -496,12 +498,14 @@ def _eliminate(prepared: _Prepared, progress: Callable[[int, int], None] | None)
     arrays: list[np.ndarray] = list(prepared.arrays)
     n = len(counts)
     threads = _threads()
-    pool = ThreadPoolExecutor(threads) if threads > 1 and max((s.work for s in est.steps), default=0) >= _THREADED_WORK else None
+    big_steps = any(s.work >= _THREADED_WORK for s in est.steps)
+    pool = ThreadPoolExecutor(threads) if threads > 1 and big_steps else None
     try:
-        for i, (step, groups) in enumerate(zip(est.steps, prepared.groups)):
+        for i, (step, groups) in enumerate(zip(est.steps, prepared.groups, strict=True)):
             v, dep = step.vertex, step.dependent_set
             operands = [_operand(g, arrays, scopes, v, dep, counts) for g in groups]
-            table = _minimise(operands, tuple(counts[x] for x in dep), pool if step.work >= _THREADED_WORK else None, threads)
+            shape = tuple(counts[x] for x in dep)
+            table = _minimise(operands, shape, pool if step.work >= _THREADED_WORK else None, threads)
             if dep:
                 arrays.append(table)
             if progress is not None:
@@ -521,7 +525,8 @@ def _eliminate(prepared: _Prepared, progress: Callable[[int, int], None] | None)
     return assignment
 
 
-def _operand(group, arrays, scopes, v, dep, counts) -> np.ndarray:
+def _operand(group: tuple[int, ...], arrays: list[np.ndarray], scopes: list[tuple[int, ...]], v: int,
+             dep: tuple[int, ...], counts: Sequence[int]) -> np.ndarray:
     """Sum of a group's factors, laid out with axes (v, *dep), size 1 along axes a factor lacks."""
     shape = [counts[v]] + [1] * len(dep)
     aligned = []
@@ -542,7 +547,8 @@ def _operand(group, arrays, scopes, v, dep, counts) -> np.ndarray:
     return out
 
 
-def _minimise(operands: list[np.ndarray], shape: tuple[int, ...], pool, threads: int) -> np.ndarray:
+def _minimise(operands: list[np.ndarray], shape: tuple[int, ...], pool: ThreadPoolExecutor | None,
+              threads: int) -> np.ndarray:
     """``min over axis 0 of (operands[0] + operands[1])``, broadcast to ``(K(v), *shape)``."""
     if len(operands) == 1:  # one operand already spans every axis
         return operands[0].min(axis=0)
@@ -559,13 +565,14 @@ def _minimise(operands: list[np.ndarray], shape: tuple[int, ...], pool, threads:
         return out
     blocks = -(-rows // row_chunk)
     bounds = sorted({min(rows, (t * blocks // threads) * row_chunk) for t in range(threads + 1)})
-    jobs = [pool.submit(_minimise_rows, out, a, b, lo, hi, chunk, row_chunk) for lo, hi in zip(bounds, bounds[1:])]
+    jobs = [pool.submit(_minimise_rows, out, a, b, lo, hi, chunk, row_chunk) for lo, hi in pairwise(bounds)]
     for job in jobs:
         job.result()
     return out
 
 
-def _minimise_rows(out, a, b, lo, hi, chunk, row_chunk) -> None:
+def _minimise_rows(out: np.ndarray, a: np.ndarray, b: np.ndarray, lo: int, hi: int, chunk: int,
+                   row_chunk: int) -> None:
     """Fill ``out[lo:hi]``: add the operands tile by tile and fold each tile's minimum into ``out``."""
     kv = a.shape[0]
     tile = np.empty((chunk, row_chunk) + out.shape[1:])

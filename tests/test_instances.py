@@ -48,7 +48,7 @@ def test_instance_reaches_manifest_optimum(instances_dir, entry):
     assert meta["name"] == entry["name"] and meta["devices"] == entry["devices"]
     assert g.num_nodes == entry["nodes"] and len(g.edges) == entry["edges"]
     assert max(g.config_counts) == entry["max_configs"] and sum(g.config_counts) == entry["total_configs"]
-    assert all(len(node["configs"]) == k for node, k in zip(meta["nodes"], g.config_counts))
+    assert all(len(node["configs"]) == k for node, k in zip(meta["nodes"], g.config_counts, strict=True))
     result = solve(g)
     optimum = entry["optimal_cost"]
     assert abs(result.cost - optimum) / optimum < 1e-9, (result.cost, optimum)

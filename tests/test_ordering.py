@@ -79,7 +79,7 @@ def test_dependent_sets_match_the_papers_definition(seed, name):
     assert sorted(order) == list(range(len(adj)))
     steps = elimination_steps(adj, counts, order)
     position = {v: i for i, v in enumerate(order)}
-    for step, expected in zip(steps, _paper_dependent_sets(adj, order)):
+    for step, expected in zip(steps, _paper_dependent_sets(adj, order), strict=True):
         assert set(step.dependent_set) == expected
         assert list(step.dependent_set) == sorted(expected, key=position.get)
         assert step.table_entries == math.prod(counts[u] for u in expected)

@@ -38,7 +38,8 @@ def brute_force(g: CostGraph) -> float:
 SHAPES = ("tree", "dag", "star", "complete", "disconnected", "ladder")
 
 
-def random_graph(seed: int, shape: str, *, max_nodes: int = 7, max_configs: int = 4, costs: str = "uniform") -> CostGraph:
+def random_graph(seed: int, shape: str, *, max_nodes: int = 7, max_configs: int = 4,
+                 costs: str = "uniform") -> CostGraph:
     """A small random cost graph.
 
     shape: tree; dag (tree plus extra edges: multi-branch, merge points); star (one
