@@ -419,6 +419,8 @@ _POINTWISE_NARY = {
     "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Where", "Equal", "Less", "Greater",
     "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Mod", "BitwiseAnd", "BitwiseOr",
 }
+_BINARY_MIN = {"Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
+               "And", "Or", "Xor", "Mod", "PRelu", "BitwiseAnd", "BitwiseOr"}
 _MOVE_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Gather", "Expand", "Tile", "Pad"}
 _PASS_THROUGH = {"Identity", "Dropout", "Cast", "CastLike"}
 _SHAPE_OPS = {"Shape", "Size", "Constant", "ConstantOfShape", "Range", "NonZero"}
@@ -430,6 +432,17 @@ _NAMED = {
     "SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss", "Concat", "Split", "Slice", "Reshape", "Flatten",
     "Squeeze", "Unsqueeze", "Transpose", "Gather", "LSTM", "Expand", "Tile", "Pad",
 }
+# Inputs every node of an op must have (ONNX's required inputs), and ops whose input 0 must be an activation.
+_MIN_INPUTS = {
+    "Gemm": 2, "MatMul": 2, "Conv": 2, "BatchNormalization": 5, "InstanceNormalization": 3, "LayerNormalization": 2,
+    "Reshape": 2, "Gather": 2, "Expand": 2, "Tile": 2, "LSTM": 3, "SoftmaxCrossEntropyLoss": 2,
+    "NegativeLogLikelihoodLoss": 2, "Where": 3, "Einsum": 1, "CastLike": 2,
+}
+_ACT_FIRST = (_PASS_THROUGH | _REDUCE | {
+    "Conv", "MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "BatchNormalization",
+    "InstanceNormalization", "LayerNormalization", "Softmax", "LogSoftmax", "SoftmaxCrossEntropyLoss",
+    "NegativeLogLikelihoodLoss", "Concat", "Split", "Slice", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
+    "Transpose", "Expand", "Tile", "Pad", "LSTM"} | _POINTWISE_UNARY) - {"Concat"}
 SUPPORTED_OPS = frozenset(_POINTWISE_UNARY | _POINTWISE_NARY | _PASS_THROUGH | _SHAPE_OPS | _REDUCE | _NAMED)
 """ONNX operators (default domain) that :func:`from_onnx` maps."""
 
@@ -917,6 +930,15 @@ class _Importer:
         if op not in SUPPORTED_OPS:
             raise _Unsupported("")
         ins = [self.values[t] if t else None for t in node.input]
+        need = _MIN_INPUTS.get(op, 0 if op in _SHAPE_OPS and op not in ("Shape", "Size") else 1)
+        if op in _BINARY_MIN:
+            need = 2
+        elif op == "Slice" and self.opset >= 10:
+            need = 3
+        elif op == "Pad" and self.opset >= 11:
+            need = 2
+        if len(ins) < need or any(v is None for v in ins[:need]):
+            raise FormatError(f"{self._where()}: needs {need} input(s), has {sum(v is not None for v in ins)}")
         attrs = _attrs(node)
         if op == "Constant":
             return [self._constant(attrs)]
@@ -932,6 +954,8 @@ class _Importer:
         acts = [v for v in ins if isinstance(v, _Act)]
         if not acts:
             return self._fold_node(node, op, attrs, ins)
+        if op in _ACT_FIRST and not isinstance(ins[0], _Act):
+            raise FormatError(f"{self._where()}: input 0 must be an activation, but it is a constant")
         if op in _PASS_THROUGH:
             x = ins[0]
             if not isinstance(x, _Act):

@@ -169,3 +169,73 @@ def test_pathological_documents(text):
 def test_valid_example_still_loads():
     graph = pio.loads_graph(json.dumps(EXAMPLE))
     assert [layer.name for layer in graph] == ["fc1", "fc2", "fc3", "loss"]
+
+
+# -- ONNX: mutated models only ever raise PaseError ------------------------------------------------
+
+try:
+    import onnx as _onnx
+except ImportError:  # pragma: no cover - the test extra installs onnx
+    _onnx = None
+
+ONNX_FIXTURES = ROOT / "tests" / "data" / "onnx"
+needs_onnx = pytest.mark.skipif(_onnx is None and not __import__("os").environ.get("CI"), reason="onnx not installed")
+
+
+def _from_onnx_or_pase_error(source) -> None:
+    from pase.onnx_import import from_onnx
+
+    try:
+        with __import__("warnings").catch_warnings():
+            __import__("warnings").simplefilter("ignore")
+            graph = from_onnx(source, unsupported="elementwise")
+    except PaseError as exc:
+        assert str(exc).strip() and "\n" not in str(exc), repr(str(exc))
+        return
+    graph.validate()
+
+
+@needs_onnx
+@FUZZ
+@given(st.sampled_from(["cnn", "transformer"]), st.lists(st.tuples(st.floats(0, 1), st.integers(0, 255)),
+                                                          min_size=1, max_size=8))
+def test_onnx_byte_flips(name, flips):
+    data = bytearray((ONNX_FIXTURES / f"{name}.onnx").read_bytes())
+    for where, value in flips:
+        data[int(where * (len(data) - 1))] = value
+    _from_onnx_or_pase_error(bytes(data))
+
+
+ONNX_OPS = sorted({"Relu", "Add", "MatMul", "Gemm", "Conv", "Reshape", "Transpose", "Concat", "Split", "Slice",
+                   "Gather", "LSTM", "Softmax", "LayerNormalization", "BatchNormalization", "MaxPool", "Flatten",
+                   "Squeeze", "Unsqueeze", "ReduceMean", "Expand", "Pad", "Einsum", "Shape", "ConstantOfShape",
+                   "NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss", "GlobalAveragePool", "Where", "Tile"})
+
+
+@needs_onnx
+@FUZZ
+@given(st.data())
+def test_onnx_structural_mutations(data):
+    model = _onnx.load_model_from_string((ONNX_FIXTURES / "transformer.onnx").read_bytes())
+    nodes = model.graph.node
+    for _ in range(data.draw(st.integers(1, 4))):
+        n = nodes[data.draw(st.integers(0, len(nodes) - 1))]
+        action = data.draw(st.sampled_from(["op", "drop_input", "swap_input", "attr", "dims"]))
+        if action == "op":
+            n.op_type = data.draw(st.sampled_from(ONNX_OPS))
+        elif action == "drop_input" and len(n.input):
+            del n.input[data.draw(st.integers(0, len(n.input) - 1))]
+        elif action == "swap_input" and len(n.input):
+            other = nodes[data.draw(st.integers(0, len(nodes) - 1))]
+            if len(other.output):
+                n.input[data.draw(st.integers(0, len(n.input) - 1))] = other.output[0]
+        elif action == "attr" and len(n.attribute):
+            a = n.attribute[data.draw(st.integers(0, len(n.attribute) - 1))]
+            if a.ints:
+                a.ints[data.draw(st.integers(0, len(a.ints) - 1))] = data.draw(st.integers(-5, 2**40))
+            else:
+                a.i = data.draw(st.integers(-5, 70))
+        elif action == "dims":
+            inp = model.graph.input[0].type.tensor_type.shape.dim
+            inp[data.draw(st.integers(0, len(inp) - 1))].dim_value = data.draw(st.integers(0, 100))
+    _from_onnx_or_pase_error(model)
