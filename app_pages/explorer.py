@@ -37,27 +37,8 @@ st.markdown(
 plan = solve_button(problem)
 if plan is None:
     st.info("Press **Solve** to search for the best strategy; below is the graph's structure.", icon=":material/info:")
-else:
-    try:
-        dp = state.data_parallel_plan(problem)
-    except PaseError as exc:
-        dp = None
-        st.warning(f"Data parallelism could not be costed: {exc}")
-    headline(plan, dp)
-    totals = plan.totals_s()
-    total = sum(totals.values()) or 1.0
-    st.caption(
-        f"Step time = compute {fmt_time(totals['compute_s'])} ({100 * totals['compute_s'] / total:.0f}%) + "
-        f"intra-layer communication {fmt_time(totals['intra_comm_s'])} ({100 * totals['intra_comm_s'] / total:.0f}%) + "
-        f"redistribution between layers {fmt_time(totals['edge_comm_s'])} ({100 * totals['edge_comm_s'] / total:.0f}%)."
-    )
-    table = strategy_table(plan)
-    d1, d2, _ = st.columns([1, 1, 3])
-    d1.download_button("Strategy (JSON)", json.dumps(plan.to_dict(), indent=1),
-                       file_name=f"{graph.name}-p{c.devices}-strategy.json", mime="application/json",
-                       icon=":material/download:", key="dl_json")
-    d2.download_button("Table (CSV)", table.to_csv(index=False), file_name=f"{graph.name}-p{c.devices}-table.csv",
-                       mime="text/csv", icon=":material/download:", key="dl_csv")
+# Filled after the graph is drawn, so the graph comes first.
+summary = st.container()
 
 # -- the graph ---------------------------------------------------------------------------------
 
@@ -108,6 +89,30 @@ else:
     st.caption(f"{len(view.nodes)} nodes for {len(names)} layers; square: a module of several layers. "
                "Hover for dimensions and configuration counts.")
     st.stop()
+
+# -- headline numbers and downloads (above the graph) ---------------------------------------
+
+with summary:
+    try:
+        dp = state.data_parallel_plan(problem)
+    except PaseError as exc:
+        dp = None
+        st.warning(f"Data parallelism could not be costed: {exc}")
+    headline(plan, dp)
+    totals = plan.totals_s()
+    total = sum(totals.values()) or 1.0
+    st.caption(
+        f"Step time = compute {fmt_time(totals['compute_s'])} ({100 * totals['compute_s'] / total:.0f}%) + "
+        f"intra-layer communication {fmt_time(totals['intra_comm_s'])} ({100 * totals['intra_comm_s'] / total:.0f}%) + "
+        f"redistribution between layers {fmt_time(totals['edge_comm_s'])} ({100 * totals['edge_comm_s'] / total:.0f}%)."
+    )
+    table = strategy_table(plan)
+    d1, d2, _ = st.columns([1, 1, 3])
+    d1.download_button("Strategy (JSON)", json.dumps(plan.to_dict(), indent=1),
+                       file_name=f"{graph.name}-p{c.devices}-strategy.json", mime="application/json",
+                       icon=":material/download:", key="dl_json")
+    d2.download_button("Table (CSV)", table.to_csv(index=False), file_name=f"{graph.name}-p{c.devices}-table.csv",
+                       mime="text/csv", icon=":material/download:", key="dl_csv")
 
 # -- cost breakdown and table ------------------------------------------------------------------
 

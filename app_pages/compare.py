@@ -1,0 +1,103 @@
+"""Compare: the found strategy beside data parallelism, the expert strategies and your own plan."""
+
+import json
+
+import streamlit as st
+
+from pase.errors import PaseError
+from ui import state
+from ui.figures import layer_compare_figure, totals_figure
+from ui.fmt import fmt_time
+from ui.pagekit import require_problem, solve_button
+from ui.tables import comparison_table, differing_layers, totals_table
+
+PASE = "PaSE"
+# Per-layer chart: at most this many layers (those whose times differ most).
+MAX_CHART_LAYERS = 40
+
+st.title("Compare strategies")
+st.caption("The found strategy beside data parallelism and the expert strategies that apply to this model "
+           "(OWT for CNNs, Mesh-TensorFlow and Megatron for Transformers, GNMT for LSTMs), all under the same "
+           "cost model.")
+
+problem = require_problem()
+graph = state.load_graph(problem.source)
+st.markdown(f"**{graph.name}** ({problem.source}) on **{problem.cluster}**")
+
+plan = solve_button(problem, key="solve_compare", label="Solve")
+if plan is None:
+    st.info("Press **Solve** to find the strategy to compare.", icon=":material/info:")
+    st.stop()
+
+try:
+    with st.spinner("Costing the baselines..."):
+        baselines = state.baseline_plans(problem)
+except PaseError as exc:
+    st.error(f"The baselines could not be costed: {exc}")
+    st.stop()
+
+plans = {PASE: plan, **baselines}
+
+with st.expander("Add your own plan", icon=":material/upload_file:"):
+    st.markdown(
+        "A JSON object mapping layer names to configurations, e.g. `{\"fc6\": [1, 8, 1]}`, or a strategy file "
+        "downloaded from the explorer. Layers it leaves out are data parallel."
+    )
+    own = st.file_uploader("Strategy file (.json)", type=["json"], key="cmp_user_plan")
+    if own is not None:
+        try:
+            from pase.baselines import evaluate_strategy
+
+            try:
+                data = json.loads(own.getvalue())
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise ValueError(f"not valid JSON: {exc}") from None
+            if isinstance(data, dict) and isinstance(data.get("layers"), list):
+                data = {r["name"]: r["config"] for r in data["layers"] if isinstance(r, dict) and "name" in r}
+            if not isinstance(data, dict):
+                raise ValueError("the file must hold a JSON object")
+            user = evaluate_strategy(graph, problem.cluster, data, options=problem.options, label="your plan")
+            plans["your plan"] = user
+            st.success(f"Your plan: {fmt_time(user.step_time_s)} per step.")
+        except (PaseError, ValueError, TypeError, KeyError) as exc:
+            st.error(f"Cannot use this plan: {exc}")
+
+st.subheader("Step time")
+speedups = {name: plan.speedup_over(p) for name, p in plans.items() if name != PASE}
+st.plotly_chart(totals_figure({name: p.totals_s() for name, p in plans.items()}, speedups=speedups),
+                key="cmp_totals")
+st.dataframe(totals_table(plans, PASE), hide_index=True, key="cmp_totals_table",
+             column_config={c: st.column_config.NumberColumn(format="%.4g")
+                            for c in ("step_ms", "compute_ms", "intra_comm_ms", "edge_comm_ms", f"{PASE} speedup")})
+st.caption("The number after each bar: how many times faster the found strategy's step is.")
+
+st.subheader("Per layer")
+others = [n for n in plans if n != PASE]
+c1, c2 = st.columns([2, 1])
+chosen = c1.multiselect("Compare with", others, default=[n for n in others if n == "data parallel"] or others[:1],
+                        key="cmp_chosen")
+only_diff = c2.toggle("Only layers that differ", value=True, key="cmp_only_diff")
+subset = {PASE: plan, **{n: plans[n] for n in chosen}}
+differ = differing_layers(subset, PASE)
+table = comparison_table(subset, PASE)
+if only_diff:
+    table = table[table["differs"]]
+st.caption(f"{len(differ)} of {len(plan.layers)} layers are split differently.")
+if len(subset) > 1 and differ:
+    # The layers whose times differ most.
+    spread = {name: max(p.layers[i].total_s for p in subset.values()) - min(p.layers[i].total_s for p in subset.values())
+              for i, name in enumerate(r.name for r in plan.layers)}
+    shown = sorted(differ, key=lambda n: -spread[n])[:MAX_CHART_LAYERS]
+    st.plotly_chart(layer_compare_figure({k: v.layers for k, v in subset.items()}, only=shown), key="cmp_layers")
+    if len(differ) > MAX_CHART_LAYERS:
+        st.caption(f"The chart shows the {MAX_CHART_LAYERS} layers whose times differ most; the table lists all.")
+
+
+def _highlight(row):
+    return ["background-color: #fff3cd" if row["differs"] else "" for _ in row]
+
+
+st.dataframe(
+    table.style.apply(_highlight, axis=1).format({c: "{:.4g}" for c in table.columns if c.endswith(" ms")}),
+    hide_index=True, key="cmp_table",
+)

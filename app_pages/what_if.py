@@ -1,0 +1,151 @@
+"""What-if: sweep devices (and bandwidth, FLOP/s or batch), re-solve per point, and plot the result."""
+
+import streamlit as st
+
+from pase.errors import PaseError
+from pase.plan import parallelism_kind
+from ui import state
+from ui.figures import split_changes_figure, sweep_figure
+from ui.graphview import auto_group_depth, group_key
+from ui.pagekit import require_problem
+
+DEVICE_CHOICES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+VARY = {
+    "nothing else": None,
+    "link bandwidth (GB/s)": "bandwidth_Bps",
+    "peak TFLOP/s": "peak_flops",
+    "batch size": "batch",
+}
+# Heatmap rows: above this many layers, show modules (their first layer stands for them) or only changes.
+MAX_ROWS = 80
+
+st.title("What if?")
+st.caption("Re-solve at every device count (and, optionally, several bandwidths, FLOP rates or batch sizes) "
+           "and see how the estimated step time, the speedup over data parallelism and each layer's split change. "
+           "Like the paper's Fig. 6, but modelled.")
+
+problem = require_problem()
+graph = state.load_graph(problem.source)
+cluster = problem.cluster
+st.markdown(f"**{graph.name}** ({problem.source}); hardware: {cluster.peak_flops / 1e12:g} TFLOP/s, "
+            f"{cluster.bandwidth_Bps / 1e9:g} GB/s links")
+
+c1, c2, c3 = st.columns([3, 2, 2])
+devices = c1.multiselect("Devices", DEVICE_CHOICES, default=[1, 2, 4, 8, 16, 32], key="wi_devices")
+vary_label = c2.selectbox("Also vary", list(VARY), key="wi_vary")
+vary = VARY[vary_label]
+values: list[float] = []
+if vary is not None:
+    if vary == "batch" and problem.source.kind != "sample":
+        c3.warning("Batch size can only vary for sample graphs.")
+        vary = None
+    else:
+        default = {
+            "bandwidth_Bps": f"{cluster.bandwidth_Bps / 1e9 / 4:g}, {cluster.bandwidth_Bps / 1e9:g}, "
+                             f"{cluster.bandwidth_Bps / 1e9 * 4:g}",
+            "peak_flops": f"{cluster.peak_flops / 1e12:g}, {cluster.peak_flops / 1e12 * 4:g}",
+            "batch": "32, 64, 128",
+        }[vary]
+        text = c3.text_input(vary_label, value=default, key=f"wi_values_{vary}",
+                             help="Comma-separated values.")
+        try:
+            values = sorted({float(v) for v in text.replace(";", ",").split(",") if v.strip()})
+            if not values or any(v <= 0 for v in values):
+                raise ValueError
+            if vary == "batch" and any(v != int(v) for v in values):
+                raise ValueError
+        except ValueError:
+            st.error(f"'{text}' is not a list of positive numbers" + (" (whole numbers)" if vary == "batch" else ""))
+            st.stop()
+
+if not devices:
+    st.info("Choose at least one device count.")
+    st.stop()
+devices = sorted(devices)
+
+key = ("sweep", problem, tuple(devices), vary, tuple(values))
+store = state.stores()["sweeps"]
+records = store.get(key)
+if st.button("Run sweep", type="primary", key="wi_run", icon=":material/play_arrow:") and records is None:
+    from pase.baselines import sweep
+
+    bar = st.progress(0.0, text="Sweeping...")
+    progress = state.throttled_progress(bar, "Points solved", 0.0)
+    try:
+        records = []
+        if vary == "batch":
+            params = dict(problem.source.params)
+            for i, batch in enumerate(values):
+                source = state.GraphSource("sample", problem.source.name, tuple({**params, "batch": int(batch)}.items()))
+                g = state.load_graph(source)
+                part = sweep(g, devices, cluster, options=problem.options,
+                             progress=lambda d, t, i=i: progress(i * t + d, t * len(values)))
+                records += [{**r, "batch": int(batch)} for r in part]
+        else:
+            kwargs = {}
+            if vary == "bandwidth_Bps":
+                kwargs["bandwidths_Bps"] = [v * 1e9 for v in values]
+            elif vary == "peak_flops":
+                kwargs["peak_flops"] = [v * 1e12 for v in values]
+            records = sweep(graph, devices, cluster, options=problem.options, progress=progress, **kwargs)
+        store.put(key, records)
+    except PaseError as exc:
+        records = None
+        st.error(f"{type(exc).__name__}: {exc}")
+    finally:
+        bar.empty()
+
+if records is None:
+    st.info("Press **Run sweep**: each point runs the search and costs every applicable baseline.",
+            icon=":material/info:")
+    st.stop()
+
+strategies = list(dict.fromkeys(r["strategy"] for r in records))
+shown = st.multiselect("Strategies", strategies, default=[s for s in strategies if s in ("PaSE", "data parallel")]
+                       or strategies[:2], key="wi_strategies")
+rows = [r for r in records if r["strategy"] in shown]
+if vary is not None:
+    unit = {"bandwidth_Bps": (1e9, "GB/s"), "peak_flops": (1e12, "TFLOP/s"), "batch": (1, "batch")}[vary]
+    for r in rows:
+        r["series"] = f"{r['strategy']} @ {r[vary] / unit[0]:g} {unit[1]}"
+    fig = sweep_figure(rows, series="series")
+else:
+    fig = sweep_figure(rows)
+st.plotly_chart(fig, key="wi_sweep")
+
+st.subheader("Where each layer's split changes")
+pase_records = [r for r in records if r["strategy"] == "PaSE"]
+if vary is not None:
+    first = pase_records[0][vary]
+    pase_records = [r for r in pase_records if r[vary] == first]
+    st.caption(f"At {vary_label} = {first / unit[0]:g}.")
+configs = {r["devices"]: r["configs"] for r in pase_records}
+if vary == "batch":
+    graph = state.load_graph(state.GraphSource("sample", problem.source.name,
+                                               tuple({**dict(problem.source.params), "batch": int(first)}.items())))
+layers = [(layer.name, layer.dims) for layer in graph.layers]
+# On one device everything is replicated; kinds are compared from two devices up.
+kinds_change = [
+    name for name, dims in layers
+    if len({parallelism_kind(dims, tuple(c[name])) for p, c in configs.items() if p > 1}) > 1
+]
+only_changes = st.toggle("Only layers whose kind of parallelism changes", value=len(layers) > MAX_ROWS,
+                         key="wi_only_changes")
+rows_shown = [(n, d) for n, d in layers if n in set(kinds_change)] if only_changes else layers
+if len(rows_shown) > MAX_ROWS:
+    # One row per module: its first layer stands for it.
+    depth = auto_group_depth([n for n, _ in rows_shown])
+    seen, reduced = set(), []
+    for n, d in rows_shown:
+        g = group_key(n, depth)
+        if g not in seen:
+            seen.add(g)
+            reduced.append((n, d))
+    st.caption(f"{len(rows_shown)} layers: showing the first layer of each of {len(reduced)} modules.")
+    rows_shown = reduced
+if rows_shown:
+    st.plotly_chart(split_changes_figure(rows_shown, configs), key="wi_splits")
+    st.caption("Each cell: the layer's split at that device count (b8·n2 = batch 8 ways, n 2 ways); colour: kind "
+               "of parallelism; bold: the kind changed from the column to its left.")
+else:
+    st.info("No layer changes its split across these device counts.")

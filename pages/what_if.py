@@ -1,2 +1,0 @@
-import streamlit as st
-st.title("todo")

@@ -1,0 +1,145 @@
+"""The app in a real browser: solve a sample, see the graph drawn, visit every page, time click-to-graph.
+
+Run alone with ``pytest tests/browser -s`` (``-s`` shows the timing). Screenshots and the
+timing land in ``artifacts/`` (git-ignored).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+PAGES = {"": "PaSE explorer", "compare": "Compare strategies", "what-if": "What if?", "learn": "Learn"}
+STRATEGY_POINTS = ".st-key-strategy-graph .js-plotly-plot .scatterlayer .trace .point"
+STRUCTURE_POINTS = ".st-key-structure-graph .js-plotly-plot .scatterlayer .trace .point"
+TIMING_RUNS = 5
+# The goal is 3 s (BENCHMARKS.md); the test fails only far above it, to stay robust on a busy CI machine.
+TIMING_LIMIT_S = 10.0
+
+# Click Solve from inside the page and resolve with the milliseconds until the strategy graph
+# has points in the DOM and the next frame is painted.
+CLICK_TO_GRAPH_JS = """
+(selector) => new Promise((resolve, reject) => {
+  const button = [...document.querySelectorAll('button')].find(b => b.innerText.trim().endsWith('Solve'));
+  if (!button) { reject('no Solve button'); return; }
+  if (document.querySelector(selector)) { reject('the strategy graph is already drawn'); return; }
+  let t0 = null;
+  const done = () => requestAnimationFrame(() => resolve(performance.now() - t0));
+  const observer = new MutationObserver(() => {
+    if (document.querySelector(selector)) { observer.disconnect(); done(); }
+  });
+  observer.observe(document.body, {subtree: true, childList: true});
+  t0 = performance.now();
+  button.click();
+})
+"""
+
+
+def wait_idle(page, timeout_ms: int = 60_000) -> None:
+    """Wait until the script run has finished (the app root's script state)."""
+    page.wait_for_selector('[data-testid="stApp"][data-test-script-state="notRunning"]', state="attached",
+                           timeout=timeout_ms)
+
+
+def open_page(page, url: str) -> None:
+    page.goto(url)
+    page.wait_for_selector('[data-testid="stApp"]', state="attached")
+    # The first run may start a moment after the app shell appears.
+    page.wait_for_timeout(300)
+    wait_idle(page)
+
+
+def assert_no_exception(page, where: str) -> None:
+    count = page.locator('[data-testid="stException"]').count()
+    if count:
+        text = page.locator('[data-testid="stException"]').first.inner_text()
+        raise AssertionError(f"{where} shows an exception: {text[:1000]}")
+
+
+def shoot(page, path, height: int = 2400) -> None:
+    """Screenshot with a tall viewport: Streamlit scrolls inside its main block, so full_page alone is not enough."""
+    size = page.viewport_size
+    page.set_viewport_size({"width": size["width"], "height": height})
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(path), full_page=True)
+    page.set_viewport_size(size)
+
+
+def set_number(page, label: str, value: str) -> None:
+    box = page.get_by_label(label, exact=True)
+    box.fill(value)
+    box.press("Enter")
+    page.wait_for_timeout(300)
+    wait_idle(page)
+
+
+def test_solve_draws_the_strategy_graph(page, app_url, artifacts):
+    open_page(page, app_url)
+    assert_no_exception(page, "the explorer before Solve")
+    page.wait_for_selector(STRUCTURE_POINTS, state="attached")
+    page.get_by_role("button", name="Solve").click()
+    page.wait_for_selector(STRATEGY_POINTS, state="attached")
+    wait_idle(page)
+    assert_no_exception(page, "the explorer after Solve")
+    assert page.get_by_text("Estimated step time").count() >= 1
+    page.get_by_role("tab", name="Configurations (Table II)").click()
+    page.wait_for_selector('[data-testid="stDataFrame"]', state="visible")
+    # Several parallelism kinds or at least one trace of nodes drawn.
+    assert page.locator(STRATEGY_POINTS).count() > 5
+    shoot(page, artifacts / "browser-explorer.png")
+
+
+@pytest.mark.parametrize("path", list(PAGES))
+def test_every_page_loads_without_exception(page, app_url, artifacts, path):
+    open_page(page, f"{app_url}/{path}")
+    page.get_by_text(PAGES[path]).first.wait_for()
+    assert_no_exception(page, f"page /{path}")
+    if path == "what-if":
+        page.get_by_role("button", name="Run sweep").click()
+        page.wait_for_timeout(300)
+        wait_idle(page, timeout_ms=180_000)
+        assert_no_exception(page, "the what-if page after a sweep")
+        assert page.locator(".js-plotly-plot").count() >= 1
+    if path == "compare":
+        page.get_by_role("button", name="Solve").click()
+        page.wait_for_timeout(300)
+        wait_idle(page, timeout_ms=120_000)
+        assert_no_exception(page, "the compare page after Solve")
+        assert page.get_by_text("Per layer").count() >= 1
+    shoot(page, artifacts / f"browser-{path or 'explorer-start'}.png")
+
+
+def test_click_to_graph_time_inception3_p8(page, app_url, artifacts):
+    """Median time from the click on Solve to the drawn strategy graph, InceptionV3 at p = 8, uncached.
+
+    Each run uses another link bandwidth (16.0x GB/s) so that every Solve searches afresh.
+    """
+    open_page(page, app_url)
+    set_number(page, "Devices p", "8")
+    times_s = []
+    for run in range(TIMING_RUNS):
+        set_number(page, "Link GB/s", f"{16 + 0.01 * (run + 1):.2f}")
+        page.wait_for_selector(STRUCTURE_POINTS, state="attached")
+        page.wait_for_timeout(500)
+        ms = page.evaluate(CLICK_TO_GRAPH_JS, STRATEGY_POINTS)
+        times_s.append(ms / 1e3)
+        wait_idle(page)
+        assert_no_exception(page, f"timing run {run}")
+    median = statistics.median(times_s)
+    record = {
+        "what": "click Solve -> strategy graph drawn, inception3 batch 128, p=8, paper-model cluster, uncached",
+        "runs_s": [round(t, 3) for t in times_s],
+        "median_s": round(median, 3),
+        "machine": f"{platform.machine()}, {platform.system()} {platform.release()}",
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    (artifacts / "browser-timing.json").write_text(json.dumps(record, indent=1) + "\n")
+    print(f"\nclick-to-graph, inception3 p=8: median {median:.2f} s over {TIMING_RUNS} runs {record['runs_s']}")
+    shoot(page, artifacts / "browser-inception3-p8.png")
+    assert median < TIMING_LIMIT_S, record
