@@ -441,13 +441,15 @@ _MIN_INPUTS = {
 _ACT_FIRST = (_PASS_THROUGH | _REDUCE | {
     "Conv", "MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "BatchNormalization",
     "InstanceNormalization", "LayerNormalization", "Softmax", "LogSoftmax", "SoftmaxCrossEntropyLoss",
-    "NegativeLogLikelihoodLoss", "Concat", "Split", "Slice", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
-    "Transpose", "Expand", "Tile", "Pad", "LSTM"} | _POINTWISE_UNARY) - {"Concat"}
+    "NegativeLogLikelihoodLoss", "Split", "Slice", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
+    "Transpose", "Expand", "Tile", "Pad", "LSTM"} | _POINTWISE_UNARY)
 SUPPORTED_OPS = frozenset(_POINTWISE_UNARY | _POINTWISE_NARY | _PASS_THROUGH | _SHAPE_OPS | _REDUCE | _NAMED)
 """ONNX operators (default domain) that :func:`from_onnx` maps."""
 
 
 class _Importer:
+    """One import: walks the nodes, keeps a value per tensor, collects layer specs, builds the Graph."""
+
     def __init__(self, model, *, batch, symbols, unsupported, name):
         self.model = model
         self.g = model.graph
@@ -470,6 +472,7 @@ class _Importer:
         self._inferred: dict[str, tuple] | None = None
         self.consumers: dict[str, int] = {}
         self._picks: dict = {}
+        self._named = False
         self.node = None
 
     # -- naming and specs -------------------------------------------------------------------
@@ -540,7 +543,7 @@ class _Importer:
                 elif d.HasField("dim_value") and d.dim_value <= 0:
                     raise FormatError(f"{where} has a zero-sized or negative dimension ({d.dim_value})")
                 else:
-                    dims.append(d.dim_param or "?")
+                    dims.append(d.dim_param or f"?{len(dims)}")
             shapes[inp.name] = dims
         first = next((s for s in shapes.values() if s), None)
         if first is not None and isinstance(first[0], int):
@@ -558,7 +561,10 @@ class _Importer:
                 elif d in self.symbols:
                     resolved.append(int(self.symbols[d]))
                 elif i == 0 and d == batch_symbol:
-                    raise FormatError(f"{where} has a symbolic batch dimension {d!r}; give the batch size (batch=..., CLI --batch)")
+                    what = "an unknown batch dimension" if d.startswith("?") else f"a symbolic batch dimension {d!r}"
+                    raise FormatError(f"{where} has {what}; give the batch size (batch=..., CLI --batch)")
+                elif d.startswith("?"):
+                    raise FormatError(f"{where} has an unknown size on axis {i}; export the model with fixed shapes")
                 else:
                     raise FormatError(
                         f"{where} has a symbolic dimension {d!r} (axis {i}); give its size with symbols={{{d!r}: ...}} "
@@ -1085,12 +1091,12 @@ class _Importer:
         else:
             out = self._matmul(a, b)
             if isinstance(c, _Const) and prod(c.shape) > 0:
-                self.node_bias(out, c)
+                self._bias_or_pointwise(out, c)
         if isinstance(c, _Act):
             out = self._elementwise([out, c], False)
         return [out]
 
-    def node_bias(self, out: _Act, c: _Const):
+    def _bias_or_pointwise(self, out: _Act, c: _Const):
         if not self._try_bias(out, c):
             target = self._fusion_target(out)
             if target is not None:
