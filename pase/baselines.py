@@ -16,6 +16,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 from pase.cluster import Cluster
 from pase.configs import ConfigOptions, split_factors
 from pase.graph import Graph, Layer
+from pase.memory import InsufficientMemoryError
 from pase.plan import Plan, evaluate, plan
 
 __all__ = [
@@ -221,9 +222,12 @@ def sweep(
     ``bandwidths_Bps`` and ``peak_flops`` (otherwise the cluster's). Returns
     plain records, one per point and strategy: ``devices``,
     ``bandwidth_Bps``, ``peak_flops``, ``strategy`` (``"PaSE"`` or a baseline
-    name), ``label``, ``cost``, ``step_time_s``, ``speedup_over_dp`` and, for
-    PaSE, ``configs`` (layer name -> configuration). ``progress(done, total)``
-    is called after each point.
+    name), ``label``, ``cost``, ``step_time_s``, ``speedup_over_dp``,
+    ``memory_per_device_bytes``, ``fits_memory`` (None when the cluster has no
+    capacity) and, for PaSE, ``configs`` (layer name -> configuration). Where
+    no strategy fits the cluster's memory, PaSE's record is the unconstrained
+    optimum with ``fits_memory`` False. ``progress(done, total)`` is called
+    after each point.
 
     Raises
     ------
@@ -240,7 +244,11 @@ def sweep(
     ]
     records = []
     for i, point in enumerate(grid):
-        best = plan(graph, point, options=options)
+        try:
+            best = plan(graph, point, options=options)
+        except InsufficientMemoryError:
+            # Nothing fits at this point: report the unconstrained optimum, flagged by fits_memory.
+            best = plan(graph, point, options=options, memory_limit_bytes=None)
         others = applicable_baselines(graph, point, options)
         dp_time = others["data parallel"].step_time_s
         for name, p in [("PaSE", best), *others.items()]:
@@ -248,6 +256,7 @@ def sweep(
                 "devices": point.devices, "bandwidth_Bps": point.bandwidth_Bps, "peak_flops": point.peak_flops,
                 "strategy": name, "label": p.label, "cost": p.cost, "step_time_s": p.step_time_s,
                 "speedup_over_dp": dp_time / p.step_time_s,
+                "memory_per_device_bytes": p.memory_per_device_bytes, "fits_memory": p.fits_memory,
             }
             if name == "PaSE":
                 record["configs"] = {k: list(v) for k, v in p.strategy.items()}

@@ -149,7 +149,8 @@ def _solve(args) -> int:
     if args.json:
         out = result.to_dict()
         out["baselines"] = {
-            name: {"label": b.label, "cost": b.cost, "step_time_s": b.step_time_s, "speedup": result.speedup_over(b)}
+            name: {"label": b.label, "cost": b.cost, "step_time_s": b.step_time_s, "speedup": result.speedup_over(b),
+                   "memory_per_device_bytes": b.memory_per_device_bytes, "fits_memory": b.fits_memory}
             for name, b in baselines.items()
         }
         print(json.dumps(out, indent=1))
@@ -164,8 +165,11 @@ def _solve(args) -> int:
     print(f"estimated step time {result.step_time_s * 1e3:.2f} ms (compute {t['compute_s'] * 1e3:.2f}, "
           f"intra-layer communication {t['intra_comm_s'] * 1e3:.2f}, edge communication {t['edge_comm_s'] * 1e3:.2f})")
     print(f"search {result.search.search_time_s:.3f} s, largest dependent set {result.search.max_dependent_set}")
+    if result.memory_capacity_bytes is not None:
+        print(f"memory per device {result.memory_per_device_bytes / 1e9:.2f} GB of {result.memory_capacity_bytes / 1e9:.2f} GB")
     for name, b in baselines.items():
-        print(f"  vs {b.label}: {b.step_time_s * 1e3:.2f} ms, PaSE is {result.speedup_over(b):.2f}x faster")
+        fits = {None: "", True: ", fits memory", False: ", does NOT fit memory"}[b.fits_memory]
+        print(f"  vs {b.label}: {b.step_time_s * 1e3:.2f} ms{fits}, PaSE is {result.speedup_over(b):.2f}x faster")
     return 0
 
 

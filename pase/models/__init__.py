@@ -18,7 +18,7 @@ Name, network, vertices and parameters with the default sizes:
   4096; 214, 329,957,376.
 * ``densenet121``: DenseNet-121, batch 128; 306, 7,978,856.
 * ``gpt``: GPT-2-medium-like decoder, 24 layers, model 1024, 16 heads,
-  sequence 1024, vocabulary 50257, batch 64; 318, 406,286,336.
+  sequence 1024, vocabulary 50257, batch 32; 318, 406,286,336.
 """
 
 from __future__ import annotations

@@ -166,7 +166,7 @@ def transformer_large(batch: int = 64, seq: int = 256, d_model: int = 1024, head
     return g
 
 
-def gpt(batch: int = 64, seq: int = 1024, d_model: int = 1024, layers: int = 24, heads: int = 16,
+def gpt(batch: int = 32, seq: int = 1024, d_model: int = 1024, layers: int = 24, heads: int = 16,
         vocab: int = 50257, d_ff: int | None = None) -> Graph:
     """A GPT-2-style decoder-only Transformer with pre-LN blocks; defaults are GPT-2 medium.
 
