@@ -342,6 +342,9 @@ def _fold(op: str, attrs: dict, vals: list, opset: int) -> list:
             return [np.matmul(x, vals[1])]
         if op == "NonZero":
             return [np.array(np.nonzero(x), dtype=np.int64)]
+        if op == "Trilu":
+            k = int(np.asarray(vals[1]).reshape(-1)[0]) if len(vals) > 1 and vals[1] is not None else 0
+            return [np.triu(x, k) if attrs.get("upper", 1) else np.tril(x, k)]
         if op == "Split":
             axis = int(attrs.get("axis", 0))
             parts = attrs.get("split")
@@ -786,13 +789,12 @@ class _Importer:
             consts = [v for v in ins if isinstance(v, _Const)]
             if self.node.op_type == "Add" and len(consts) == 1 and self._try_bias(x, consts[0]):
                 return x
-            if pointwise or consts:
-                target = self._fusion_target(x)
-                if target is not None:
-                    target.params["pointwise"] = target.params.get("pointwise", 0) + 1
-                    return x
-            spec = self._emit("Elementwise", dict(shape=list(out_shape), dims=list(dims), inputs=1,
-                                                  pointwise=1 if (pointwise or consts) else 0), [x])
+            # One activation (x + c, x * f(x)...): a pointwise op of the layer that made x.
+            target = self._fusion_target(x)
+            if target is not None:
+                target.params["pointwise"] = target.params.get("pointwise", 0) + 1
+                return x
+            spec = self._emit("Elementwise", dict(shape=list(out_shape), dims=list(dims), inputs=1, pointwise=1), [x])
             return self._out(spec, 0, axis, image, outer)
         full = [a for a in distinct.values() if a.shape == out_shape]
         partial = [a for a in distinct.values() if a.shape != out_shape]
@@ -930,12 +932,14 @@ class _Importer:
         return order
 
     def _convert(self, node) -> list:
-        if node.domain not in ("", "ai.onnx"):
-            raise _Unsupported(f"domain {node.domain!r}")
         op = node.op_type
-        if op not in SUPPORTED_OPS:
-            raise _Unsupported("")
         ins = [self.values[t] if t else None for t in node.input]
+        default_domain = node.domain in ("", "ai.onnx")
+        if op not in SUPPORTED_OPS or not default_domain:
+            if ins and not any(isinstance(v, _Act) for v in ins) and op not in ("If", "Loop", "Scan"):
+                # Computed from constants only (a causal mask from Trilu...): a constant, whatever the op.
+                return self._fold_node(node, op if default_domain else "", _attrs(node), ins)
+            raise _Unsupported("" if default_domain else f"domain {node.domain!r}")
         need = _MIN_INPUTS.get(op, 0 if op in _SHAPE_OPS and op not in ("Shape", "Size") else 1)
         if op in _BINARY_MIN:
             need = 2

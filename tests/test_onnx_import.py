@@ -509,3 +509,24 @@ def test_no_warnings_on_a_clean_import():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         from_onnx(_mlp_bytes())
+
+
+def test_masks_from_constants_fold_whatever_the_operator():
+    # A causal mask: Trilu of a constant (not an operator pase maps) is just a constant.
+    nodes = [
+        node("MatMul", ["x", "W"], ["scores"], name="scores"),
+        const("shape", [6, 6]), node("ConstantOfShape", ["shape"], ["ones"], value=numpy_helper.from_array(
+            np.array([1.0], np.float32))),
+        node("Trilu", ["ones"], ["mask"], upper=0),
+        node("Mul", ["scores", "mask"], ["y"], name="masked"),
+    ]
+    g = from_onnx(model(nodes, [vi("x", [2, 6, 8])], [vi("y", [2, 6, 6])], [w("W", 8, 6)]))
+    assert ops(g) == ["Einsum"] and g.layer("scores").param_dict["pointwise"] == 1
+
+
+def test_an_op_combining_a_tensor_with_a_function_of_itself_is_fused():
+    # x * sigmoid(x) (SiLU) after a linear layer: two pointwise ops of that layer.
+    nodes = [node("MatMul", ["x", "W"], ["h"], name="fc"), node("Sigmoid", ["h"], ["s"]),
+             node("Mul", ["h", "s"], ["y"])]
+    g = from_onnx(model(nodes, [vi("x", [4, 8])], [vi("y", [4, 8])], [w("W", 8, 8)]))
+    assert ops(g) == ["FullyConnected"] and g.layer("fc").param_dict["pointwise"] == 2
