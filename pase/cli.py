@@ -165,6 +165,9 @@ def _solve(args) -> int:
     print(f"estimated step time {result.step_time_s * 1e3:.2f} ms (compute {t['compute_s'] * 1e3:.2f}, "
           f"intra-layer communication {t['intra_comm_s'] * 1e3:.2f}, edge communication {t['edge_comm_s'] * 1e3:.2f})")
     print(f"search {result.search.search_time_s:.3f} s, largest dependent set {result.search.max_dependent_set}")
+    if not result.exact:
+        print("approximate: no ordering keeps the exact search in memory, so windows of layers were optimised "
+              "exactly starting from every baseline (never worse than the best baseline; optimality not guaranteed)")
     if result.memory_capacity_bytes is not None:
         print(f"memory per device {result.memory_per_device_bytes / 1e9:.2f} GB of {result.memory_capacity_bytes / 1e9:.2f} GB")
     for name, b in baselines.items():

@@ -24,10 +24,11 @@ from typing import Callable, Literal, Mapping
 
 import numpy as np
 
+from pase.approx import ApproxResult, improve
 from pase.cluster import Cluster
 from pase.configs import ConfigOptions, check_config
 from pase.cost import CostModel, LayerCost, build_cost_model
-from pase.errors import ConfigurationError, GraphError
+from pase.errors import ConfigurationError, GraphError, SearchTooLargeError
 from pase.graph import Graph
 from pase.memory import InsufficientMemoryError, MemoryOptions, MemoryReport, build_memory_model
 from pase.memory_search import MemorySearchResult, solve_within_memory
@@ -66,8 +67,9 @@ class Plan:
         Per layer, in topological order: configuration and cost breakdown.
     cost : float
         Total in FLOP-equivalents (the paper's F(G, phi)).
-    search : SearchResult or None
-        Statistics of the search, when the strategy came from one.
+    search : SearchResult, ApproxResult or None
+        Statistics of the search, when the strategy came from one
+        (``ApproxResult`` when the exact search was too large).
     memory : MemoryReport or None
         Memory per device of the strategy: ``memory.layers`` per layer (same
         order as ``layers``), ``memory.per_device_bytes`` in total,
@@ -82,9 +84,14 @@ class Plan:
     label: str
     layers: tuple[LayerCost, ...]
     cost: float
-    search: SearchResult | None = None
+    search: SearchResult | ApproxResult | None = None
     memory: MemoryReport | None = None
     memory_search: MemorySearchResult | None = None
+
+    @property
+    def exact(self) -> bool:
+        """False when the strategy came from the approximate search (no optimality guarantee)."""
+        return not isinstance(self.search, ApproxResult)
 
     @property
     def step_time_s(self) -> float:
@@ -171,6 +178,7 @@ class Plan:
             }
         if self.search is not None:
             out["search_time_s"] = self.search.search_time_s
+            out["exact"] = self.exact
             out["max_dependent_set"] = self.search.max_dependent_set
             out["max_table_entries"] = self.search.max_table_entries
         return out
@@ -189,8 +197,15 @@ def plan(
     memory_options: MemoryOptions = MemoryOptions(),
     max_memory_solves: int = 100,
     memory_gap_tolerance: float = 0.005,
+    approximate: bool = True,
 ) -> Plan:
     """Find the strategy of minimum modelled step time for ``graph`` on ``cluster``.
+
+    The search is exact (the paper's dynamic program). Where no ordering keeps
+    its tables within the memory budget (DenseNet's dense concatenations),
+    ``approximate=True`` falls back to :func:`pase.approx.improve`, seeded with
+    every baseline strategy: never worse than the best baseline, optimality
+    not guaranteed (``Plan.exact`` is then False).
 
     Parameters
     ----------
@@ -218,13 +233,17 @@ def plan(
     memory_gap_tolerance : float
         The memory-feasible search stops once its strategy is proved within
         this fraction of the best that fits (default 0.5%; 0: prove optimality).
+    approximate : bool
+        Fall back to the approximate search when the exact one is too large
+        (default); False raises ``SearchTooLargeError`` instead.
 
     Raises
     ------
     GraphError
         The graph is invalid.
     SearchTooLargeError
-        The search would exceed its memory budget; nothing was allocated.
+        The exact search would exceed its memory budget and ``approximate`` is
+        False; nothing was allocated.
     InsufficientMemoryError
         A memory limit applies and no strategy fits; ``least_bytes`` is the
         least memory any strategy needs.
@@ -232,7 +251,8 @@ def plan(
     Examples
     --------
     >>> from pase import layers
-    >>> from pase.cluster import Cluster
+    >>> from pase.approx import ApproxResult, improve
+from pase.cluster import Cluster
     >>> from pase.graph import Graph
     >>> g = Graph("mlp")
     >>> g.add_layer(layers.fully_connected("fc1", b=64, n=256, c=256))
@@ -245,21 +265,44 @@ def plan(
     kwargs = {"memory_budget_bytes": memory_budget_bytes, "progress": progress}
     if ordering is not None:
         kwargs["ordering"] = ordering
+    solver = _exact_or_approximate(model, options, approximate)
     limit = cluster.memory_bytes if memory_limit_bytes == "cluster" else memory_limit_bytes
     capacity = cluster.memory_bytes if limit is None else limit
     if limit is None:
-        result = solve(model.cost_graph(), **kwargs)
+        result = solver(model.cost_graph(), **kwargs)
         assignment = {layer.name: int(result.assignment[i]) for i, layer in enumerate(model.layers)}
         chosen = {name: model.configs[name][k:k + 1] for name, k in assignment.items()}
         memory = build_memory_model(graph, cluster, memory_options, configs=chosen)
         report = memory.report({name: 0 for name in chosen}, capacity)
         return Plan(graph, cluster, "PaSE", tuple(model.breakdown(assignment)), float(result.cost), result, report)
     memory = build_memory_model(graph, cluster, memory_options, configs=model.configs)
-    fit = _fit(model, memory, limit, memory_options, max_memory_solves, memory_gap_tolerance, kwargs)
+    fit = _fit(model, memory, limit, memory_options, max_memory_solves, memory_gap_tolerance, {**kwargs, "solver": solver})
     assignment = {layer.name: int(fit.assignment[i]) for i, layer in enumerate(model.layers)}
     search = replace(fit.first_search, cost=fit.cost, assignment=fit.assignment, search_time_s=fit.search_time_s)
     return Plan(graph, cluster, "PaSE", tuple(model.breakdown(assignment)), float(fit.cost), search,
                 memory.report(assignment, limit), fit)
+
+
+def _exact_or_approximate(model: CostModel, options: ConfigOptions, approximate: bool):
+    """A solver for the model's cost graphs: exact, or seeded local search where exact is too large."""
+    seeds: list = []
+
+    def solver(cost_graph, *, progress=None, **kwargs):
+        try:
+            return solve(cost_graph, progress=progress, **kwargs)
+        except SearchTooLargeError:
+            if not approximate:
+                raise
+        if not seeds:
+            from pase.baselines import BASELINES  # baselines build on this module
+
+            for baseline in BASELINES.values():
+                if baseline.applies(model.graph):
+                    for _, strategy in baseline.candidates(model.graph, model.cluster.devices, options):
+                        seeds.append([model.config_index(layer.name, strategy[layer.name]) for layer in model.layers])
+        return improve(cost_graph, seeds, progress=progress)
+
+    return solver
 
 
 def _fit(model: CostModel, memory, limit: float, memory_options: MemoryOptions, max_solves: int,
