@@ -27,6 +27,9 @@ What makes it fast, all exact:
   whatever the neighbours do, i.e. ``c[b] - c[a] + sum over v's edges of
   max_x (M[b, x] - M[a, x]) <= 0``. An optimal assignment survives. It runs
   when the search is big enough for it to pay;
+* a large step tests its vertex's configurations the same way against the
+  step's own operands, which already hold the minima over the vertices
+  eliminated before, so it finds more to drop;
 * each step sums the bucket's terms into two operands (cheap, since each
   lacks some of the dependent set's axes), then adds the two and minimises
   tile by tile, each tile small enough to stay in cache, so no array of the
@@ -82,6 +85,10 @@ _THREADED_WORK = 1 << 22
 # (inception3, transformer p<=16: 4 to 38) come out no faster with it.
 _PRUNE_WORK_PER_EDGE_ENTRY = 40
 _WEIGHTED_ORDERINGS = ("auto", "min-table", "min-fill")
+# Steps examining at least this many sums first drop the configurations of their
+# vertex that the step's operands show to be dominated: the test reads the
+# operands a few times, far less than the step's own work.
+_STEP_PRUNE_WORK = 1 << 20
 # Fraction of the available memory a search may use by default.
 _BUDGET_FRACTION = 0.5
 
@@ -108,7 +115,8 @@ class SearchEstimate:
     max_dependent_set : int
         Size of the largest dependent set (the paper's M).
     total_work : int
-        Sums examined over all steps (one add and one compare each).
+        Sums the steps examine (one add and one compare each), at most: large
+        steps skip the configurations their operands show dominated.
     peak_bytes : int
         Upper bound of the memory the search holds at once: all tables, the
         largest step's scratch and the pruned copies of the edge matrices.
@@ -439,8 +447,9 @@ def _prune(cost_graph: CostGraph) -> list[np.ndarray]:
 
     One sweep in vertex order; each vertex sees the removals already made at
     its neighbours, which shrink the maxima. On the transformer instances a
-    second sweep finds 5% fewer sums for twice the time, and more candidates
-    per vertex do no better, so one sweep it is.
+    second sweep finds 5% fewer sums for twice the time, so one sweep it is;
+    the steps later drop what their own operands show dominated (see
+    :func:`_eliminate`).
     """
     kept = [np.arange(k) for k in cost_graph.config_counts]
     # sub[j]: edge j's matrix restricted to the kept configurations of both ends.
@@ -452,7 +461,7 @@ def _prune(cost_graph: CostGraph) -> list[np.ndarray]:
     for v, c in enumerate(cost_graph.node_costs):
         if c.size == 1:
             continue
-        keep = _undominated(c, [(sub[j], axis) for j, axis in incident[v]])
+        keep = _undominated([(c[:, None], 0)] + [(sub[j], axis) for j, axis in incident[v]])
         if keep.all():
             continue
         kept[v] = kept[v][keep]
@@ -461,22 +470,24 @@ def _prune(cost_graph: CostGraph) -> list[np.ndarray]:
     return kept
 
 
-def _undominated(c: np.ndarray, mats: list[tuple[np.ndarray, int]]) -> np.ndarray:
-    """Mask of the configurations (entries of ``c``) that neither candidate dominates.
+def _undominated(mats: list[tuple[np.ndarray, int]]) -> np.ndarray:
+    """Mask of the configurations of a vertex that no candidate dominates.
 
-    ``mats`` are the incident edge matrices with the vertex on ``axis``. The
-    candidates are the configurations cheapest when every neighbour is at its
-    cheapest and when every neighbour is at its dearest.
+    Each of ``mats`` is a cost term with the vertex's configurations along
+    ``axis`` (a cost vector is a one-column matrix). ``b`` dominates ``a`` when
+    ``sum over terms of max over the other axis of (M[b] - M[a]) <= 0``: then
+    ``b`` costs no more than ``a`` whatever the other vertices do. The
+    candidates ``b`` are the configurations cheapest when everything else is
+    at its cheapest and when it is at its dearest (a third candidate, cheapest
+    on average, removed a few more but cost more time than it saved).
     """
-    best, worst = c.copy(), c.copy()
-    for m, axis in mats:
-        best += m.min(axis=1 - axis)
-        worst += m.max(axis=1 - axis)
-    dominated = np.zeros(c.size, dtype=bool)
+    best = sum(m.min(axis=1 - axis) for m, axis in mats)
+    worst = sum(m.max(axis=1 - axis) for m, axis in mats)
+    dominated = np.zeros(best.size, dtype=bool)
     for b in dict.fromkeys((int(np.argmin(best)), int(np.argmin(worst)))):
         if dominated[b]:
             continue  # what b dominates, its dominator (tested already) dominates too
-        slack = c[b] - c  # slack[a] <= 0: b dominates a
+        slack = np.zeros(best.size)  # slack[a] <= 0: b dominates a
         for m, axis in mats:
             if axis == 0:
                 slack += (m[b][None, :] - m).max(axis=1)
@@ -504,6 +515,12 @@ def _eliminate(prepared: _Prepared, progress: Callable[[int, int], None] | None)
         for i, (step, groups) in enumerate(zip(est.steps, prepared.groups, strict=True)):
             v, dep = step.vertex, step.dependent_set
             operands = [_operand(g, arrays, scopes, v, dep, counts) for g in groups]
+            if len(operands) == 2 and step.work >= _STEP_PRUNE_WORK:
+                # The operands have absorbed what earlier steps learnt about v's
+                # neighbourhood, so more of v's configurations are dominated now.
+                keep = _undominated([(x.reshape(x.shape[0], -1), 0) for x in operands])
+                if not keep.all():
+                    operands = [x[keep] for x in operands]
             shape = tuple(counts[x] for x in dep)
             table = _minimise(operands, shape, pool if step.work >= _THREADED_WORK else None, threads)
             if dep:

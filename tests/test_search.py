@@ -151,9 +151,21 @@ def test_tiled_and_threaded_kernel(monkeypatch, seed, tile, threads):
     # Real instances tile their big steps and split them across threads; force that on small graphs.
     monkeypatch.setattr(search, "_TILE", tile)
     monkeypatch.setattr(search, "_THREADED_WORK", 0)
+    monkeypatch.setattr(search, "_STEP_PRUNE_WORK", 0)
     monkeypatch.setattr(search, "_threads", lambda: threads)
     for shape in ("dag", "complete", "ladder"):
         assert_optimal(random_graph(seed, shape, max_nodes=8, max_configs=6), prune=False)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("costs", ["uniform", "integers", "sparse", "huge"])
+def test_steps_dropping_dominated_configurations(monkeypatch, shape, costs):
+    # Real instances test only their large steps; here every step does.
+    monkeypatch.setattr(search, "_STEP_PRUNE_WORK", 0)
+    for seed in range(10):
+        g = random_graph(seed, shape, max_nodes=8, max_configs=6, costs=costs)
+        assert_optimal(g, prune=False)
+        assert_optimal(g, prune=True)
 
 
 def test_single_configuration_nodes_and_isolated_nodes():
@@ -198,6 +210,18 @@ def test_pruning_drops_a_dominated_configuration_and_keeps_the_optimum():
     assert r.pruned_configs >= 1
     assert estimate(g, prune=True).config_counts[1] <= 2
     assert solve(g, prune=False).pruned_configs == 0
+
+
+@pytest.mark.parametrize("delta", [1e-6, 1e-12])
+def test_pruning_keeps_a_configuration_better_by_a_hair(monkeypatch, delta):
+    # Node 0's configuration 1 beats its configuration 0 by delta when node 1 takes
+    # configuration 0 and loses otherwise; node 1's own cost forces configuration 0.
+    monkeypatch.setattr(search, "_STEP_PRUNE_WORK", 0)
+    g = CostGraph((np.array([0.0, 0.0]), np.array([0.0, 100.0])),
+                  ((1, 0, np.array([[1.0, 1.0 - delta], [0.0, 5.0]])),))
+    for prune in (False, True):
+        r = assert_optimal(g, prune=prune, ordering="generateseq")
+        assert r.assignment.tolist() == [1, 0] and r.cost == 1.0 - delta
 
 
 def test_statistics_and_estimate_agree():
