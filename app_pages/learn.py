@@ -1,2 +1,186 @@
+"""Learn: how a layer is split across devices, and how the search finds the best strategy."""
+
+import pandas as pd
 import streamlit as st
-st.title("todo")
+
+from pase.cluster import PRESETS
+from pase.configs import ConfigOptions
+from pase.errors import PaseError
+from pase.plan import parallelism_kind, plan
+from ui import state
+from ui.figures import dependent_sets_figure, gemm_cube_figure, gemm_tensors_figure, search_step_figure
+from ui.fmt import compact_config, config_str, fmt_count, fmt_time
+from ui.learnkit import (GEMM_DIMS, ORDERING_FUNCS, gemm_communication, gemm_cost, gemm_costs, small_graph,
+                         small_layout, walk)
+
+SPLITS = [1, 2, 4, 8]
+SIZES = [64, 128, 256, 512, 1024, 2048, 4096]
+SMALL_DEVICES = 4
+
+st.title("Learn")
+st.caption("The ideas behind PaSE, interactively: what a configuration is, what communication it causes, "
+           "and how the search finds the best configuration for every layer.")
+
+problem, _ = state.current_problem()
+cluster = problem.cluster if problem is not None else PRESETS["paper-model"]
+
+# -- 1. the iteration space -------------------------------------------------------------------
+
+st.header("1. A layer is an iteration space")
+st.markdown(
+    "A matrix product **C[i, j] = Σₖ A[i, k] · B[k, j]** visits every point of the box *i × j × k* once "
+    "(the paper's Fig. 1). A **configuration** gives each dimension a split factor; the box is cut into "
+    "equal blocks, one per device. A fully connected layer is this GEMM with i = batch, j = output "
+    "features, k = input features, and B the weights."
+)
+c_sizes, c_splits = st.columns(2)
+with c_sizes:
+    st.markdown("**Sizes**")
+    s1, s2, s3 = st.columns(3)
+    sizes = (s1.selectbox("i", SIZES, index=3, key="ln_i"), s2.selectbox("j", SIZES, index=3, key="ln_j"),
+             s3.selectbox("k", SIZES, index=3, key="ln_k"))
+with c_splits:
+    st.markdown("**Split factors**")
+    f1, f2, f3 = st.columns(3)
+    splits = (f1.selectbox("split i", SPLITS, index=1, key="ln_si"),
+              f2.selectbox("split j", SPLITS, index=1, key="ln_sj"),
+              f3.selectbox("split k", SPLITS, index=0, key="ln_sk"))
+devices = splits[0] * splits[1] * splits[2]
+gemm_cluster = cluster.with_devices(max(devices, 1))
+try:
+    chosen = gemm_cost(sizes, splits, gemm_cluster)
+except PaseError as exc:
+    st.error(str(exc))
+    st.stop()
+
+fig_col, text_col = st.columns([3, 2])
+with fig_col:
+    st.plotly_chart(gemm_cube_figure(sizes, splits, GEMM_DIMS), key="ln_cube")
+with text_col:
+    kind = parallelism_kind(GEMM_DIMS, splits, batch_dim="i")
+    st.markdown(f"**{devices} device{'s' if devices > 1 else ''}**, configuration (i, j, k) = "
+                f"{config_str(splits)}: {kind} parallelism if i is the batch.")
+    for line in gemm_communication(splits):
+        st.markdown(f"- {line}")
+    st.markdown(
+        f"On {gemm_cluster.peak_flops / 1e12:g} TFLOP/s devices with {gemm_cluster.bandwidth_Bps / 1e9:g} GB/s links "
+        f"({gemm_cluster.bytes_per_element}-byte elements), pase's cost model gives, per device and training step:"
+    )
+    m1, m2 = st.columns(2)
+    m1.metric("Compute", fmt_time(chosen.compute_s), help=f"{fmt_count(chosen.compute_flops)} FLOPs of "
+              f"{fmt_count(chosen.flops)} for the whole layer (forward and backward).")
+    m2.metric("Communication", fmt_time(chosen.intra_comm_s),
+              help=f"{fmt_count(chosen.intra_comm_bytes)} bytes sent by one device inside the layer.")
+st.plotly_chart(gemm_tensors_figure(splits, GEMM_DIMS), key="ln_tensors")
+st.caption("Which devices hold each block of A, B and C. Blue: a block held by several devices is a copy "
+           "(replicated). Red: the devices holding a C block each have a partial sum.")
+
+with st.expander(f"Every configuration of this GEMM on {devices} device{'s' if devices > 1 else ''}, cheapest first"):
+    try:
+        rows = gemm_costs(sizes, gemm_cluster)
+    except PaseError as exc:
+        st.error(str(exc))
+        rows = []
+    if rows:
+        df = pd.DataFrame([{
+            "(i, j, k)": config_str(dict(zip(r.dims, r.config))[d] for d in GEMM_DIMS),
+            "split": compact_config(r.dims, r.config),
+            "devices used": r.devices,
+            "compute ms": r.compute_s * 1e3,
+            "communication ms": r.intra_comm_s * 1e3,
+            "total ms": r.total_s * 1e3,
+        } for r in sorted(rows, key=lambda r: r.total_s)])
+        st.dataframe(df, hide_index=True, key="ln_configs",
+                     column_config={c: st.column_config.NumberColumn(format="%.4g")
+                                    for c in ("compute ms", "communication ms", "total ms")})
+        st.caption("Alone, a layer is cheapest with the split that balances compute and communication; in a "
+                   "network, the search must also weigh what the neighbours' layouts cost to redistribute.")
+
+# -- 2. the search, step by step ----------------------------------------------------------------
+
+st.header("2. The search, step by step")
+st.markdown(
+    "A strategy is one configuration per layer, so brute force tries K^|V| strategies. PaSE instead "
+    "**eliminates the layers one at a time** in an ordering. When layer v(i) goes, the best choice for it "
+    "depends only on the not-yet-eliminated layers it is tied to, its **dependent set D(i)**, so the search "
+    "keeps a table with one entry per combination of their configurations: the product of their K. "
+    "The layers eliminated before and tied to v(i) form its **connected set X(i)**. The ordering does not "
+    "change the optimum, only the table sizes: **GenerateSeq** (the paper's Fig. 3) always takes the layer "
+    "with the smallest dependent set; a **breadth-first** ordering lets dependent sets grow."
+)
+small = small_graph()
+options = problem.options if problem is not None else ConfigOptions()
+small_cluster = cluster.with_devices(SMALL_DEVICES)
+walks = {name: walk(small, SMALL_DEVICES, options, name) for name in ORDERING_FUNCS}
+n = len(small)
+step = st.slider("Step i", 1, n, 1, key="ln_step",
+                 help="Move through the ordering: the red layer is eliminated at this step.")
+pos = small_layout(small)
+cols = st.columns(2)
+for col, (name, steps) in zip(cols, walks.items()):
+    s = steps[step - 1]
+    order = {t.vertex: t.index for t in steps}
+    with col:
+        st.subheader(name)
+        st.plotly_chart(search_step_figure(
+            small.nx, pos, done=[t.vertex for t in steps[:step - 1]], current=s.vertex,
+            dependent=s.dependent, connected=s.connected, order=order,
+        ), key=f"ln_step_{name}")
+        dep = ", ".join(s.dependent) or "none"
+        st.markdown(f"v({step}) = **{s.vertex}**; D({step}) = {{{dep}}}; table of **{s.table_entries:,}** entries "
+                    f"({s.work:,} sums).")
+st.caption(f"Configuration counts on {SMALL_DEVICES} devices; numbers in brackets: position in the ordering.")
+
+table = pd.DataFrame([
+    {"step": i + 1,
+     **{f"{name} v(i)": walks[name][i].vertex for name in walks},
+     **{f"{name} D(i)": ", ".join(walks[name][i].dependent) for name in walks},
+     **{f"{name} table": walks[name][i].table_entries for name in walks}}
+    for i in range(n)
+])
+st.dataframe(table, hide_index=True, key="ln_steps")
+
+results = {}
+for name, key in (("GenerateSeq", "generateseq"), ("breadth-first", "bfs")):
+    try:
+        results[name] = plan(small, small_cluster, options=options, ordering=key, memory_limit_bytes=None)
+    except PaseError as exc:
+        st.error(f"{name}: {exc}")
+if len(results) == 2:
+    a, b = results["GenerateSeq"], results["breadth-first"]
+    st.markdown(
+        f"Both orderings find the same optimum ({fmt_time(a.step_time_s)} per step on {SMALL_DEVICES} devices): "
+        f"GenerateSeq's largest table has {fmt_count(a.search.max_table_entries)} entries, breadth-first's "
+        f"{fmt_count(b.search.max_table_entries)}."
+    )
+
+# -- 3. on a real network ------------------------------------------------------------------------
+
+st.header("3. On a real network")
+if problem is None:
+    st.info("Choose a graph in the sidebar to see its dependent sets here.")
+    st.stop()
+graph = state.load_graph(problem.source)
+p = problem.cluster.devices
+key = ("walks", problem.source, p, problem.options)
+store = state.stores()["misc"]
+real = store.get(key)
+if real is None:
+    with st.spinner(f"Walking both orderings over {len(graph)} layers..."):
+        real = {name: walk(graph, p, problem.options, name, connected=False) for name in ORDERING_FUNCS}
+    store.put(key, real)
+st.markdown(f"**{graph.name}** at p = {p}: the size of the dependent set D(i) at every step i, and the table "
+            "the step builds. Breadth-first makes the search exponentially larger on branchy networks; the paper's "
+            "breadth-first runs out of memory on InceptionV3 and the Transformer.")
+st.plotly_chart(dependent_sets_figure({n: [len(s.dependent) for s in w] for n, w in real.items()}),
+                key="ln_real_sets")
+st.plotly_chart(dependent_sets_figure({n: [s.table_entries for s in w] for n, w in real.items()},
+                                      y_title="table entries", log_y=True), key="ln_real_tables")
+summary = pd.DataFrame([{
+    "ordering": name,
+    "largest |D(i)|": max(len(s.dependent) for s in w),
+    "largest table": fmt_count(max(s.table_entries for s in w)),
+    "all tables": fmt_count(sum(s.table_entries for s in w)),
+    "sums examined": fmt_count(sum(s.work for s in w)),
+} for name, w in real.items()])
+st.dataframe(summary, hide_index=True, key="ln_real_summary")

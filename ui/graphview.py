@@ -19,7 +19,7 @@ from typing import Iterable, Mapping
 import networkx as nx
 import numpy as np
 
-from pase.cost import edge_bytes
+from pase.cost import build_cost_model, edge_bytes
 from pase.graph import Graph
 from pase.plan import Plan, parallelism_kind
 from ui.fmt import compact_config, config_str, dims_str, fmt_time
@@ -105,21 +105,24 @@ class GraphView:
 def edge_costs_s(plan: Plan) -> dict[tuple[str, str], float]:
     """Redistribution time of every edge (src, dst) under the plan's strategy, in seconds.
 
-    Uses :func:`pase.cost.edge_bytes` on the chosen configurations; several
-    tensors between the same two layers are summed. Their sum over a layer's
-    incoming edges is the plan's ``edge_comm_s`` for that layer.
+    Read from :func:`pase.cost.build_cost_model` restricted to the chosen
+    configurations (flat clusters: bytes over the link bandwidth; two-level
+    clusters: the model's time tables). Several tensors between the same two
+    layers are summed; a layer's incoming edges add up to its ``edge_comm_s``.
     """
     graph, cluster = plan.graph, plan.cluster
-    strategy = plan.strategy
+    chosen = {name: np.array([cfg], dtype=np.int64) for name, cfg in plan.strategy.items()}
     out: dict[tuple[str, str], float] = defaultdict(float)
-    for e in graph.edges:
-        src, dst = graph.layer(e.src), graph.layer(e.dst)
-        moved = edge_bytes(
-            src, e.src_output, np.array([strategy[e.src]], dtype=np.int64),
-            dst, e.dst_input, np.array([strategy[e.dst]], dtype=np.int64),
-            cluster.bytes_per_element,
-        )
-        out[(e.src, e.dst)] += float(moved[0, 0]) / cluster.bandwidth_Bps
+    if cluster.is_flat:
+        # The cost model's own edge function, without building the rest of the model.
+        for e in graph.edges:
+            moved = edge_bytes(graph.layer(e.src), e.src_output, chosen[e.src],
+                               graph.layer(e.dst), e.dst_input, chosen[e.dst], cluster.bytes_per_element)
+            out[(e.src, e.dst)] += float(moved[0, 0]) / cluster.bandwidth_Bps
+    else:
+        model = build_cost_model(graph, cluster, configs=chosen)
+        for e, table in model.edge_time_tables:
+            out[(e.src, e.dst)] += float(table[0, 0])
     return dict(out)
 
 

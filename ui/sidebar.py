@@ -43,6 +43,13 @@ def _apply_preset() -> None:
         st.session_state["in_tflops"] = c.peak_flops / 1e12
         st.session_state["in_bandwidth"] = c.bandwidth_Bps / 1e9
         st.session_state["in_bpe"] = c.bytes_per_element
+        st.session_state["in_node"] = c.devices_per_node or 0
+        st.session_state["in_network"] = c.network_bandwidth_Bps / 1e9
+        st.session_state["in_memory"] = (c.memory_bytes or 0) / 1e9
+
+
+def _to_custom() -> None:
+    st.session_state["in_preset"] = CUSTOM
 
 
 def _defaults() -> None:
@@ -88,22 +95,32 @@ def _graph_source(sb) -> tuple[GraphSource | None, bytes | None, str | None]:
 def _cluster(sb) -> Cluster:
     presets = [*PRESETS, CUSTOM]
     sb.selectbox("Cluster preset", presets, key="in_preset", on_change=_apply_preset,
-                 help="Fills in device speed, link bandwidth and element size; edit them below.")
+                 help="Fills in device speed, links, nodes and memory; edit them below.")
     devices = int(sb.number_input("Devices p", min_value=1, max_value=4096, step=1, key="in_devices"))
     c1, c2 = sb.columns(2)
     tflops = c1.number_input("TFLOP/s per device", min_value=0.001, max_value=1e6, step=1.0, format="%g",
-                             key="in_tflops", on_change=lambda: st.session_state.update(in_preset=CUSTOM))
+                             key="in_tflops", on_change=_to_custom)
     bandwidth = c2.number_input("Link GB/s", min_value=0.001, max_value=1e6, step=1.0, format="%g",
-                                key="in_bandwidth", on_change=lambda: st.session_state.update(in_preset=CUSTOM))
+                                key="in_bandwidth", on_change=_to_custom,
+                                help="Bytes per second one device sends to another (inside its node).")
     bpe = sb.selectbox("Bytes per element", [4, 2, 1, 8], key="in_bpe",
                        format_func=lambda b: {4: "4 (fp32)", 2: "2 (fp16/bf16)", 1: "1 (int8/fp8)", 8: "8 (fp64)"}[b],
-                       on_change=lambda: st.session_state.update(in_preset=CUSTOM))
-    preset = st.session_state["in_preset"]
-    base = PRESETS.get(preset)
+                       on_change=_to_custom)
+    with sb.expander("Nodes and memory"):
+        node = int(st.number_input("Devices per node", min_value=0, max_value=4096, step=1, key="in_node",
+                                   on_change=_to_custom, help="0: all devices in one node (the paper's flat model)."))
+        network = st.number_input("Network GB/s per device", min_value=0.001, max_value=1e6, step=1.0, format="%g",
+                                  key="in_network", on_change=_to_custom,
+                                  help="Bytes per second one device sends to other nodes.")
+        memory = st.number_input("Memory per device (GB)", min_value=0.0, max_value=1e5, step=1.0, format="%g",
+                                 key="in_memory", on_change=_to_custom,
+                                 help="0: unknown, no memory limit. Otherwise only strategies that fit are chosen.")
     return Cluster(
         devices=devices, peak_flops=float(tflops) * 1e12, bandwidth_Bps=float(bandwidth) * 1e9,
-        bytes_per_element=int(bpe), memory_bytes=base.memory_bytes if base else None,
-        name=preset,
+        bytes_per_element=int(bpe), memory_bytes=float(memory) * 1e9 if memory > 0 else None,
+        name=st.session_state["in_preset"],
+        devices_per_node=node if node > 0 else None,
+        inter_bandwidth_Bps=float(network) * 1e9 if node > 0 else None,
     )
 
 

@@ -1,0 +1,226 @@
+"""The Streamlit app under streamlit.testing.v1.AppTest: every page loads, Solve draws, errors are shown."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "app.py")
+PAGES = ["app_pages/explorer.py", "app_pages/compare.py", "app_pages/what_if.py", "app_pages/learn.py"]
+TIMEOUT_S = 120
+EXAMPLE = (ROOT / "docs" / "example-graph.json").read_bytes()
+
+
+def new_app() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT_S)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def charts(at: AppTest, key: str) -> list:
+    """Plotly charts whose element id ends with ``key``."""
+    return [c for c in at.get("plotly_chart") if c.proto.id.endswith(key)]
+
+
+def no_exception(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def solve(at: AppTest, key: str = "solve") -> AppTest:
+    at.button(key=key).click().run()
+    no_exception(at)
+    return at
+
+
+def choose_sample(at: AppTest, name: str, devices: int = 4) -> AppTest:
+    at.selectbox(key="in_sample").set_value(name).run()
+    at.number_input(key="in_devices").set_value(devices).run()
+    no_exception(at)
+    return at
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_page_loads_without_exception(page):
+    at = new_app()
+    at.switch_page(page).run()
+    no_exception(at)
+    assert at.title, "every page has a title"
+    assert not at.error, [e.value for e in at.error]
+
+
+def test_explorer_shows_the_structure_before_solving():
+    at = new_app()
+    (graph,) = charts(at, "graph_chart")
+    assert "Not solved yet" in graph.proto.spec
+    assert not at.metric
+
+
+def test_explorer_solve_draws_the_strategy_graph_and_table():
+    at = choose_sample(new_app(), "alexnet", devices=8)
+    solve(at)
+    assert not at.error, [e.value for e in at.error]
+    (graph,) = charts(at, "graph_chart")
+    spec = json.loads(graph.proto.spec)
+    names = {t.get("name") for t in spec["data"]}
+    assert names & {"data", "parameter", "hybrid", "replicated"}, names
+    assert charts(at, "breakdown_chart")
+    assert [df for df in at.dataframe if df.proto.id.endswith("strategy_table")] or len(at.dataframe) >= 1
+    labels = [m.label for m in at.metric]
+    assert labels == ["Estimated step time", "Speedup over data parallelism", "Search time", "Largest dependent set"]
+    speedup = at.metric[1].value
+    assert speedup.endswith("×") and float(speedup[:-1]) >= 0.999, "the optimum never loses to data parallelism"
+    table = at.dataframe[0].value
+    assert {"layer", "configuration", "parallelism", "total_ms"} <= set(table.columns)
+    assert len(table) == 13  # alexnet's layers
+    assert {b.label for b in at.get("download_button")} >= {"Strategy (JSON)", "Table (CSV)"}
+
+
+def test_solving_again_is_cached():
+    at = choose_sample(new_app(), "alexnet")
+    solve(at)
+    first = charts(at, "graph_chart")[0].proto.spec
+    from ui.state import Problem, cached_plan
+
+    problem = at.session_state["_problem"]
+    assert isinstance(problem, Problem) and cached_plan(problem) is not None
+    solve(at)
+    assert charts(at, "graph_chart")[0].proto.spec == first
+
+
+def test_find_a_layer_highlights_it_and_grouping_can_expand():
+    at = choose_sample(new_app(), "inception3", devices=4)
+    solve(at)
+    assert at.toggle(key="ex_group").value is True, "a 219-layer graph is grouped by default"
+    grouped = json.loads(charts(at, "graph_chart")[0].proto.spec)
+    grouped_nodes = sum(len(t["x"]) for t in grouped["data"] if t.get("legendgroup") == "kinds")
+    assert grouped_nodes < 80
+    at.selectbox(key="ex_find_inception3").set_value("Mixed_5b.branch1x1").run()
+    no_exception(at)
+    spec = json.loads(charts(at, "graph_chart")[0].proto.spec)
+    assert any(t.get("name") == "found" for t in spec["data"])
+    at.toggle(key="ex_group").set_value(False).run()
+    no_exception(at)
+    full = json.loads(charts(at, "graph_chart")[0].proto.spec)
+    assert sum(len(t["x"]) for t in full["data"] if t.get("legendgroup") == "kinds") == 219
+
+
+def test_bad_upload_shows_an_error_and_the_app_keeps_working():
+    at = new_app()
+    at.radio(key="in_graph_kind").set_value("Upload").run()
+    no_exception(at)
+    at.file_uploader(key="in_upload").upload("broken.json", b"{not json", "application/json").run()
+    no_exception(at)
+    assert at.error and "not valid JSON" in at.error[0].value
+    assert at.number_input(key="in_devices").value == 8, "the other inputs are kept"
+
+    # A file in the right format whose graph is wrong: the message names the problem.
+    bad = json.loads(EXAMPLE)
+    bad["layers"][1]["inputs"] = ["nowhere"]
+    at.file_uploader(key="in_upload").clear().upload("bad.json", json.dumps(bad).encode(), "application/json").run()
+    no_exception(at)
+    assert at.error and "nowhere" in at.error[0].value
+
+    # A good file works after the bad ones.
+    at.file_uploader(key="in_upload").clear().upload("tiny.json", EXAMPLE, "application/json").run()
+    no_exception(at)
+    assert not at.error, [e.value for e in at.error]
+    solve(at)
+    assert charts(at, "graph_chart") and len(at.dataframe[0].value) == 4
+
+    # And so does going back to the samples.
+    at.radio(key="in_graph_kind").set_value("Sample").run()
+    no_exception(at)
+    assert not at.error
+
+
+def test_a_search_too_large_is_reported_not_raised(monkeypatch):
+    import pase.plan
+    from pase.errors import SearchTooLargeError
+
+    def too_large(*args, **kwargs):
+        raise SearchTooLargeError("the search would hold 1e30 table entries; use fewer devices")
+
+    # Six devices: a problem no other test solves, so nothing is cached.
+    at = choose_sample(new_app(), "alexnet", devices=6)
+    with monkeypatch.context() as m:
+        m.setattr(pase.plan, "plan", too_large)
+        solve(at)
+    assert at.error and "SearchTooLargeError" in at.error[0].value and "fewer devices" in at.error[0].value
+    assert not at.metric
+    # The app still answers afterwards, with the user's inputs kept.
+    assert at.selectbox(key="in_sample").value == "alexnet"
+    solve(at)
+    assert not at.error and at.metric
+
+
+def test_cluster_preset_fills_the_fields_and_edits_make_it_custom():
+    at = new_app()
+    at.selectbox(key="in_preset").set_value("dgx-a100").run()
+    no_exception(at)
+    assert at.number_input(key="in_tflops").value == pytest.approx(312)
+    assert at.number_input(key="in_bandwidth").value == pytest.approx(300)
+    at.number_input(key="in_bandwidth").set_value(100.0).run()
+    assert at.selectbox(key="in_preset").value == "custom"
+
+
+def test_compare_page_shows_baselines_and_differences():
+    at = choose_sample(new_app(), "alexnet", devices=8)
+    at.switch_page("app_pages/compare.py").run()
+    solve(at, "solve_compare")
+    assert not at.error, [e.value for e in at.error]
+    assert charts(at, "cmp_totals")
+    totals = at.dataframe[0].value
+    assert {"PaSE", "data parallel"} <= set(totals["strategy"])
+    assert (totals["PaSE speedup"] >= 0.999).all(), "the optimum is never slower than a baseline"
+
+
+def test_compare_page_accepts_a_user_plan():
+    at = choose_sample(new_app(), "alexnet", devices=8)
+    at.switch_page("app_pages/compare.py").run()
+    solve(at, "solve_compare")
+    at.file_uploader(key="cmp_user_plan").upload("plan.json", json.dumps({"fc6": [1, 8, 1]}).encode(),
+                                                 "application/json").run()
+    no_exception(at)
+    assert "your plan" in set(at.dataframe[0].value["strategy"])
+    at.file_uploader(key="cmp_user_plan").clear().upload("plan.json", json.dumps({"fc6": [3, 1, 1]}).encode(),
+                                                         "application/json").run()
+    no_exception(at)
+    assert at.error and "Cannot use this plan" in at.error[0].value
+
+
+def test_what_if_sweep_plots_step_time_and_splits():
+    at = choose_sample(new_app(), "alexnet")
+    at.switch_page("app_pages/what_if.py").run()
+    at.multiselect(key="wi_devices").set_value([2, 4, 8]).run()
+    at.button(key="wi_run").click().run()
+    no_exception(at)
+    assert not at.error, [e.value for e in at.error]
+    assert charts(at, "wi_sweep")
+    assert charts(at, "wi_splits")
+    at.selectbox(key="wi_vary").set_value("link bandwidth (GB/s)").run()
+    at.button(key="wi_run").click().run()
+    no_exception(at)
+    spec = json.loads(charts(at, "wi_sweep")[0].proto.spec)
+    assert any("GB/s" in t.get("name", "") for t in spec["data"])
+
+
+def test_learn_page_walks_the_search():
+    at = new_app()
+    at.switch_page("app_pages/learn.py").run()
+    no_exception(at)
+    assert charts(at, "ln_cube") and charts(at, "ln_tensors")
+    at.selectbox(key="ln_sk").set_value(4).run()
+    no_exception(at)
+    assert any("k split 4 ways" in m.value for m in at.markdown)
+    at.slider(key="ln_step").set_value(5).run()
+    no_exception(at)
+    assert charts(at, "ln_step_GenerateSeq") and charts(at, "ln_step_breadth-first")
+    assert any("same optimum" in m.value for m in at.markdown)
+    assert charts(at, "ln_real_sets")

@@ -1,0 +1,173 @@
+"""Material for the Learn page: a GEMM layer, a small branchy graph, and orderings walked step by step.
+
+Plain functions over :mod:`pase` (no Streamlit): the numbers come from the
+cost model and :mod:`pase.ordering`; this module only names and arranges them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import networkx as nx
+import numpy as np
+
+from pase import layers as L
+from pase.cluster import Cluster
+from pase.configs import ConfigOptions, config_counts
+from pase.cost import LayerCost, build_cost_model
+from pase.graph import Graph, Layer
+from pase.ordering import adjacency, breadth_first, elimination_steps, generate_seq
+
+__all__ = [
+    "GEMM_DIMS",
+    "gemm_layer",
+    "gemm_graph",
+    "gemm_options",
+    "gemm_costs",
+    "gemm_communication",
+    "small_graph",
+    "Step",
+    "ORDERING_FUNCS",
+    "walk",
+    "connected_set",
+]
+
+# The paper's Fig. 1 letters: C[i, j] = sum_k A[i, k] B[k, j]; B is the weight.
+GEMM_DIMS = ("i", "j", "k")
+
+
+def gemm_layer(i: int, j: int, k: int, name: str = "gemm") -> Layer:
+    """``C[i, j] = sum_k A[i, k] B[k, j]`` as pase's Einsum, B a weight (dims i, k, j)."""
+    return L.einsum(name, "ik,kj->ij", {"i": i, "j": j, "k": k}, weights=(1,))
+
+
+def gemm_graph(i: int, j: int, k: int) -> Graph:
+    g = Graph("gemm")
+    g.add_layer(gemm_layer(i, j, k))
+    return g
+
+
+def gemm_options() -> ConfigOptions:
+    """Every divisor allowed (the picture is about the idea, not shard sizes)."""
+    return ConfigOptions(min_shard=1)
+
+
+def _config(layer: Layer, splits: dict[str, int]) -> tuple[int, ...]:
+    return tuple(int(splits.get(d, 1)) for d in layer.dims)
+
+
+def gemm_costs(sizes: tuple[int, int, int], cluster: Cluster) -> list[LayerCost]:
+    """The cost breakdown of every configuration of the GEMM on ``cluster`` (pase's cost model)."""
+    graph = gemm_graph(*sizes)
+    model = build_cost_model(graph, cluster, gemm_options())
+    k = len(model.configs["gemm"])
+    return [model.breakdown({"gemm": a})[0] for a in range(k)]
+
+
+def gemm_cost(sizes: tuple[int, int, int], splits: tuple[int, int, int], cluster: Cluster) -> LayerCost:
+    """The cost breakdown of one configuration (split factors of i, j, k)."""
+    graph = gemm_graph(*sizes)
+    layer = graph.layer("gemm")
+    cfg = np.array([_config(layer, dict(zip(GEMM_DIMS, splits)))], dtype=np.int64)
+    model = build_cost_model(graph, cluster, configs={"gemm": cfg})
+    return model.breakdown({"gemm": 0})[0]
+
+
+def gemm_communication(splits: tuple[int, int, int]) -> list[str]:
+    """What each split causes, in words (the contraction rule of :mod:`pase.layers`)."""
+    si, sj, sk = splits
+    out = []
+    if sk > 1:
+        out.append(f"**k split {sk} ways** (the reduction): each device sums only part of k, so every block of C "
+                   f"is a partial sum over {sk} devices. An all-reduce among them completes C in the forward pass.")
+    if sj > 1:
+        out.append(f"**j split {sj} ways**: every block of A is needed by {sj} devices (replicated). In the backward "
+                   f"pass dA = dC·Bᵀ sums over j, so the {sj} partial dA blocks are all-reduced.")
+    if si > 1:
+        out.append(f"**i split {si} ways** (rows, the batch for a layer): every block of the weight B is replicated "
+                   f"on {si} devices. The weight gradient dB = Aᵀ·dC sums over i, so it is all-reduced among them: "
+                   "the gradient all-reduce of data parallelism.")
+    if not out:
+        out.append("**Nothing split**: one device does the whole product; nothing to communicate, nothing to share.")
+    return out
+
+
+def small_graph(batch: int = 64, width: int = 64) -> Graph:
+    """A branchy 8-layer graph in the spirit of the paper's Fig. 2: one input feeding three
+    branches (one of them two layers deep) that meet in a concatenation, then a classifier."""
+    g = Graph("small")
+    g.add_layer(L.fully_connected("in", b=batch, n=width, c=width))
+    for name in ("a", "b", "c"):
+        g.add_layer(L.fully_connected(name, b=batch, n=width, c=width), ["in"])
+    g.add_layer(L.fully_connected("a2", b=batch, n=width, c=width), ["a"])
+    g.add_layer(L.concat("cat", [(batch, width)] * 3, ("b", "n"), "n"), ["a2", "b", "c"])
+    g.add_layer(L.fully_connected("fc", b=batch, n=16, c=3 * width), ["cat"])
+    g.add_layer(L.softmax_cross_entropy("loss", (batch, 16), ("b", "n")), ["fc"])
+    g.validate()
+    return g
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of an ordering, with names instead of vertex ids."""
+
+    index: int
+    vertex: str
+    connected: tuple[str, ...]
+    dependent: tuple[str, ...]
+    table_entries: int
+    work: int
+
+
+def _adjacency(graph: Graph) -> tuple[list[str], list[set[int]]]:
+    names = [layer.name for layer in graph.layers]
+    index = {n: i for i, n in enumerate(names)}
+    return names, adjacency(len(names), [(index[e.src], index[e.dst]) for e in graph.edges])
+
+
+ORDERING_FUNCS = {"GenerateSeq": generate_seq, "breadth-first": breadth_first}
+
+
+def connected_set(adj, done: set[int], v: int) -> set[int]:
+    """X(i): vertices eliminated before ``v`` that reach it through eliminated vertices (``v`` excluded)."""
+    seen, stack = {v}, [v]
+    while stack:
+        u = stack.pop()
+        for w in adj[u]:
+            if w in done and w not in seen:
+                seen.add(w)
+                stack.append(w)
+    seen.discard(v)
+    return seen
+
+
+def walk(graph: Graph, devices: int, options: ConfigOptions, ordering: str, *, connected: bool = True) -> list[Step]:
+    """Every step of ``ordering`` ("GenerateSeq" or "breadth-first") on ``graph``: X(i), D(i), table size.
+
+    Vertex ids are positions in ``graph.layers`` (as in the search); table
+    sizes use the configuration counts on ``devices`` devices. ``connected``:
+    also compute each step's connected set X(i) (skip it on large graphs).
+    """
+    names, adj = _adjacency(graph)
+    counts = config_counts(graph, devices, options)
+    k = [counts[n] for n in names]
+    order = ORDERING_FUNCS[ordering](adj)
+    position = {v: i for i, v in enumerate(order)}
+    steps = elimination_steps(adj, k, order)
+    out, done = [], set()
+    for i, s in enumerate(steps):
+        x = sorted(connected_set(adj, done, s.vertex), key=position.__getitem__) if connected else []
+        out.append(Step(i, names[s.vertex], tuple(names[u] for u in x),
+                        tuple(names[u] for u in s.dependent_set), int(s.table_entries), int(s.work)))
+        done.add(s.vertex)
+    return out
+
+
+def small_layout(graph: Graph) -> dict[str, tuple[float, float]]:
+    """Layered positions for a small graph (top to bottom)."""
+    from ui.graphview import layered_layout
+
+    g = nx.DiGraph()
+    g.add_nodes_from(layer.name for layer in graph.layers)
+    g.add_edges_from((e.src, e.dst) for e in graph.edges)
+    return layered_layout(g)
