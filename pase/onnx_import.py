@@ -233,11 +233,33 @@ def _resolve_reshape(in_shape, target, allowzero, where) -> tuple:
     return tuple(out)
 
 
+def _fold_guard(op: str, attrs: dict, vals: list) -> None:
+    """Refuse (shapes only) a fold whose result would be too large to compute."""
+    arrays = [np.asarray(v) for v in vals if v is not None]
+    if sum(a.size for a in arrays) > MAX_FOLD_ELEMENTS:
+        raise _Fold()
+    if op in _BINARY or op in _VARIADIC or op in ("Div", "Mod", "Where"):
+        try:
+            out = np.broadcast_shapes(*[a.shape for a in arrays])
+        except ValueError:
+            raise _Fold() from None
+        if prod(out) > MAX_FOLD_ELEMENTS:
+            raise _Fold()
+    elif op == "Gather" and len(arrays) > 1:
+        axis = int(attrs.get("axis", 0))
+        if arrays[0].ndim == 0 or not -arrays[0].ndim <= axis < arrays[0].ndim:
+            raise _Fold()
+        rest = prod(arrays[0].shape) // max(arrays[0].shape[axis], 1)
+        if rest * arrays[1].size > MAX_FOLD_ELEMENTS:
+            raise _Fold()
+
+
 def _fold(op: str, attrs: dict, vals: list, opset: int) -> list:
     """Evaluate an all-constant node with numpy; raise _Fold when it cannot."""
     if any(v is None for v in vals[:1]):
         raise _Fold()
     x = vals[0]
+    _fold_guard(op, attrs, vals)
     with np.errstate(all="ignore"):
         if op in ("Identity", "Dropout"):
             return [x]

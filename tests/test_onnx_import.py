@@ -530,3 +530,22 @@ def test_an_op_combining_a_tensor_with_a_function_of_itself_is_fused():
              node("Mul", ["h", "s"], ["y"])]
     g = from_onnx(model(nodes, [vi("x", [4, 8])], [vi("y", [4, 8])], [w("W", 8, 8)]))
     assert ops(g) == ["FullyConnected"] and g.layer("fc").param_dict["pointwise"] == 2
+
+
+def test_constant_folding_never_builds_huge_arrays():
+    # (2^20, 1) + (1, 2^20) would be 2^40 elements: kept as a shape, not computed.
+    a = numpy_helper.from_array(np.zeros((2**20, 1), np.float32), "a")
+    b = numpy_helper.from_array(np.zeros((1, 2**20), np.float32), "b")
+    nodes = [node("Add", ["a", "b"], ["big"]), node("Shape", ["big"], ["s"]),
+             node("MatMul", ["x", "W"], ["y"], name="fc")]
+    g = from_onnx(model(nodes, [vi("x", [2, 8])], [vi("y", [2, 8]), vi("s", [2], I64)], [a, b, w("W", 8, 8)]))
+    assert ops(g) == ["FullyConnected"]
+
+
+def test_docstring_examples():
+    import doctest
+
+    import pase.onnx_import
+
+    failures, tried = doctest.testmod(pase.onnx_import)
+    assert failures == 0 and tried > 0
