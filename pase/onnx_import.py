@@ -21,6 +21,28 @@ cancels out is removed, and consecutive ``LSTM`` nodes become one multi-layer
 ``LSTM`` vertex. The batch size is the first dimension of the model's inputs,
 or the ``batch`` argument.
 
+How operators map (:data:`SUPPORTED_OPS` lists them all):
+
+* ``Gemm`` / 2-D ``MatMul`` with a weight: ``FullyConnected``; other
+  ``MatMul`` and ``Einsum`` (batched, attention ``q k^T``): ``Einsum``.
+* ``Conv`` (2-D, and 1-D through a height-1 image): ``Conv2D``; pooling:
+  ``Pooling`` (a global pool of a non-square map: ``ReduceMean``).
+* ``BatchNormalization``, ``LayerNormalization``, ``Softmax`` /
+  ``LogSoftmax``; ``SoftmaxCrossEntropyLoss`` and ``LogSoftmax`` followed by
+  ``NegativeLogLikelihoodLoss``: one ``SoftmaxCrossEntropy``.
+* ``Gather`` from a weight: ``Embedding``; ``LSTM``: ``LSTM`` (a
+  bidirectional one: two LSTMs and a ``Concat``); ``Reduce*``: ``ReduceMean``.
+* ``Concat``, ``Split``, ``Reshape`` / ``Flatten`` / ``Squeeze`` /
+  ``Unsqueeze``, ``Transpose``: their pase layers. ``Slice``, ``Gather`` at
+  constant indices, ``Pad``, ``Expand`` and ``Tile`` of an activation are
+  modelled as crops (``Split``) and pads (``Concat``) of it.
+* Element-wise operators with two different activations: ``Elementwise``,
+  or an ``Einsum`` when one is broadcast (``x * gate[b, c]``).
+
+Not mapped (listed in the error, or element-wise with ``unsupported=
+"elementwise"``): control flow, other domains, GRU/RNN, grouped or dilated
+convolutions, 3-D convolutions, non-square pooling windows.
+
 Safety: the model is parsed from bytes (at most :data:`MAX_ONNX_BYTES`) with
 protobuf; nothing is executed, no pickle is involved, and tensors stored as
 *external data* are never read: their shapes suffice, and no path named in a
