@@ -212,7 +212,7 @@ def cost_breakdown_figure(
     fig.update_layout(
         barmode="stack", height=int(max(300, 18 * len(rows) + 120)),
         margin=dict(l=10, r=10, t=30, b=40), xaxis_title="time per step (ms)",
-        legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0),
+        legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0, traceorder="normal"),
         yaxis=dict(autorange="reversed", type="category", automargin=True),
     )
     return fig
@@ -239,7 +239,7 @@ def totals_figure(totals: Mapping[str, Mapping[str, float]], *, speedups: Mappin
     fig.update_layout(
         barmode="stack", height=int(max(220, 46 * len(labels) + 110)), xaxis_title="estimated step time (ms)",
         margin=dict(l=10, r=60, t=30, b=40), yaxis=dict(autorange="reversed", automargin=True),
-        legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0),
+        legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0, traceorder="normal"),
     )
     return fig
 
@@ -321,7 +321,8 @@ def split_changes_figure(
     bold label.
     """
     devices = sorted(configs)
-    kinds_index = {k: i for i, k in enumerate(KINDS)}
+    kinds = ("data", "parameter", "hybrid", "replicated")
+    kinds_index = {k: i for i, k in enumerate(kinds)}
     z, text, hover = [], [], []
     for name, dims in layers:
         zrow, trow, hrow, prev = [], [], [], None
@@ -336,15 +337,15 @@ def split_changes_figure(
         z.append(zrow)
         text.append(trow)
         hover.append(hrow)
-    n = len(KINDS)
+    n = len(kinds)
     scale = []
-    for i, k in enumerate(KINDS):
+    for i, k in enumerate(kinds):
         scale += [[i / n, KIND_COLORS[k]], [(i + 1) / n, KIND_COLORS[k]]]
     x = [str(p) for p in devices]
     fig = go.Figure(go.Heatmap(
         z=z, x=x, y=[name for name, _ in layers], text=text, texttemplate="%{text}", textfont=dict(size=10, color="white"),
         hovertext=hover, hoverinfo="text", colorscale=scale, zmin=-0.5, zmax=n - 0.5, xgap=2, ygap=1,
-        colorbar=dict(tickvals=list(range(n)), ticktext=list(KINDS), title="kind"),
+        colorbar=dict(tickvals=list(range(n)), ticktext=list(kinds), title="kind"),
     ))
     fig.update_layout(
         height=int(max(260, 20 * len(layers) + 120)), margin=dict(l=10, r=10, t=30, b=40),
