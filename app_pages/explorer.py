@@ -106,6 +106,13 @@ with summary:
         f"intra-layer communication {fmt_time(totals['intra_comm_s'])} ({100 * totals['intra_comm_s'] / total:.0f}%) + "
         f"redistribution between layers {fmt_time(totals['edge_comm_s'])} ({100 * totals['edge_comm_s'] / total:.0f}%)."
     )
+    if plan.memory_per_device_bytes is not None:
+        capacity = plan.memory_capacity_bytes
+        st.caption(
+            f"Memory per device: {plan.memory_per_device_bytes / 1e9:.3g} GB"
+            + (f" of {capacity / 1e9:.3g} GB ({'fits' if plan.fits_memory else 'does not fit'})" if capacity else
+               " (no capacity given: set one under Nodes and memory to search only strategies that fit)")
+        )
     table = strategy_table(plan)
     d1, d2, _ = st.columns([1, 1, 3])
     d1.download_button("Strategy (JSON)", json.dumps(plan.to_dict(), indent=1),

@@ -140,6 +140,20 @@ def test_bad_upload_shows_an_error_and_the_app_keeps_working():
     assert not at.error
 
 
+def test_an_onnx_upload_is_solved():
+    pytest.importorskip("onnx")
+    model = ROOT / "tests" / "data" / "onnx" / "mlp.onnx"
+    if not model.exists():
+        pytest.skip("no ONNX fixture")
+    at = new_app()
+    at.radio(key="in_graph_kind").set_value("Upload").run()
+    at.file_uploader(key="in_upload").upload("mlp.onnx", model.read_bytes(), "application/octet-stream").run()
+    no_exception(at)
+    assert not at.error, [e.value for e in at.error]
+    solve(at)
+    assert charts(at, "graph_chart") and at.metric
+
+
 def test_a_search_too_large_is_reported_not_raised(monkeypatch):
     import pase.plan
     from pase.errors import SearchTooLargeError

@@ -64,8 +64,8 @@ def _graph_source(sb) -> tuple[GraphSource | None, bytes | None, str | None]:
     from pase.models import SAMPLES
 
     kind = sb.radio("Graph", ["Sample", "Upload"], horizontal=True, key="in_graph_kind",
-                    help="A sample network built by pase, or your own graph in pase's JSON format "
-                         "(see docs/graph-format.md).")
+                    help="A sample network built by pase, or your own graph: pase's JSON format "
+                         "(see docs/graph-format.md) or an ONNX model.")
     if kind == "Sample":
         names = list(SAMPLES)
         name = sb.selectbox("Sample graph", names, index=names.index(DEFAULT_SAMPLE) if DEFAULT_SAMPLE in names else 0,
@@ -84,10 +84,10 @@ def _graph_source(sb) -> tuple[GraphSource | None, bytes | None, str | None]:
         # Only parameters that differ from the defaults make the cache key, in a fixed order.
         chosen = tuple((k, v) for k, v in values.items())
         return GraphSource("sample", name, chosen), None, None
-    upload = sb.file_uploader("Graph file (.json)", type=["json"], key="in_upload",
-                              help="pase's graph format: docs/graph-format.md")
+    upload = sb.file_uploader("Graph file (.json or .onnx)", type=["json", "onnx"], key="in_upload",
+                              help="pase's graph format (docs/graph-format.md) or an ONNX model.")
     if upload is None:
-        return None, None, "Upload a graph file in pase's JSON format, or pick a sample graph."
+        return None, None, "Upload a graph file (pase's JSON format or an ONNX model), or pick a sample graph."
     data = upload.getvalue()
     return GraphSource.for_upload(upload.name, data), data, None
 

@@ -22,7 +22,7 @@ import streamlit as st
 from pase.cluster import Cluster
 from pase.configs import ConfigOptions
 from pase.graph import Graph
-from pase.io import loads_graph
+from pase.io import load_model_file
 from pase.plan import Plan
 
 __all__ = [
@@ -115,7 +115,8 @@ def stores() -> dict[str, LRUStore]:
 
 
 def load_graph(source: GraphSource, data: bytes | None = None) -> Graph:
-    """The graph of ``source``, built (sample) or parsed (upload ``data``) once and cached.
+    """The graph of ``source``, built (sample) or parsed (upload ``data``: pase JSON or ONNX, by the
+    file name's suffix) once and cached.
 
     Raises
     ------
@@ -133,7 +134,7 @@ def load_graph(source: GraphSource, data: bytes | None = None) -> Graph:
     else:
         if data is None:
             raise KeyError(f"the upload {source.name!r} is no longer cached; upload it again")
-        graph = loads_graph(data)
+        graph = load_model_file(data, source.name)
     store.put(source, graph)
     return graph
 

@@ -58,7 +58,8 @@ def comparison_table(plans: Mapping[str, Plan], reference: str) -> pd.DataFrame:
 
 
 def totals_table(plans: Mapping[str, Plan], reference: str) -> pd.DataFrame:
-    """Per plan: variant label, step time and its parts (ms), and the reference's speedup over it."""
+    """Per plan: variant label, step time and its parts (ms), the reference's speedup over it, and
+    memory per device (GB) with whether it fits, where the plans know it."""
     ref = plans[reference]
     rows = []
     for name, p in plans.items():
@@ -72,4 +73,8 @@ def totals_table(plans: Mapping[str, Plan], reference: str) -> pd.DataFrame:
             "edge_comm_ms": t["edge_comm_s"] * 1e3,
             f"{reference} speedup": ref.speedup_over(p),
         })
+        memory = getattr(p, "memory_per_device_bytes", None)
+        if memory is not None:
+            rows[-1]["memory_GB"] = memory / 1e9
+            rows[-1]["fits"] = p.fits_memory
     return pd.DataFrame(rows)
