@@ -8,7 +8,6 @@ product, the number of devices the layer uses, is at most ``p``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import product
 
 import numpy as np
 
@@ -28,15 +27,17 @@ class ConfigOptions:
     powers_of_two : bool
         Only split factors 1, 2, 4, 8...
     min_shard : int
-        Smallest block a split may leave along a dimension (the paper's
-        prototype used 4); dimensions smaller than this are not split.
+        Smallest block a split may leave along a dimension. The default 1
+        searches every divisor; the paper's prototype used 4, which makes the
+        search smaller but can miss the best strategy (one attention head or
+        LSTM layer per device is a block of 1).
     spatial_split : bool
         Let convolutions and pooling split image rows and columns (``h w``),
         paying halo exchange.
     """
 
     powers_of_two: bool = False
-    min_shard: int = 4
+    min_shard: int = 1
     spatial_split: bool = False
 
     def __post_init__(self):
@@ -74,9 +75,13 @@ def layer_configs(layer: Layer, devices: int, options: ConfigOptions = ConfigOpt
     >>> layer_configs(fc, 2, ConfigOptions(min_shard=1)).tolist()
     [[1, 1, 1], [1, 1, 2], [1, 2, 1], [2, 1, 1]]
     """
-    choices = [split_factors(layer, d, devices, options) for d in layer.dims]
-    rows = [c for c in product(*choices) if np.prod(c) <= devices]
-    return np.array(rows, dtype=np.int64).reshape(len(rows), len(layer.dims))
+    # Extend prefixes one dimension at a time, dropping any whose product already
+    # exceeds the devices; ascending factors keep the rows in lexicographic order.
+    rows: list[tuple[tuple[int, ...], int]] = [((), 1)]
+    for d in layer.dims:
+        factors = split_factors(layer, d, devices, options)
+        rows = [(row + (f,), used * f) for row, used in rows for f in factors if used * f <= devices]
+    return np.array([row for row, _ in rows], dtype=np.int64).reshape(len(rows), len(layer.dims))
 
 
 def config_counts(graph: Graph, devices: int, options: ConfigOptions = ConfigOptions()) -> dict[str, int]:

@@ -34,7 +34,7 @@ from pase.cluster import Cluster
 from pase.configs import ConfigOptions, check_config, layer_configs
 from pase.costgraph import CostGraph
 from pase.errors import ConfigurationError, SearchTooLargeError
-from pase.graph import Graph, Layer, TensorSpec
+from pase.graph import Edge, Graph, Layer, TensorSpec
 from pase.layers import OPS, training_flops
 from pase.topology import edge_time_s, layer_comm_time_s
 
@@ -283,23 +283,28 @@ def build_cost_model(
             "use fewer devices, powers of two only, or a larger minimum shard size"
         )
     bpe = cluster.bytes_per_element
+    # Repeated blocks (Transformer layers, ResNet stages) repeat their edges: a table
+    # depends only on the two tensors' layouts and configurations, so compute it once.
+    cache: dict = {}
+
+    def edge_table(e: Edge, cost_fn, last_arg):
+        src, dst = graph.layer(e.src), graph.layer(e.dst)
+        cs, cd = configs[e.src], configs[e.dst]
+        key = (cost_fn, src.dims, src.outputs[e.src_output], cs.shape, cs.tobytes(),
+               dst.dims, dst.inputs[e.dst_input], cd.shape, cd.tobytes())
+        if key not in cache:
+            cache[key] = cost_fn(src, e.src_output, cs, dst, e.dst_input, cd, last_arg)
+        return cache[key]
+
     intra_s = edge_s = None
     if not cluster.is_flat:
         intra_s = {l.name: layer_comm_time_s(l, configs[l.name], cluster) for l in layers}
-        edge_s = [
-            (e, edge_time_s(graph.layer(e.src), e.src_output, configs[e.src],
-                            graph.layer(e.dst), e.dst_input, configs[e.dst], cluster))
-            for e in edges
-        ]
+        edge_s = [(e, edge_table(e, edge_time_s, cluster)) for e in edges]
     return CostModel(
         graph=graph, cluster=cluster, options=options, layers=layers, configs=configs,
         compute_flops={l.name: layer_compute_flops(l, configs[l.name]) for l in layers},
         intra_bytes={l.name: layer_comm_bytes(l, configs[l.name], bpe) for l in layers},
-        edge_tables=[
-            (e, edge_bytes(graph.layer(e.src), e.src_output, configs[e.src],
-                           graph.layer(e.dst), e.dst_input, configs[e.dst], bpe))
-            for e in edges
-        ],
+        edge_tables=[(e, edge_table(e, edge_bytes, bpe)) for e in edges],
         intra_comm_s=intra_s,
         edge_time_tables=edge_s,
     )

@@ -33,7 +33,8 @@ def _mlp(b=64):
 def test_data_parallel_splits_batch_or_the_largest_allowed_split():
     fc = L.fully_connected("fc", b=96, n=8, c=8)
     assert data_parallel_config(fc, 8) == (8, 1, 1)
-    assert data_parallel_config(fc, 64) == (24, 1, 1)  # 96 / 24 = 4, the minimum shard
+    assert data_parallel_config(fc, 64) == (48, 1, 1)  # the largest divisor of 96 up to 64
+    assert data_parallel_config(fc, 64, ConfigOptions(min_shard=4)) == (24, 1, 1)  # 96 / 24 = 4
     assert data_parallel_config(fc, 64, ConfigOptions(powers_of_two=True, min_shard=1)) == (32, 1, 1)
     no_batch = L.elementwise("x", (8, 8), ("s", "d"))
     assert data_parallel_config(no_batch, 8) == (1, 1)
