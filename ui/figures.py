@@ -50,7 +50,7 @@ EDGE_SHADES = ("#fdd0a2", "#fdae6b", "#fd8d3c", "#e6550d", "#a63603")
 ZERO_EDGE_COLOR = "#d0d0d0"
 
 # Above this many nodes, configuration labels are left to the hover.
-MAX_LABELLED_NODES = 160
+MAX_LABELLED_NODES = 260
 
 
 def _empty_axes(fig: go.Figure) -> None:
@@ -165,10 +165,11 @@ def strategy_graph_figure(
     fig.update_xaxes(range=[min(xs) - 1, max(xs) + (3 if labels else 1)])
     fig.update_yaxes(range=[-view.generations + 0.5, 0.8])
     if highlight is not None and highlight in pos:
+        # Zoom on the found node: a window of about 12 rows, in a figure short enough to show it whole.
         x, y = pos[highlight]
         fig.update_xaxes(range=[x - 4, x + 6])
         fig.update_yaxes(range=[y - 6, y + 6])
-        fig.update_layout(uirevision=f"find-{highlight}")
+        fig.update_layout(uirevision=f"find-{highlight}", height=min(height, 640))
     return fig
 
 
