@@ -1,14 +1,16 @@
 """Import PyTorch modules as pase graphs: :func:`from_torch`, through torch's ONNX exporter.
 
-Needs the optional extra ``pase[torch]`` (torch's CPU build and onnx). The
-module is exported to ONNX in memory (``torch.onnx.export``, TorchScript
-exporter), in training mode by default so that batch normalisation and
-dropout stay in the graph as they run during training, then imported by
+Needs the optional extra ``pase[torch]`` (torch's CPU build, onnx, onnxscript).
+The module is exported to ONNX in memory by ``torch.onnx.export`` (the
+TorchScript exporter by default, or ``dynamo=True`` for the torch.export-based
+one), in training mode by default so that batch normalisation and dropout stay
+in the graph as they run during training, then imported by
 :func:`pase.onnx_import.from_onnx`. Nothing is written to disk.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import warnings
 from typing import Any, Mapping
@@ -32,12 +34,14 @@ def _torch():
 
 
 def export_onnx_bytes(module, example_inputs, *, training: bool = True, opset: int = DEFAULT_OPSET,
-                      input_names=None) -> bytes:
+                      dynamo: bool = False, input_names=None) -> bytes:
     """The ONNX serialisation of ``module`` called on ``example_inputs``.
 
     ``training=True`` exports the training graph (batch normalisation with
     batch statistics, dropout kept); ``False`` the inference graph, where
     the exporter may fold batch normalisation into convolutions.
+    ``dynamo=True`` uses torch's torch.export-based exporter (needs
+    onnxscript; opset 18 or later) instead of the TorchScript one.
 
     Raises
     ------
@@ -48,6 +52,8 @@ def export_onnx_bytes(module, example_inputs, *, training: bool = True, opset: i
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)
     args = tuple(example_inputs)
+    if dynamo:
+        return _export_dynamo(torch, module, args, training=training, opset=max(opset, 18), input_names=input_names)
     buf = io.BytesIO()
     mode = torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL
     kwargs: dict[str, Any] = dict(training=mode, do_constant_folding=not training, opset_version=opset)
@@ -68,6 +74,22 @@ def export_onnx_bytes(module, example_inputs, *, training: bool = True, opset: i
     return buf.getvalue()
 
 
+def _export_dynamo(torch, module, args, *, training, opset, input_names) -> bytes:
+    was_training = module.training
+    module.train(training)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            program = torch.onnx.export(module, args, dynamo=True, opset_version=opset, optimize=True,
+                                        input_names=None if input_names is None else list(input_names))
+        return program.model_proto.SerializeToString()
+    except Exception as exc:
+        raise FormatError(f"torch could not export {type(module).__name__} to ONNX (dynamo): {type(exc).__name__}: "
+                          f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
+    finally:
+        module.train(was_training)
+
+
 def from_torch(
     module,
     example_inputs,
@@ -76,6 +98,7 @@ def from_torch(
     unsupported: str = "error",
     training: bool = True,
     opset: int = DEFAULT_OPSET,
+    dynamo: bool = False,
     symbols: Mapping[str, int] | None = None,
     name: str | None = None,
 ) -> Graph:
@@ -93,6 +116,9 @@ def from_torch(
         Export the training graph (default) or the inference graph.
     opset : int
         ONNX opset of the export.
+    dynamo : bool
+        Export with torch's torch.export-based exporter instead of the
+        TorchScript one (needs onnxscript).
 
     Returns
     -------
@@ -116,6 +142,6 @@ def from_torch(
     >>> g.parameter_count == sum(p.numel() for p in mlp.parameters())
     True
     """
-    data = export_onnx_bytes(module, example_inputs, training=training, opset=opset)
+    data = export_onnx_bytes(module, example_inputs, training=training, opset=opset, dynamo=dynamo)
     return from_onnx(data, batch=batch, unsupported=unsupported, symbols=symbols,
                      name=name or type(module).__name__.lower())

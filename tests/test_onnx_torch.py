@@ -93,3 +93,15 @@ def test_export_failure_is_a_format_error():
 def test_docstring_examples():
     failures, _ = doctest.testmod(pase.torch_import)
     assert failures == 0
+
+
+@pytest.mark.parametrize("name", sorted(RECORD))
+def test_the_dynamo_exporter_imports_too(models, name):
+    module, inputs = models[name]
+    graph = from_torch(module, inputs, dynamo=True)
+    graph.validate()
+    fixture = from_onnx(DATA / f"{name}.onnx")
+    main_ops = {"FullyConnected", "Einsum", "Conv2D", "Embedding", "LSTM", "LayerNorm", "Softmax", "SoftmaxCrossEntropy"}
+    assert {layer.op for layer in graph} & main_ops == {layer.op for layer in fixture} & main_ops
+    # This exporter optimises the graph (batch norm folded away, some biases elsewhere): close, not equal.
+    assert graph.parameter_count == pytest.approx(fixture.parameter_count, rel=0.01)
