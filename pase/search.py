@@ -403,8 +403,11 @@ def _split_bucket(bucket: list[int], scopes: Sequence[tuple[int, ...]],
 
 def _step_scratch(groups: Sequence[tuple[int, ...]], scopes: Sequence[tuple[int, ...]], dep: tuple[int, ...],
                   counts: Sequence[int]) -> int:
-    """Entries of temporary arrays a step needs beyond its table: operands and tile buffers."""
-    operands = sum(_operand_size(g, scopes, counts) for g in groups)
+    """Entries of temporary arrays a step needs beyond its table: operands and tile buffers.
+
+    Operands count twice: dropping dominated configurations copies them.
+    """
+    operands = 2 * sum(_operand_size(g, scopes, counts) for g in groups)
     rest = math.prod(counts[x] for x in dep[1:])
     tile = max(_TILE, rest) * 2  # the tile and the partial minimum, per thread
     return operands + tile * _threads()
