@@ -102,6 +102,7 @@ def test_sweep_records_every_point_and_strategy():
 
 # The acceptance check of the baselines issue: every sample, p = 4 to 64 (DenseNet
 # through the approximate search, which starts from every baseline).
+@pytest.mark.parametrize("name", sorted(SAMPLES))
 def test_search_never_loses_to_any_baseline_on_samples(name):
     g = sample(name)
     for p in (4, 8, 16, 32, 64):
