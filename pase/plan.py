@@ -159,6 +159,8 @@ class Plan:
                     "parallelism": parallelism_kind(r.dims, r.config),
                     "flops": r.flops, "compute_s": r.compute_s,
                     "intra_comm_s": r.intra_comm_s, "edge_comm_s": r.edge_comm_s,
+                    # The paper's FLOP-equivalent units: seconds at the device's peak rate.
+                    "cost_flop_eq": r.total_s * self.cluster.peak_flops,
                 }
                 for r in self.layers
             ],

@@ -148,3 +148,12 @@ def test_check_config_names_the_problem(config, match):
     fc = L.fully_connected("fc", b=8, n=8, c=8)
     with pytest.raises(ConfigurationError, match=match):
         check_config(fc, config, 8)
+
+
+def test_plan_json_layer_costs_add_up_to_the_total_in_both_units():
+    from pase.plan import plan
+
+    g = _fc_pair()
+    d = plan(g, Cluster(4, 10e12, 16e9)).to_dict()
+    assert sum(l["cost_flop_eq"] for l in d["layers"]) == pytest.approx(d["cost"])
+    assert sum(l["compute_s"] + l["intra_comm_s"] + l["edge_comm_s"] for l in d["layers"]) == pytest.approx(d["step_time_s"])
