@@ -59,7 +59,15 @@ import numpy as np
 
 from pase.costgraph import CostGraph
 from pase.errors import SearchTooLargeError
-from pase.ordering import DEFAULT_ORDERING, ORDERINGS, StepStats, adjacency, compute_ordering, elimination_steps
+from pase.ordering import (
+    DEFAULT_ORDERING,
+    ORDERINGS,
+    StepStats,
+    adjacency,
+    compute_ordering,
+    elimination_steps,
+    generate_seq,
+)
 
 __all__ = [
     "DEFAULT_ORDERING",
@@ -80,9 +88,9 @@ _TILE = 1 << 19
 # Steps examining fewer sums than this run on one thread (thread hand-off costs more).
 _THREADED_WORK = 1 << 22
 # Prune dominated configurations only when the search would examine this many
-# sums per edge-matrix entry: pruning reads every matrix about ten times and
-# saves half the sums or more, yet the shared instances below this ratio
-# (inception3, transformer p<=16: 4 to 38) come out no faster with it.
+# sums per edge-matrix entry (under GenerateSeq): pruning reads every matrix
+# about ten times and saves half the sums or more, yet the shared instances
+# below this ratio (inception3, transformer p<=16: 5 to 38) come out no faster.
 _PRUNE_WORK_PER_EDGE_ENTRY = 40
 _WEIGHTED_ORDERINGS = ("auto", "min-table", "min-fill")
 # Steps examining at least this many sums first drop the configurations of their
@@ -318,7 +326,13 @@ def _prepare(cost_graph: CostGraph, ordering: str | Sequence[int], prune: bool |
     n = cost_graph.num_nodes
     adj = adjacency(n, cost_graph.edges)
     counts = cost_graph.config_counts
-    order = compute_ordering(adj, counts, ordering) if isinstance(ordering, str) else list(ordering)
+    # Orderings weighted by configuration counts must wait for the pruning;
+    # until then GenerateSeq (a few milliseconds) tells whether to prune.
+    weighted = isinstance(ordering, str) and ordering in _WEIGHTED_ORDERINGS
+    if isinstance(ordering, str):
+        order = generate_seq(adj) if weighted else compute_ordering(adj, counts, ordering)
+    else:
+        order = list(ordering)
     if prune is None:
         work = sum(s.work for s in elimination_steps(adj, counts, order))
         prune = work > _PRUNE_WORK_PER_EDGE_ENTRY * sum(m.size for _, _, m in cost_graph.edges)
@@ -327,12 +341,12 @@ def _prepare(cost_graph: CostGraph, ordering: str | Sequence[int], prune: bool |
         node_costs = [c[k] for c, k in zip(cost_graph.node_costs, kept, strict=True)]
         edges = [_submatrix(m, kept[u], kept[v]) for u, v, m in cost_graph.edges]
         counts = tuple(len(k) for k in kept)
-        if isinstance(ordering, str) and ordering in _WEIGHTED_ORDERINGS:  # they weigh by the counts
-            order = compute_ordering(adj, counts, ordering)
     else:
         kept = [np.arange(k) for k in counts]
         node_costs = list(cost_graph.node_costs)
         edges = [m for _, _, m in cost_graph.edges]
+    if weighted:
+        order = compute_ordering(adj, counts, ordering)
     steps = elimination_steps(adj, counts, order)  # validates an explicit ordering
     extra_bytes = sum(e.nbytes for e, (_, _, m) in zip(edges, cost_graph.edges, strict=True) if e is not m)
 
