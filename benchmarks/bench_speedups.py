@@ -37,13 +37,15 @@ DISCUSSION = """\
 Where the model agrees with the paper. PaSE never loses to data parallelism, nor to any
 other baseline, at any point. The gain is largest where weights are large relative to the
 work per sample: AlexNet's fully connected layers, the RNNLM's 100k-word vocabulary and the
-Transformer's 50k-word embedding and softmax, which PaSE splits by vocabulary as the paper's
-Table II does; InceptionV3, nearly all convolutions with few weights, gains least (1.0-1.3x),
+Transformer's 50k-word embedding and softmax, which PaSE splits along a model dimension
+(the embedding width, the vocabulary of the output projection) instead of replicating, as
+the paper's Table II does; InceptionV3, nearly all convolutions with few weights, gains least (1.0-1.3x),
 as in the paper. The 2080 Ti cluster, whose links are slower relative to its FLOP/s, gains
 more than the 1080 Ti one at every point, the paper's central observation (its 4x against
 1.85x). The found strategies have the paper's shape: data-parallel early convolutions and
-alternating out/in-channel splits in AlexNet's fully connected layers, vocabulary splits for
-embeddings and softmax, batch x heads/hidden hybrids in the Transformer beyond 16 devices.
+alternating out/in-channel splits in AlexNet's fully connected layers, model-dimension splits
+for embeddings and softmax, and batch 16 x feed-forward-hidden 2 hybrids in the Transformer at
+32 devices, the paper's 16 x 2.
 
 Where it differs. The modelled speedups are larger than the measured ones, most for AlexNet
 (3x at p=4 to 19x at p=64 against the paper's measured 1.85x) and growing with p, because
