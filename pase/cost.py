@@ -35,7 +35,7 @@ from pase.configs import ConfigOptions, check_config, layer_configs
 from pase.costgraph import CostGraph
 from pase.errors import ConfigurationError, SearchTooLargeError
 from pase.graph import Edge, Graph, Layer, TensorSpec
-from pase.layers import OPS, training_flops
+from pase.layers import OPS, comm_elements, training_flops
 from pase.topology import edge_time_s, layer_comm_time_s
 
 __all__ = ["CostModel", "LayerCost", "build_cost_model", "edge_bytes", "layer_compute_flops", "layer_comm_bytes"]
@@ -51,9 +51,8 @@ def layer_compute_flops(layer: Layer, configs: np.ndarray) -> np.ndarray:
 
 
 def layer_comm_bytes(layer: Layer, configs: np.ndarray, bytes_per_element: int) -> np.ndarray:
-    """Bytes one device sends inside ``layer`` under each configuration."""
-    block = np.asarray(layer.sizes, dtype=float) / configs
-    return OPS[layer.op].comm(layer, configs.astype(float), block) * bytes_per_element
+    """Bytes one device sends inside ``layer`` under each configuration (its collectives on flat rings)."""
+    return comm_elements(layer, configs) * bytes_per_element
 
 
 def _tensor_splits(layer: Layer, tensor: TensorSpec, configs: np.ndarray) -> np.ndarray:

@@ -8,18 +8,24 @@ formulas over a batch of configurations:
   block of the iteration space, ``block`` a float array ``(K, ndims)`` of
   per-device dimension sizes. A multiply-add counts as 2 FLOPs. Evaluated on
   the unsplit sizes it gives the layer's total training FLOPs.
-* ``comm(layer, cfg, block)``: elements one device sends inside the layer
-  under configuration ``cfg`` (int array ``(K, ndims)`` of split factors):
-  all-reduces of partial sums, weight-gradient all-reduces, halo exchange,
-  normalisation statistics.
+* ``collectives(layer, cfg, block)``: the communication inside the layer
+  under configurations ``cfg`` (float array ``(K, ndims)`` of split factors),
+  as a list of :class:`Collective`: all-reduces of partial sums,
+  weight-gradient all-reduces, halo exchange, normalisation statistics.
+
+That list is the only statement of an op's communication. Priced on a flat
+ring of the ``k`` devices of each group it gives the elements one device
+sends (:func:`comm_elements`, the paper's model): ``2 (k - 1) / k`` times the
+block for an all-reduce, ``(k - 1) / k`` of the result for an all-gather, the
+elements themselves for an exchange. :mod:`pase.topology` prices the same
+list on a two-level cluster.
 
 The shared rule for contractions (GEMM, Einsum, convolution, embedding,
 reduce): splitting a dimension that a tensor does not index leaves partial
 results of that tensor on the devices of the split, which a ring all-reduce
-of ``2 (k - 1) / k`` times the block combines. That covers the forward output
-(split reduction dimension), every input gradient in the backward pass, and
-every weight gradient over the output dimensions the weight lacks (the
-data-parallel all-reduce).
+combines. That covers the forward output (split reduction dimension), every
+input gradient in the backward pass, and every weight gradient over the
+output dimensions the weight lacks (the data-parallel all-reduce).
 """
 
 from __future__ import annotations
@@ -34,10 +40,13 @@ from pase.errors import GraphError
 from pase.graph import Layer, TensorSpec
 
 __all__ = [
+    "Collective",
     "OpSpec",
     "OPS",
     "build_layer",
     "training_flops",
+    "collectives",
+    "comm_elements",
     "fully_connected",
     "einsum",
     "conv2d",
@@ -68,6 +77,45 @@ XENT_FLOPS_PER_ELEMENT = 11
 LSTM_POINTWISE_FLOPS = 30
 
 
+KINDS = ("allreduce", "allgather", "exchange")
+
+
+@dataclass(frozen=True, eq=False)
+class Collective:
+    """One communication inside a layer, for every configuration of a batch.
+
+    Attributes
+    ----------
+    kind : str
+        ``"allreduce"`` (``elements``: the block reduced), ``"allgather"``
+        (``elements``: the gathered result) or ``"exchange"`` (``elements``:
+        what each device sends to its neighbours).
+    elements : ndarray
+        ``(K,)`` elements per device, one per configuration.
+    dims : tuple of str
+        The group: devices that differ only in these dimensions of the layer.
+    what : str
+        Short description (``"y partial sums"``, ``"weight gradient"``...).
+    """
+
+    kind: str
+    elements: np.ndarray
+    dims: tuple[str, ...]
+    what: str = ""
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"collective {self.what!r}: kind {self.kind!r} is not one of {KINDS}")
+
+    def ring_elements(self, k: np.ndarray) -> np.ndarray:
+        """Elements one device sends in this collective on a flat ring of ``k`` devices."""
+        if self.kind == "allreduce":
+            return allreduce(self.elements, k)
+        if self.kind == "allgather":
+            return self.elements * (k - 1) / k
+        return self.elements
+
+
 @dataclass(frozen=True)
 class OpSpec:
     """An op: its builder and cost formulas (see the module docstring)."""
@@ -75,16 +123,16 @@ class OpSpec:
     name: str
     build: Callable[..., Layer]
     flops: Callable[[Layer, np.ndarray], np.ndarray]
-    comm: Callable[[Layer, np.ndarray, np.ndarray], np.ndarray]
+    collectives: Callable[[Layer, np.ndarray, np.ndarray], list[Collective]]
     spatial_dims: tuple[str, ...] = ()
 
 
 OPS: dict[str, OpSpec] = {}
 
 
-def _register(name, flops, comm=None, spatial_dims=()):
+def _register(name, flops, collectives=None, spatial_dims=()):
     def wrap(build):
-        OPS[name] = OpSpec(name, build, flops, comm or contraction_comm, spatial_dims)
+        OPS[name] = OpSpec(name, build, flops, collectives or contraction_collectives, spatial_dims)
         return build
 
     return wrap
@@ -111,6 +159,21 @@ def training_flops(layer: Layer) -> float:
     """Training FLOPs (forward + backward) of the whole, unsplit layer."""
     block = np.asarray(layer.sizes, dtype=float)[None, :]
     return float(OPS[layer.op].flops(layer, block)[0])
+
+
+def collectives(layer: Layer, configs: np.ndarray) -> list[Collective]:
+    """The collectives of ``layer`` under each configuration (rows of ``configs``)."""
+    cfg = np.asarray(configs, dtype=float)
+    return OPS[layer.op].collectives(layer, cfg, np.asarray(layer.sizes, dtype=float) / cfg)
+
+
+def comm_elements(layer: Layer, configs: np.ndarray) -> np.ndarray:
+    """Elements one device sends inside ``layer`` under each configuration (flat ring model)."""
+    cfg = np.asarray(configs, dtype=float)
+    total = np.zeros(len(cfg))
+    for c in collectives(layer, cfg):
+        total += c.ring_elements(split_over(layer, cfg, c.dims))
+    return total
 
 
 # -- shared helpers ------------------------------------------------------------------
@@ -159,11 +222,11 @@ def allreduce(elements: np.ndarray, k: np.ndarray) -> np.ndarray:
     return 2.0 * (k - 1) / k * elements
 
 
-def _missing(layer: Layer, tensor: TensorSpec) -> list[str]:
-    return [d for d in layer.dims if d not in tensor.axes]
+def _missing(layer: Layer, tensor: TensorSpec) -> tuple[str, ...]:
+    return tuple(d for d in layer.dims if d not in tensor.axes)
 
 
-def contraction_comm(layer: Layer, cfg: np.ndarray, block: np.ndarray) -> np.ndarray:
+def contraction_collectives(layer: Layer, cfg: np.ndarray, block: np.ndarray) -> list[Collective]:
     """All-reduces of partial sums: outputs, input gradients, weight gradients (module docstring).
 
     A weight's gradient sums the output gradient over the output dimensions
@@ -171,18 +234,18 @@ def contraction_comm(layer: Layer, cfg: np.ndarray, block: np.ndarray) -> np.nda
     dimension the output lacks (an in-channel split for a bias) compute the
     same gradient and exchange nothing.
     """
-    total = np.zeros(len(cfg))
-    for t in list(layer.outputs) + [t for t in layer.inputs if t.differentiable]:
-        total += allreduce(block_elements(layer, t, cfg), split_over(layer, cfg, _missing(layer, t)))
+    out = [Collective("allreduce", block_elements(layer, t, cfg), _missing(layer, t), f"{t.name} {role}")
+           for t, role in ([(t, "partial sums") for t in layer.outputs]
+                           + [(t, "gradient") for t in layer.inputs if t.differentiable])]
     out_dims = {a for t in layer.outputs for a in t.axes}
     for w in layer.weights:
-        reduced = [d for d in _missing(layer, w) if d in out_dims]
-        total += allreduce(block_elements(layer, w, cfg), split_over(layer, cfg, reduced))
-    return total
+        reduced = tuple(d for d in _missing(layer, w) if d in out_dims)
+        out.append(Collective("allreduce", block_elements(layer, w, cfg), reduced, f"{w.name} weight gradient"))
+    return out
 
 
-def _halo_comm(layer: Layer, cfg: np.ndarray, block: np.ndarray) -> np.ndarray:
-    """Halo rows and columns a device exchanges when a window op splits h or w.
+def _halo(layer: Layer, cfg: np.ndarray, block: np.ndarray) -> Collective:
+    """Exchange of the halo rows and columns a device needs when a window op splits h or w.
 
     A block of ``h_b`` output rows reads ``(h_b - 1) * stride + r`` input rows,
     ``r - stride`` more than it owns; the same volume of gradient flows back.
@@ -195,7 +258,7 @@ def _halo_comm(layer: Layer, cfg: np.ndarray, block: np.ndarray) -> np.ndarray:
     kh, kw = p.get("r", p.get("kernel")), p.get("s", p.get("kernel"))
     halo_h = np.where(column(layer, cfg, "h") > 1, max(kh - p["stride"], 0), 0)
     halo_w = np.where(column(layer, cfg, "w") > 1, max(kw - p["stride"], 0), 0)
-    return 2.0 * b * c * ((h_in + halo_h) * (w_in + halo_w) - h_in * w_in)
+    return Collective("exchange", 2.0 * b * c * ((h_in + halo_h) * (w_in + halo_w) - h_in * w_in), ("h", "w"), "halo")
 
 
 # -- GEMM-like ops -------------------------------------------------------------------
@@ -324,11 +387,11 @@ def _conv_flops(layer, blk):
     return 6.0 * b * n * c * h * w * r * s + (2.0 * p["bias"] + 3.0 * p["pointwise"]) * b * n * h * w
 
 
-def _conv_comm(layer, cfg, blk):
-    return contraction_comm(layer, cfg, blk) + _halo_comm(layer, cfg, blk)
+def _conv_collectives(layer, cfg, blk):
+    return contraction_collectives(layer, cfg, blk) + [_halo(layer, cfg, blk)]
 
 
-@_register("Conv2D", _conv_flops, _conv_comm, spatial_dims=("h", "w"))
+@_register("Conv2D", _conv_flops, _conv_collectives, spatial_dims=("h", "w"))
 def conv2d(
     name: str, b: int, c: int, height: int, width: int, n: int, r: int, s: int | None = None,
     *, stride: int = 1, pad: int | Sequence[int] = 0, pointwise: int = 0, bias: bool = True,
@@ -372,7 +435,7 @@ def _pool_flops(layer, blk):
     return 2.0 * np.prod(blk, axis=1) * k * k
 
 
-@_register("Pooling", _pool_flops, lambda layer, cfg, blk: _halo_comm(layer, cfg, blk), spatial_dims=("h", "w"))
+@_register("Pooling", _pool_flops, lambda layer, cfg, blk: [_halo(layer, cfg, blk)], spatial_dims=("h", "w"))
 def pooling(
     name: str, b: int, c: int, height: int, width: int, kernel: int, stride: int | None = None,
     *, pad: int = 0, mode: str = "max",
@@ -431,19 +494,18 @@ def _norm_flops(layer, blk):
     return NORM_FLOPS_PER_ELEMENT * np.prod(blk, axis=1)
 
 
-def _stats_comm(layer, cfg, over, per_row, per_row_backward):
-    """All-reduce of per-row statistics when the normalised dimensions ``over`` are split."""
+def _stats(layer, cfg, over, per_row, per_row_backward) -> Collective:
+    """All-reduce of per-row statistics over the normalised dimensions ``over``."""
     rows = np.prod(np.where([d in over for d in layer.dims], 1, layer.sizes / cfg), axis=1)
-    k = split_over(layer, cfg, over)
-    return allreduce((per_row + per_row_backward) * rows, k)
+    return Collective("allreduce", (per_row + per_row_backward) * rows, tuple(over), "statistics")
 
 
-def _bn_comm(layer, cfg, blk):
+def _bn_collectives(layer, cfg, blk):
     # Mean and variance forward, two gradient sums backward, per channel.
-    return contraction_comm(layer, cfg, blk) + _stats_comm(layer, cfg, ("b", "h", "w"), 2, 2)
+    return contraction_collectives(layer, cfg, blk) + [_stats(layer, cfg, ("b", "h", "w"), 2, 2)]
 
 
-@_register("BatchNorm", _norm_flops, _bn_comm)
+@_register("BatchNorm", _norm_flops, _bn_collectives)
 def batch_norm(name: str, b: int, c: int, h: int, w: int) -> Layer:
     """Batch normalisation over ``b c h w`` with per-channel scale and shift.
 
@@ -462,12 +524,12 @@ def batch_norm(name: str, b: int, c: int, h: int, w: int) -> Layer:
     )
 
 
-def _ln_comm(layer, cfg, blk):
+def _ln_collectives(layer, cfg, blk):
     axis = layer.param_dict["axis"]
-    return contraction_comm(layer, cfg, blk) + _stats_comm(layer, cfg, (axis,), 2, 2)
+    return contraction_collectives(layer, cfg, blk) + [_stats(layer, cfg, (axis,), 2, 2)]
 
 
-@_register("LayerNorm", _norm_flops, _ln_comm)
+@_register("LayerNorm", _norm_flops, _ln_collectives)
 def layer_norm(name: str, shape: Sequence[int], dims: Sequence[str], axis: str | None = None) -> Layer:
     """Layer normalisation over dimension ``axis`` (default the last) with scale and shift.
 
@@ -494,12 +556,12 @@ def _softmax_flops(layer, blk):
     return SOFTMAX_FLOPS_PER_ELEMENT * np.prod(blk, axis=1)
 
 
-def _softmax_comm(layer, cfg, blk):
+def _softmax_collectives(layer, cfg, blk):
     # Max and sum forward, one dot product backward, per row.
-    return _stats_comm(layer, cfg, (layer.param_dict["axis"],), 2, 1)
+    return [_stats(layer, cfg, (layer.param_dict["axis"],), 2, 1)]
 
 
-@_register("Softmax", _softmax_flops, _softmax_comm)
+@_register("Softmax", _softmax_flops, _softmax_collectives)
 def softmax(name: str, shape: Sequence[int], dims: Sequence[str], axis: str | None = None) -> Layer:
     """Softmax along dimension ``axis`` (default the last).
 
@@ -523,7 +585,7 @@ def _xent_flops(layer, blk):
     return XENT_FLOPS_PER_ELEMENT * np.prod(blk, axis=1)
 
 
-@_register("SoftmaxCrossEntropy", _xent_flops, _softmax_comm)
+@_register("SoftmaxCrossEntropy", _xent_flops, _softmax_collectives)
 def softmax_cross_entropy(name: str, shape: Sequence[int], dims: Sequence[str] = ("b", "n"), axis: str | None = None) -> Layer:
     """Softmax plus cross-entropy loss against integer labels, classes along ``axis``.
 
@@ -589,20 +651,21 @@ def _lstm_flops(layer, blk):
     return (gemm + LSTM_POINTWISE_FLOPS * l * b * s * e) * (seq + k_l - 1) / seq
 
 
-def _lstm_comm(layer, cfg, blk):
+def _lstm_collectives(layer, cfg, blk):
     l, b, s, d, e = blk.T
-    k_l, k_b, k_d, k_e = (column(layer, cfg, x) for x in "lbde")
     full_e = layer.size_of["e"]
-    total = allreduce(l * b * s * 4 * e, k_d)  # input projection partial sums over split d
-    total += 2.0 * l * s * b * full_e * (k_e - 1) / k_e  # gather h every step, forward and backward
-    total += allreduce(b * s * d, k_e)  # input gradient partial sums over split e
-    total += np.where(k_l > 1, 2.0 * b * s * e, 0.0)  # activations and gradients between stages
-    for w in layer.weights:
-        total += allreduce(block_elements(layer, w, cfg), k_b)
-    return total
+    return [
+        Collective("allreduce", l * b * s * 4 * e, ("d",), "input projection partial sums"),
+        # h gathered whole every step, forward and backward.
+        Collective("allgather", 2.0 * l * s * b * full_e, ("e",), "hidden state"),
+        Collective("allreduce", b * s * d, ("e",), "x gradient"),
+        # Activations and gradients between stages.
+        Collective("exchange", np.where(column(layer, cfg, "l") > 1, 2.0 * b * s * e, 0.0), ("l",), "pipeline stages"),
+    ] + [Collective("allreduce", block_elements(layer, w, cfg), ("b",), f"{w.name} weight gradient")
+         for w in layer.weights]
 
 
-@_register("LSTM", _lstm_flops, _lstm_comm)
+@_register("LSTM", _lstm_flops, _lstm_collectives)
 def lstm(name: str, l: int, b: int, s: int, d: int, e: int) -> Layer:
     """A whole ``l``-layer LSTM as one vertex over ``l b s d e`` (the paper's form).
 
@@ -639,11 +702,11 @@ def _zero_flops(layer, blk):
     return np.zeros(len(blk))
 
 
-def _no_comm(layer, cfg, blk):
-    return np.zeros(len(cfg))
+def _no_collectives(layer, cfg, blk):
+    return []
 
 
-@_register("Concat", _zero_flops, _no_comm)
+@_register("Concat", _zero_flops, _no_collectives)
 def concat(name: str, shapes: Sequence[Sequence[int]], dims: Sequence[str], axis: str) -> Layer:
     """Concatenate input tensors along dimension ``axis`` (which is never split).
 
@@ -673,7 +736,7 @@ def concat(name: str, shapes: Sequence[Sequence[int]], dims: Sequence[str], axis
     )
 
 
-@_register("Split", _zero_flops, _no_comm)
+@_register("Split", _zero_flops, _no_collectives)
 def split(name: str, shape: Sequence[int], dims: Sequence[str], axis: str, parts: Sequence[int]) -> Layer:
     """Split a tensor along ``axis`` (never split across devices) into ``parts`` sizes.
 
@@ -722,7 +785,7 @@ def _reshape_groups(name, src, dst):
     return groups
 
 
-@_register("Reshape", _zero_flops, _no_comm)
+@_register("Reshape", _zero_flops, _no_collectives)
 def reshape(name: str, shape: Sequence[int], dims: Sequence[str], out_shape: Sequence[int]) -> Layer:
     """Reshape (flatten, unflatten heads...) a row-major tensor; ``dims`` names the input axes.
 
@@ -751,7 +814,7 @@ def reshape(name: str, shape: Sequence[int], dims: Sequence[str], out_shape: Seq
     )
 
 
-@_register("Transpose", _zero_flops, _no_comm)
+@_register("Transpose", _zero_flops, _no_collectives)
 def transpose(name: str, shape: Sequence[int], dims: Sequence[str], perm: Sequence[int]) -> Layer:
     """Permute axes: output axis ``i`` is input axis ``perm[i]``.
 

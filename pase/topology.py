@@ -21,11 +21,12 @@ dimension, how many nodes its split spans.
 
 Collectives
 -----------
-Every communication inside a layer is a :class:`Collective` among the
-devices that differ only in the dimensions ``dims``: ``k`` devices, ``k_in``
-of them per node, over ``k_out = k / k_in`` nodes. With ``M`` bytes of block
-and bandwidths ``B_in`` (inside a node) and ``B_out`` (between nodes, per
-device):
+Every op lists the communication inside a layer as
+:class:`~pase.layers.Collective` values (:func:`pase.layers.collectives`),
+each among the devices that differ only in the dimensions ``dims``: ``k``
+devices, ``k_in`` of them per node, over ``k_out = k / k_in`` nodes. With
+``M`` bytes of block and bandwidths ``B_in`` (inside a node) and ``B_out``
+(between nodes, per device):
 
 * all-reduce, hierarchical (reduce-scatter in the node, all-reduce of the
   ``M / k_in`` shard across nodes, all-gather in the node)::
@@ -36,8 +37,9 @@ device):
 * exchange (halo rows, pipeline stages): the bytes at ``B_in`` when the group
   lies in one node, at ``B_out`` otherwise (the slowest device sets the pace).
 
-With ``k_out = 1`` these are the flat ring formulas, and with ``B_in = B_out``
-they add up to them exactly (``2 (k - 1) / k M / B``).
+With ``k_out = 1`` these are the flat ring formulas of
+:meth:`Collective.ring_elements <pase.layers.Collective.ring_elements>`, and
+with ``B_in = B_out`` they add up to them exactly (``2 (k - 1) / k M / B``).
 
 Redistribution along an edge
 ----------------------------
@@ -62,160 +64,22 @@ bit for bit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
-
 import numpy as np
 
 from pase import layers as L
 from pase.cluster import Cluster
 from pase.graph import Layer, TensorSpec
+from pase.layers import collectives
 
 __all__ = [
-    "Collective",
-    "COLLECTIVES",
-    "collectives",
     "group_sizes",
     "node_factors",
     "allreduce_time_s",
     "allgather_time_s",
     "exchange_time_s",
-    "collective_elements",
     "layer_comm_time_s",
     "edge_time_s",
 ]
-
-KINDS = ("allreduce", "allgather", "exchange")
-
-
-@dataclass(frozen=True, eq=False)
-class Collective:
-    """One communication inside a layer, for every configuration of a batch.
-
-    Attributes
-    ----------
-    kind : str
-        ``"allreduce"`` (``elements``: the block reduced), ``"allgather"``
-        (``elements``: the gathered result) or ``"exchange"`` (``elements``:
-        what each device sends to its neighbours).
-    elements : ndarray
-        ``(K,)`` elements per device, one per configuration.
-    dims : tuple of str
-        The group: devices that differ only in these dimensions.
-    what : str
-        Short description (``"y partial sums"``, ``"weight gradient"``...).
-    """
-
-    kind: str
-    elements: np.ndarray
-    dims: tuple[str, ...]
-    what: str = ""
-
-
-# -- decomposition of each op's communication into collectives -------------------------
-
-
-def _contraction(layer: Layer, cfg: np.ndarray, blk: np.ndarray) -> list[Collective]:
-    # pase.layers.contraction_comm: partial sums over the dimensions a tensor lacks; a weight
-    # gradient only over the lacking dimensions the output has (batch, rows...).
-    out = []
-    for t, role in ([(t, "partial sums") for t in layer.outputs]
-                    + [(t, "gradient") for t in layer.inputs if t.differentiable]):
-        dims = tuple(d for d in layer.dims if d not in t.axes)
-        out.append(Collective("allreduce", L.block_elements(layer, t, cfg), dims, f"{t.name} {role}"))
-    out_dims = {a for t in layer.outputs for a in t.axes}
-    for w in layer.weights:
-        dims = tuple(d for d in layer.dims if d not in w.axes and d in out_dims)
-        out.append(Collective("allreduce", L.block_elements(layer, w, cfg), dims, f"{w.name} weight gradient"))
-    return out
-
-
-def _halo(layer: Layer, cfg: np.ndarray, blk: np.ndarray) -> list[Collective]:
-    return [Collective("exchange", L._halo_comm(layer, cfg, blk), ("h", "w"), "halo")]
-
-
-def _stats(layer: Layer, cfg: np.ndarray, over, per_row: int, per_row_backward: int) -> Collective:
-    # The same quantities as pase.layers._stats_comm, kept as a collective.
-    rows = np.prod(np.where([d in over for d in layer.dims], 1, layer.sizes / cfg), axis=1)
-    dims = tuple(d for d in layer.dims if d in over)
-    return Collective("allreduce", (per_row + per_row_backward) * rows, dims, "statistics")
-
-
-def _batch_norm(layer, cfg, blk):
-    return _contraction(layer, cfg, blk) + [_stats(layer, cfg, ("b", "h", "w"), 2, 2)]
-
-
-def _layer_norm(layer, cfg, blk):
-    return _contraction(layer, cfg, blk) + [_stats(layer, cfg, (layer.param_dict["axis"],), 2, 2)]
-
-
-def _softmax(layer, cfg, blk):
-    return [_stats(layer, cfg, (layer.param_dict["axis"],), 2, 1)]
-
-
-def _lstm(layer, cfg, blk):
-    l, b, s, d, e = blk.T
-    full_e = layer.size_of["e"]
-    k_l = L.column(layer, cfg, "l")
-    out = [
-        Collective("allreduce", l * b * s * 4 * e, ("d",), "input projection partial sums"),
-        Collective("allgather", 2.0 * l * s * b * full_e, ("e",), "hidden state"),
-        Collective("allreduce", b * s * d, ("e",), "x gradient"),
-        Collective("exchange", np.where(k_l > 1, 2.0 * b * s * e, 0.0), ("l",), "pipeline stages"),
-    ]
-    for w in layer.weights:
-        out.append(Collective("allreduce", L.block_elements(layer, w, cfg), ("b",), f"{w.name} weight gradient"))
-    return out
-
-
-def _nothing(layer, cfg, blk):
-    return []
-
-
-# Op name -> decomposition of the op's ``comm`` formula (pase.layers) into collectives.
-# tests/test_topology.py checks that, priced flat, every entry equals the op's own formula.
-COLLECTIVES: dict[str, Callable[[Layer, np.ndarray, np.ndarray], list[Collective]]] = {
-    "FullyConnected": _contraction,
-    "Einsum": _contraction,
-    "Embedding": _contraction,
-    "ReduceMean": _contraction,
-    "Elementwise": _contraction,
-    "Conv2D": lambda layer, cfg, blk: _contraction(layer, cfg, blk) + _halo(layer, cfg, blk),
-    "Pooling": _halo,
-    "BatchNorm": _batch_norm,
-    "LayerNorm": _layer_norm,
-    "Softmax": _softmax,
-    "SoftmaxCrossEntropy": _softmax,
-    "LSTM": _lstm,
-    "Concat": _nothing,
-    "Split": _nothing,
-    "Reshape": _nothing,
-    "Transpose": _nothing,
-}
-
-
-def collectives(layer: Layer, configs: np.ndarray) -> list[Collective]:
-    """The collectives of ``layer`` under each configuration (rows of ``configs``).
-
-    An op without an entry in :data:`COLLECTIVES` is priced as one exchange of
-    its whole communication (``OpSpec.comm``) among all the devices it uses.
-    """
-    cfg = np.asarray(configs, dtype=float)
-    blk = np.asarray(layer.sizes, dtype=float) / cfg
-    decompose = COLLECTIVES.get(layer.op)
-    if decompose is None:
-        return [Collective("exchange", L.OPS[layer.op].comm(layer, cfg, blk), tuple(layer.dims), "communication")]
-    return decompose(layer, cfg, blk)
-
-
-def collective_elements(layer: Layer, configs: np.ndarray, c: Collective) -> np.ndarray:
-    """Elements one device sends in ``c`` under the flat model (what ``OpSpec.comm`` adds up)."""
-    k, _, _ = group_sizes(layer, configs, c.dims, devices_per_node=None)
-    if c.kind == "allreduce":
-        return L.allreduce(c.elements, k)
-    if c.kind == "allgather":
-        return (k - 1) / k * c.elements
-    return c.elements
 
 
 # -- placement -----------------------------------------------------------------------------
@@ -249,12 +113,10 @@ def group_sizes(layer: Layer, configs: np.ndarray, dims, devices_per_node: int |
     ``devices_per_node=None`` reads as one node.
     """
     configs = np.asarray(configs)
-    idx = [layer.dims.index(d) for d in dims if d in layer.dims]
-    k = np.prod(configs[:, idx], axis=1).astype(float) if idx else np.ones(len(configs))
-    if devices_per_node is None or not idx:
+    k = L.split_over(layer, configs, dims).astype(float)
+    if devices_per_node is None:
         return k, k, np.ones(len(configs))
-    nf = node_factors(configs, devices_per_node)
-    k_out = np.prod(nf[:, idx], axis=1).astype(float)
+    k_out = L.split_over(layer, node_factors(configs, devices_per_node), dims).astype(float)
     return k, k / k_out, k_out
 
 

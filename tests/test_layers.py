@@ -97,6 +97,40 @@ def test_embedding_vocab_split_allreduces_output_not_weights():
     assert data == pytest.approx(2 * 3 / 4 * 100 * 8 * 4)
 
 
+def test_collectives_name_their_group_and_price_to_the_hand_count():
+    fc = L.fully_connected("fc", b=8, n=6, c=4)
+    parts = L.collectives(fc, np.array([[2, 1, 1]]))
+    assert [(c.kind, c.dims, c.what) for c in parts] == [
+        ("allreduce", ("c",), "y partial sums"),
+        ("allreduce", ("n",), "x gradient"),
+        ("allreduce", ("b",), "weight weight gradient"),
+        ("allreduce", ("b",), "bias weight gradient"),
+    ]
+    # Data parallel on 2: only the b-groups have 2 devices; each sends half of W and bias.
+    assert L.comm_elements(fc, np.array([[2, 1, 1]]))[0] == pytest.approx(2 * (2 - 1) / 2 * (6 * 4 + 6))
+
+
+@pytest.mark.parametrize("layer,flops", HAND_COUNTED, ids=lambda x: getattr(x, "name", ""))
+def test_collectives_are_among_the_layers_own_dimensions(layer, flops):
+    cfgs = layer_configs(layer, 8, ConfigOptions(min_shard=1, spatial_split=True))
+    for c in L.collectives(layer, cfgs):
+        assert set(c.dims) <= set(layer.dims) and c.elements.shape == (len(cfgs),)
+
+
+def test_unknown_collective_kind_is_refused():
+    with pytest.raises(ValueError, match="'broadcast'"):
+        L.Collective("broadcast", np.zeros(1), ("b",), "x")
+
+
+def test_lstm_hidden_split_gathers_state_and_stage_split_exchanges():
+    rnn = L.lstm("lstm", l=4, b=2, s=8, d=8, e=8)
+    hidden, stages = layer_comm_bytes(rnn, np.array([[1, 1, 1, 1, 2], [2, 1, 1, 1, 1]]), 1)
+    # e split 2: all-gather h (2 l s b e, half of it sent) plus the x gradient all-reduce (b s d).
+    assert hidden == pytest.approx(1 / 2 * 2 * 4 * 8 * 2 * 8 + 2 * (1 / 2) * 2 * 8 * 8)
+    # l split 2: activations and gradients of a stage's last layer, 2 b s e.
+    assert stages == pytest.approx(2 * 2 * 8 * 8)
+
+
 def test_lstm_layer_split_pipelines():
     rnn = L.lstm("lstm", l=4, b=2, s=8, d=8, e=8)
     flops = layer_compute_flops(rnn, np.array([[1, 1, 1, 1, 1], [4, 1, 1, 1, 1]]))
