@@ -6,7 +6,7 @@ import streamlit as st
 from pase.cluster import PRESETS
 from pase.configs import ConfigOptions
 from pase.errors import PaseError
-from pase.plan import parallelism_kind, plan
+from pase.planner import parallelism_kind, plan
 from ui import state
 from ui.figures import dependent_sets_figure, gemm_cube_figure, gemm_tensors_figure, search_step_figure
 from ui.fmt import compact_config, config_str, fmt_count, fmt_time

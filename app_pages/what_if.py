@@ -3,7 +3,7 @@
 import streamlit as st
 
 from pase.errors import PaseError
-from pase.plan import parallelism_kind
+from pase.planner import parallelism_kind
 from ui import state
 from ui.figures import split_changes_figure, sweep_figure
 from ui.graphview import auto_group_depth, group_key

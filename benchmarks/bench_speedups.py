@@ -23,7 +23,7 @@ from bench_search import machine, write_section
 from pase.baselines import applicable_baselines
 from pase.cluster import preset
 from pase.models import sample
-from pase.plan import plan
+from pase.planner import plan
 
 REPO = Path(__file__).resolve().parents[1]
 SECTION = "## Modelled speedups (issue 5)"

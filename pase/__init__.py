@@ -25,7 +25,7 @@ from pase.graph import Graph, Layer, TensorSpec
 from pase.io import dumps_graph, load_graph, loads_graph, save_graph
 from pase.models import SAMPLES, sample
 from pase.onnx_import import from_onnx
-from pase.plan import Plan, evaluate, plan
+from pase.planner import Plan, evaluate, plan
 from pase.torch_import import from_torch
 
 __all__ = [

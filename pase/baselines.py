@@ -17,7 +17,7 @@ from pase.cluster import Cluster
 from pase.configs import ConfigOptions, split_factors
 from pase.graph import Graph, Layer
 from pase.memory import InsufficientMemoryError
-from pase.plan import Plan, evaluate, plan
+from pase.planner import Plan, evaluate, plan
 
 __all__ = [
     "Baseline",

@@ -19,7 +19,7 @@ from pase.configs import ConfigOptions, config_counts
 from pase.errors import ClusterError, GraphError, PaseError
 from pase.graph import Graph
 from pase.io import load_graph
-from pase.plan import parallelism_kind, plan
+from pase.planner import parallelism_kind, plan
 
 __all__ = ["main"]
 

@@ -155,7 +155,7 @@ def test_an_onnx_upload_is_solved():
 
 
 def test_a_search_too_large_is_reported_not_raised(monkeypatch):
-    import pase.plan
+    import pase.planner
     from pase.errors import SearchTooLargeError
 
     def too_large(*args, **kwargs):
@@ -164,7 +164,7 @@ def test_a_search_too_large_is_reported_not_raised(monkeypatch):
     # Six devices: a problem no other test solves, so nothing is cached.
     at = choose_sample(new_app(), "alexnet", devices=6)
     with monkeypatch.context() as m:
-        m.setattr(pase.plan, "plan", too_large)
+        m.setattr(pase.planner, "plan", too_large)
         solve(at)
     assert at.error and "SearchTooLargeError" in at.error[0].value and "fewer devices" in at.error[0].value
     assert not at.metric

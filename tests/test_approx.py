@@ -9,7 +9,7 @@ from pase.approx import improve
 from pase.costgraph import CostGraph
 from pase.errors import SearchTooLargeError
 from pase.models import sample
-from pase.plan import plan
+from pase.planner import plan
 from pase.cluster import Cluster
 
 

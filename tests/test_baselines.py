@@ -17,7 +17,7 @@ from pase.configs import ConfigOptions
 from pase.errors import ConfigurationError, GraphError
 from pase.graph import Graph
 from pase.models import SAMPLES, sample
-from pase.plan import plan
+from pase.planner import plan
 
 CLUSTER = Cluster(8, 10e12, 16e9)
 

@@ -151,7 +151,7 @@ def test_check_config_names_the_problem(config, match):
 
 
 def test_plan_json_layer_costs_add_up_to_the_total_in_both_units():
-    from pase.plan import plan
+    from pase.planner import plan
 
     g = _fc_pair()
     d = plan(g, Cluster(4, 10e12, 16e9)).to_dict()

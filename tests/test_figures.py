@@ -10,7 +10,7 @@ from pase import layers as L
 from pase.cluster import Cluster
 from pase.configs import ConfigOptions
 from pase.graph import Graph
-from pase.plan import evaluate, parallelism_kind, plan
+from pase.planner import evaluate, parallelism_kind, plan
 from ui import figures as F
 from ui.fmt import compact_config, config_str, fmt_bytes, fmt_count, fmt_time
 from ui.graphview import (auto_group_depth, build_graph_view, edge_costs_s, group_key, groups_of,

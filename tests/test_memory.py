@@ -18,7 +18,7 @@ from pase.errors import ConfigurationError, PaseError
 from pase.graph import Graph
 from pase.memory import InsufficientMemoryError, MemoryOptions, build_memory_model, saved_tensors
 from pase.memory_search import least_memory, mix, peak_memory, solve_within_memory
-from pase.plan import evaluate, plan
+from pase.planner import evaluate, plan
 
 FP32 = Cluster(4, 10e12, 16e9, bytes_per_element=4)
 FP16 = Cluster(4, 10e12, 16e9, bytes_per_element=2)

@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from pase.cost import LayerCost
-from pase.plan import parallelism_kind
+from pase.planner import parallelism_kind
 from ui.fmt import compact_config, config_str, fmt_time
 from ui.graphview import KINDS, GraphView
 

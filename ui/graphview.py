@@ -1,6 +1,6 @@
 """What the strategy graph chart shows: nodes (layers or groups of layers), edges and positions.
 
-Plain data built from a :class:`pase.plan.Plan`; :func:`ui.figures.strategy_graph_figure`
+Plain data built from a :class:`pase.planner.Plan`; :func:`ui.figures.strategy_graph_figure`
 draws it. Large graphs stay legible by *grouping*: layers whose names share
 a dotted prefix (``mixed_5b.branch3x3.conv`` -> ``mixed_5b`` at depth 1) become
 one node, unless the user expands that group.
@@ -21,7 +21,7 @@ import numpy as np
 
 from pase.cost import build_cost_model, edge_bytes
 from pase.graph import Graph
-from pase.plan import Plan, parallelism_kind
+from pase.planner import Plan, parallelism_kind
 from ui.fmt import compact_config, config_str, dims_str, fmt_time
 
 __all__ = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from pase.errors import PaseError
-from pase.plan import Plan
+from pase.planner import Plan
 from ui import state
 from ui.fmt import fmt_count, fmt_time
 

@@ -23,7 +23,7 @@ from pase.cluster import Cluster
 from pase.configs import ConfigOptions
 from pase.graph import Graph
 from pase.io import load_model_file
-from pase.plan import Plan
+from pase.planner import Plan
 
 __all__ = [
     "GraphSource",
@@ -146,7 +146,7 @@ def cached_plan(problem: Problem) -> Plan | None:
 
 def solve(problem: Problem, progress: Callable[[int, int], None] | None = None) -> Plan:
     """Find (or fetch) the best plan for ``problem``; ``progress(done, total)`` follows the search."""
-    from pase.plan import plan
+    from pase.planner import plan
 
     store = stores()["plans"]
     found = store.get(problem)

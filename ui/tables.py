@@ -6,7 +6,7 @@ from typing import Mapping
 
 import pandas as pd
 
-from pase.plan import Plan, parallelism_kind
+from pase.planner import Plan, parallelism_kind
 from ui.fmt import compact_config, config_str, dims_str
 
 __all__ = ["strategy_table", "comparison_table", "differing_layers", "totals_table"]
