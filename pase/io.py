@@ -15,7 +15,8 @@ from pase.errors import FormatError, GraphError, PaseError
 from pase.graph import Graph
 from pase.layers import build_layer
 
-__all__ = ["FORMAT", "VERSION", "MAX_FILE_BYTES", "MAX_LAYERS", "MAX_DIM", "MAX_TENSOR_ELEMENTS", "MODEL_SUFFIXES",
+__all__ = ["FORMAT", "VERSION", "MAX_FILE_BYTES", "MAX_LAYERS", "MAX_DIM", "MAX_TENSOR_ELEMENTS", "MAX_LAYER_INPUTS",
+           "MODEL_SUFFIXES",
            "graph_to_dict", "graph_from_dict", "dumps_graph", "loads_graph", "save_graph", "load_graph",
            "load_model_file"]
 
@@ -27,6 +28,8 @@ MAX_LAYERS = 20_000
 # Absurd sizes are refused: no dimension above MAX_DIM, no tensor above MAX_TENSOR_ELEMENTS elements.
 MAX_DIM = 2**31 - 1
 MAX_TENSOR_ELEMENTS = 2**48
+# Most input slots a layer may declare (an Elementwise layer's ``inputs``).
+MAX_LAYER_INPUTS = 4096
 # File types :func:`load_model_file` reads.
 MODEL_SUFFIXES = (".json", ".onnx")
 
@@ -119,6 +122,9 @@ def graph_from_dict(data: object) -> Graph:
                 if position.get(producer, -1) > i:
                     raise GraphError(f"{where}: input {j}: no earlier layer named {_short(producer)}; it is listed "
                                      "later, but layers must come after their producers (a graph with a cycle cannot)")
+        count = spec["params"].get("inputs")
+        if isinstance(count, int) and not isinstance(count, bool) and count > MAX_LAYER_INPUTS:
+            raise FormatError(f"{where}: {count} inputs is absurdly many (at most {MAX_LAYER_INPUTS})")
         try:
             layer = build_layer(spec["op"], spec["name"], **spec["params"])
         except PaseError:

@@ -28,6 +28,30 @@ EXAMPLE = json.loads((ROOT / "docs" / "example-graph.json").read_text())
 
 FUZZ = settings(max_examples=int(__import__("os").environ.get("PASE_FUZZ_EXAMPLES", 150)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
+
+
+@pytest.fixture(autouse=True)
+def memory_cap():
+    """Cap this process's heap 3 GiB above its current size while fuzzing: an input that makes the
+    loader allocate without bound fails the test with a MemoryError instead of exhausting the machine."""
+    try:
+        import resource
+
+        vm_data = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmData:"))
+        old = resource.getrlimit(resource.RLIMIT_DATA)
+        cap = vm_data + 3 * 2**30
+        if old[0] != resource.RLIM_INFINITY and old[0] < cap:
+            cap = old[0]
+        resource.setrlimit(resource.RLIMIT_DATA, (cap, old[1]))
+    except (ImportError, OSError, StopIteration, ValueError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_DATA, old)
+
+
 # -- strategies --------------------------------------------------------------------------------
 
 scalars = st.one_of(
@@ -117,6 +141,7 @@ def _load_or_pase_error(text) -> None:
         message = str(exc)
         assert message.strip(), "an error without a message"
         assert "\n" not in message, f"a multi-line message: {message!r}"
+        assert "MemoryError" not in message, f"the loader ran out of memory: {message!r}"
         return
     assert isinstance(graph, Graph)
     graph.validate()
@@ -191,6 +216,7 @@ def _from_onnx_or_pase_error(source) -> None:
             graph = from_onnx(source, unsupported="elementwise")
     except PaseError as exc:
         assert str(exc).strip() and "\n" not in str(exc), repr(str(exc))
+        assert "MemoryError" not in str(exc), f"the importer ran out of memory: {exc}"
         return
     graph.validate()
 
@@ -239,3 +265,10 @@ def test_onnx_structural_mutations(data):
             inp = model.graph.input[0].type.tensor_type.shape.dim
             inp[data.draw(st.integers(0, len(inp) - 1))].dim_value = data.draw(st.integers(0, 100))
     _from_onnx_or_pase_error(model)
+
+
+def test_absurd_input_counts_are_refused_before_building():
+    doc = {"format": "pase-graph", "version": 1, "layers": [
+        {"name": "a", "op": "Elementwise", "params": {"shape": [2], "dims": ["n"], "inputs": 10**9}}]}
+    with pytest.raises(PaseError, match="absurdly many"):
+        pio.loads_graph(json.dumps(doc))
