@@ -9,7 +9,7 @@ from pase.errors import PaseError
 from ui import state
 from ui.figures import SORT_KEYS, cost_breakdown_figure, strategy_graph_figure
 from ui.fmt import fmt_count, fmt_time
-from ui.graphview import auto_group_depth, build_graph_view, edge_costs_s, group_key, groups_of
+from ui.graphview import auto_group_depth, build_graph_view, group_key, groups_of
 from ui.pagekit import headline, require_problem, solve_button
 from ui.tables import strategy_table
 
@@ -64,7 +64,7 @@ if found is not None and depth is not None:
     key = group_key(found, depth)
     if key != found and key not in expanded:
         expanded = [*expanded, key]
-view = build_graph_view(graph, plan, edge_costs_s(plan) if plan is not None else None, depth=depth,
+view = build_graph_view(graph, plan, depth=depth,
                         expanded=expanded, config_counts=counts)
 highlight = None
 if found is not None:

@@ -18,7 +18,8 @@ from pase.cluster import PRESETS, Cluster
 from pase.configs import ConfigOptions, config_counts
 from pase.errors import ClusterError, GraphError, PaseError
 from pase.graph import Graph
-from pase.io import load_graph
+from pase.io import load_model_file
+from pase.models import SAMPLES, sample
 from pase.planner import parallelism_kind, plan
 
 __all__ = ["main"]
@@ -79,8 +80,6 @@ def _add_cluster_options(p: argparse.ArgumentParser) -> None:
 
 
 def _load_model(args) -> Graph:
-    from pase.models import SAMPLES, sample
-
     if args.model in SAMPLES:
         return sample(args.model, **({} if args.batch is None else {"batch": args.batch}))
     path = Path(args.model)
@@ -88,8 +87,6 @@ def _load_model(args) -> Graph:
         raise GraphError(f"{args.model!r} is neither a sample ({', '.join(SAMPLES)}) nor an existing file")
     if args.batch is not None and path.suffix.lower() != ".onnx":
         raise GraphError("--batch applies to sample models and ONNX models; a graph file fixes its own batch size")
-    from pase.io import load_model_file
-
     return load_model_file(path, batch=args.batch)
 
 

@@ -200,6 +200,22 @@ class CostModel:
             )
         return int(rows[0])
 
+    def edge_costs_s(self, assignment: Mapping[str, int]) -> dict[tuple[str, str], float]:
+        """Seconds to redistribute each edge under a strategy (layer name -> configuration row).
+
+        Keyed by (producer, consumer); several tensors between the same two
+        layers add up. A layer's incoming entries sum to its ``edge_comm_s``.
+        """
+        out: dict[tuple[str, str], float] = {}
+        if self.edge_time_tables is None:
+            tables, scale = self.edge_tables, 1.0 / self.cluster.bandwidth_Bps
+        else:
+            tables, scale = self.edge_time_tables, 1.0
+        for e, table in tables:
+            key = (e.src, e.dst)
+            out[key] = out.get(key, 0.0) + float(table[assignment[e.src], assignment[e.dst]]) * scale
+        return out
+
     def breakdown(self, assignment: Mapping[str, int]) -> list[LayerCost]:
         """Per-layer costs of a strategy given as layer name -> configuration row.
 

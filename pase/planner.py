@@ -77,6 +77,8 @@ class Plan:
     memory_search : MemorySearchResult or None
         When a memory limit applied: the bound, gap and effort of the
         memory-feasible search.
+    edge_costs_s : mapping (producer, consumer) -> float
+        Seconds to redistribute each edge (see :meth:`CostModel.edge_costs_s`).
     """
 
     graph: Graph
@@ -87,6 +89,7 @@ class Plan:
     search: SearchResult | ApproxResult | None = None
     memory: MemoryReport | None = None
     memory_search: MemorySearchResult | None = None
+    edge_costs_s: Mapping[tuple[str, str], float] | None = None
 
     @property
     def exact(self) -> bool:
@@ -276,13 +279,14 @@ from pase.cluster import Cluster
         chosen = {name: model.configs[name][k:k + 1] for name, k in assignment.items()}
         memory = build_memory_model(graph, cluster, memory_options, configs=chosen)
         report = memory.report({name: 0 for name in chosen}, capacity)
-        return Plan(graph, cluster, "PaSE", tuple(model.breakdown(assignment)), float(result.cost), result, report)
+        return Plan(graph, cluster, "PaSE", tuple(model.breakdown(assignment)), float(result.cost), result, report,
+                    edge_costs_s=model.edge_costs_s(assignment))
     memory = build_memory_model(graph, cluster, memory_options, configs=model.configs)
     fit = _fit(model, memory, limit, memory_options, max_memory_solves, memory_gap_tolerance, {**kwargs, "solver": solver})
     assignment = {layer.name: int(fit.assignment[i]) for i, layer in enumerate(model.layers)}
     search = replace(fit.first_search, cost=fit.cost, assignment=fit.assignment, search_time_s=fit.search_time_s)
     return Plan(graph, cluster, "PaSE", tuple(model.breakdown(assignment)), float(fit.cost), search,
-                memory.report(assignment, limit), fit)
+                memory.report(assignment, limit), fit, model.edge_costs_s(assignment))
 
 
 def _exact_or_approximate(model: CostModel, options: ConfigOptions, approximate: bool):
@@ -358,4 +362,5 @@ def evaluate(
     assignment = {name: 0 for name in configs}
     rows = model.breakdown(assignment)
     memory = build_memory_model(graph, cluster, memory_options, configs=configs).report(assignment)
-    return Plan(graph, cluster, label, tuple(rows), model.strategy_cost(rows), memory=memory)
+    return Plan(graph, cluster, label, tuple(rows), model.strategy_cost(rows), memory=memory,
+                edge_costs_s=model.edge_costs_s(assignment))

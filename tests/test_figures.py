@@ -13,7 +13,7 @@ from pase.graph import Graph
 from pase.planner import evaluate, parallelism_kind, plan
 from ui import figures as F
 from ui.fmt import compact_config, config_str, fmt_bytes, fmt_count, fmt_time
-from ui.graphview import (auto_group_depth, build_graph_view, edge_costs_s, group_key, groups_of,
+from ui.graphview import (auto_group_depth, build_graph_view, group_key, groups_of,
                           layered_layout)
 from ui.learnkit import (ORDERING_FUNCS, connected_set, gemm_communication, gemm_cost, gemm_costs, small_graph,
                          walk)
@@ -104,7 +104,7 @@ def test_layered_layout_puts_every_edge_downwards():
 
 def test_edge_costs_add_up_to_each_layers_edge_time(solved, data_parallel):
     for p in (solved, data_parallel):
-        costs = edge_costs_s(p)
+        costs = p.edge_costs_s
         incoming = {}
         for (_, dst), t in costs.items():
             assert t >= 0
@@ -116,7 +116,7 @@ def test_edge_costs_add_up_to_each_layers_edge_time(solved, data_parallel):
 def test_edge_costs_on_a_two_level_cluster(graph):
     two = Cluster(devices=8, peak_flops=10e12, bandwidth_Bps=100e9, devices_per_node=2, inter_bandwidth_Bps=5e9)
     p = plan(graph, two, memory_limit_bytes=None)
-    costs = edge_costs_s(p)
+    costs = p.edge_costs_s
     for row in p.layers:
         got = sum(t for (_, dst), t in costs.items() if dst == row.name)
         assert got == pytest.approx(row.edge_comm_s, rel=1e-9, abs=1e-15)

@@ -379,7 +379,7 @@ def gemm_cube_figure(sizes: Sequence[int], splits: Sequence[int], dims: Sequence
     si, sj, sk = (int(s) for s in splits)
     bi, bj, bk = I / si, J / sj, K / sk
     gap = 0.06
-    xs, ys, zs, fi, fj, fk, colors, hover_pts = [], [], [], [], [], [], [], []
+    xs, ys, zs, fi, fj, fk, colors = [], [], [], [], [], [], []
     # Unit-cube corners and its 12 triangles.
     corners = list(product((0, 1), repeat=3))
     faces = [(0, 1, 3), (0, 3, 2), (4, 5, 7), (4, 7, 6), (0, 1, 5), (0, 5, 4),

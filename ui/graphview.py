@@ -19,7 +19,6 @@ from typing import Iterable, Mapping
 import networkx as nx
 import numpy as np
 
-from pase.cost import build_cost_model, edge_bytes
 from pase.graph import Graph
 from pase.planner import Plan, parallelism_kind
 from ui.fmt import compact_config, config_str, dims_str, fmt_time
@@ -29,7 +28,6 @@ __all__ = [
     "NodeInfo",
     "EdgeInfo",
     "GraphView",
-    "edge_costs_s",
     "group_key",
     "auto_group_depth",
     "groups_of",
@@ -100,30 +98,6 @@ class GraphView:
             if layer in n.members:
                 return n
         raise KeyError(layer)
-
-
-def edge_costs_s(plan: Plan) -> dict[tuple[str, str], float]:
-    """Redistribution time of every edge (src, dst) under the plan's strategy, in seconds.
-
-    Read from :func:`pase.cost.build_cost_model` restricted to the chosen
-    configurations (flat clusters: bytes over the link bandwidth; two-level
-    clusters: the model's time tables). Several tensors between the same two
-    layers are summed; a layer's incoming edges add up to its ``edge_comm_s``.
-    """
-    graph, cluster = plan.graph, plan.cluster
-    chosen = {name: np.array([cfg], dtype=np.int64) for name, cfg in plan.strategy.items()}
-    out: dict[tuple[str, str], float] = defaultdict(float)
-    if cluster.is_flat:
-        # The cost model's own edge function, without building the rest of the model.
-        for e in graph.edges:
-            moved = edge_bytes(graph.layer(e.src), e.src_output, chosen[e.src],
-                               graph.layer(e.dst), e.dst_input, chosen[e.dst], cluster.bytes_per_element)
-            out[(e.src, e.dst)] += float(moved[0, 0]) / cluster.bandwidth_Bps
-    else:
-        model = build_cost_model(graph, cluster, configs=chosen)
-        for e, table in model.edge_time_tables:
-            out[(e.src, e.dst)] += float(table[0, 0])
-    return dict(out)
 
 
 def group_key(name: str, depth: int | None) -> str:
@@ -242,7 +216,7 @@ def build_graph_view(
         A strategy for ``graph``; without one every node is ``"unsolved"``
         (the structure alone, before the search).
     edge_costs : mapping (src, dst) -> seconds, optional
-        From :func:`edge_costs_s` (computed from ``plan`` when not given).
+        Defaults to ``plan.edge_costs_s``.
     depth : int, optional
         Group layers by their first ``depth`` name components; ``None`` draws
         every layer.
@@ -252,7 +226,7 @@ def build_graph_view(
         Shown in the hover of an unsolved graph.
     """
     if plan is not None and edge_costs is None:
-        edge_costs = edge_costs_s(plan)
+        edge_costs = plan.edge_costs_s
     if edge_costs is None:
         edge_costs = {(e.src, e.dst): 0.0 for e in graph.edges}
     expanded = set(expanded)
