@@ -51,7 +51,7 @@ of the dimensions its axes follow and replicated over the others.
   labels; ``differentiable=False``) take ``index_bytes`` (4) per element.
 * **communication buffers**: the result of the largest collective the layer
   runs (an out-of-place all-reduce, all-gather or halo exchange; see
-  :func:`pase.topology.collectives`), at ``bytes_per_element``. They are
+  :func:`pase.layers.collectives`), at ``bytes_per_element``. They are
   transient: layers run one at a time, so a strategy needs only the largest
   buffer of any layer at once. Redistributions along edges write into the
   consumer's input block and need no buffer of their own.
@@ -78,7 +78,8 @@ from pase.configs import ConfigOptions, layer_configs
 from pase.errors import ConfigurationError, PaseError
 from pase.graph import Graph, Layer
 from pase.layers import block_elements
-from pase.topology import collectives, group_sizes
+from pase.layers import collectives
+from pase.topology import group_sizes
 
 __all__ = [
     "OPTIMIZER_STATES",
