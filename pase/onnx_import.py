@@ -1273,7 +1273,9 @@ class _Importer:
                 out = (-(-span // s) if ceil_mode else span // s) + 1
             if out <= 0:
                 raise FormatError(f"{self._where()}: input size {size} with kernel {k} leaves no output")
-            for p in sorted({total // 2, -(-total // 2)} | set(range(total // 2, total // 2 + k + 1))):
+            # A symmetric pad giving the same output size: half the total, or the least that suffices.
+            least = max(0, -(-((out - 1) * s + k - size) // 2))
+            for p in (total // 2, -(-total // 2), least, least + 1):
                 if (size + 2 * p - k) // s + 1 == out:
                     break
             else:
@@ -1578,8 +1580,8 @@ class _Importer:
             parts = [int(p) for p in np.asarray(self._value(ins[1], "split sizes")).reshape(-1)]
         else:
             k = int(attrs.get("num_outputs", n_out))
-            if k <= 0:
-                raise FormatError(f"{self._where()}: splits into {k} parts")
+            if k != n_out or k <= 0:
+                raise FormatError(f"{self._where()}: splits into {k} parts but has {n_out} outputs")
             size = -(-x.shape[axis] // k)
             parts = [size] * (k - 1) + [x.shape[axis] - size * (k - 1)]
         if sum(parts) != x.shape[axis] or any(p < 0 for p in parts) or len(parts) != n_out:
