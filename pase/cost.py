@@ -34,8 +34,8 @@ from pase.cluster import Cluster
 from pase.configs import ConfigOptions, check_config, layer_configs
 from pase.costgraph import CostGraph
 from pase.errors import ConfigurationError, SearchTooLargeError
-from pase.graph import Edge, Graph, Layer, TensorSpec
-from pase.layers import OPS, comm_elements, training_flops
+from pase.graph import Edge, Graph, Layer
+from pase.layers import OPS, comm_elements, tensor_splits, training_flops
 from pase.topology import edge_time_s, layer_comm_time_s
 
 __all__ = ["CostModel", "LayerCost", "build_cost_model", "edge_bytes", "layer_compute_flops", "layer_comm_bytes"]
@@ -55,12 +55,6 @@ def layer_comm_bytes(layer: Layer, configs: np.ndarray, bytes_per_element: int) 
     return comm_elements(layer, configs) * bytes_per_element
 
 
-def _tensor_splits(layer: Layer, tensor: TensorSpec, configs: np.ndarray) -> np.ndarray:
-    """Split factor of every axis of ``tensor`` under each configuration, ``(K, naxes)``."""
-    cols = [configs[:, layer.dims.index(a)] if a is not None else np.ones(len(configs), dtype=np.int64) for a in tensor.axes]
-    return np.stack(cols, axis=1) if cols else np.ones((len(configs), 0), dtype=np.int64)
-
-
 def edge_bytes(
     src: Layer, src_output: int, src_configs: np.ndarray,
     dst: Layer, dst_input: int, dst_configs: np.ndarray,
@@ -77,8 +71,8 @@ def edge_bytes(
     """
     tensor = dst.inputs[dst_input]
     shape = np.asarray(tensor.shape, dtype=float)
-    held = shape / _tensor_splits(src, src.outputs[src_output], src_configs)  # (Ks, A)
-    need = shape / _tensor_splits(dst, tensor, dst_configs)  # (Kd, A)
+    held = shape / tensor_splits(src, src.outputs[src_output], src_configs)  # (Ks, A)
+    need = shape / tensor_splits(dst, tensor, dst_configs)  # (Kd, A)
     overlap = np.prod(np.minimum(held[:, None, :], need[None, :, :]), axis=2)
     more_devices = np.prod(dst_configs, axis=1)[None, :] > np.prod(src_configs, axis=1)[:, None]
     overlap = np.where(more_devices, 0.0, overlap)

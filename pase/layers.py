@@ -45,6 +45,7 @@ __all__ = [
     "OPS",
     "build_layer",
     "training_flops",
+    "tensor_splits",
     "collectives",
     "comm_elements",
     "fully_connected",
@@ -206,6 +207,12 @@ def split_over(layer: Layer, cfg: np.ndarray, dims) -> np.ndarray:
     """Number of devices a configuration spreads over the dimensions ``dims``."""
     idx = [layer.dims.index(d) for d in dims]
     return np.prod(cfg[:, idx], axis=1) if idx else np.ones(len(cfg))
+
+
+def tensor_splits(layer: Layer, tensor: TensorSpec, cfg: np.ndarray) -> np.ndarray:
+    """Split factor of every axis of ``tensor`` under each configuration, ``(K, naxes)`` int."""
+    cols = [cfg[:, layer.dims.index(a)] if a is not None else np.ones(len(cfg), dtype=np.int64) for a in tensor.axes]
+    return np.stack(cols, axis=1) if cols else np.ones((len(cfg), 0), dtype=np.int64)
 
 
 def block_elements(layer: Layer, tensor: TensorSpec, cfg: np.ndarray) -> np.ndarray:

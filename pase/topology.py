@@ -68,8 +68,8 @@ import numpy as np
 
 from pase import layers as L
 from pase.cluster import Cluster
-from pase.graph import Layer, TensorSpec
-from pase.layers import collectives
+from pase.graph import Layer
+from pase.layers import collectives, tensor_splits
 
 __all__ = [
     "group_sizes",
@@ -157,12 +157,6 @@ def layer_comm_time_s(layer: Layer, configs: np.ndarray, cluster: Cluster) -> np
     return total
 
 
-def _tensor_splits(layer: Layer, tensor: TensorSpec, factors: np.ndarray) -> np.ndarray:
-    cols = [factors[:, layer.dims.index(a)] if a is not None else np.ones(len(factors), dtype=np.int64)
-            for a in tensor.axes]
-    return np.stack(cols, axis=1) if cols else np.ones((len(factors), 0), dtype=np.int64)
-
-
 def edge_time_s(
     src: Layer, src_output: int, src_configs: np.ndarray,
     dst: Layer, dst_input: int, dst_configs: np.ndarray,
@@ -177,9 +171,9 @@ def edge_time_s(
     tensor = dst.inputs[dst_input]
     shape = np.asarray(tensor.shape, dtype=float)
     produced = src.outputs[src_output]
-    held_dev = shape / _tensor_splits(src, produced, src_configs)  # (Ks, A)
-    held_node = shape / _tensor_splits(src, produced, node_factors(src_configs, D))
-    need = shape / _tensor_splits(dst, tensor, dst_configs)  # (Kd, A)
+    held_dev = shape / tensor_splits(src, produced, src_configs)  # (Ks, A)
+    held_node = shape / tensor_splits(src, produced, node_factors(src_configs, D))
+    need = shape / tensor_splits(dst, tensor, dst_configs)  # (Kd, A)
     ov_dev = np.prod(np.minimum(held_dev[:, None, :], need[None, :, :]), axis=2)
     ov_node = np.prod(np.minimum(held_node[:, None, :], need[None, :, :]), axis=2)
     k_src, k_dst = np.prod(src_configs, axis=1), np.prod(dst_configs, axis=1)
