@@ -144,42 +144,37 @@ def cached_plan(problem: Problem) -> Plan | None:
     return stores()["plans"].get(problem)
 
 
+def _cached(kind: str, problem: Problem, compute: Callable[[], object]):
+    """The result in store ``kind`` for ``problem``, computed and kept on a miss."""
+    store = stores()[kind]
+    found = store.get(problem)
+    if found is None:
+        found = compute()
+        store.put(problem, found)
+    return found
+
+
 def solve(problem: Problem, progress: Callable[[int, int], None] | None = None) -> Plan:
     """Find (or fetch) the best plan for ``problem``; ``progress(done, total)`` follows the search."""
     from pase.planner import plan
 
-    store = stores()["plans"]
-    found = store.get(problem)
-    if found is not None:
-        return found
-    graph = load_graph(problem.source)
-    found = plan(graph, problem.cluster, options=problem.options, progress=progress)
-    store.put(problem, found)
-    return found
+    return _cached("plans", problem, lambda: plan(load_graph(problem.source), problem.cluster,
+                                                    options=problem.options, progress=progress))
 
 
 def data_parallel_plan(problem: Problem) -> Plan:
     """Data parallelism for ``problem`` under the same cost model (cached)."""
     from pase.baselines import data_parallel
 
-    store = stores()["dp"]
-    found = store.get(problem)
-    if found is None:
-        found = data_parallel(load_graph(problem.source), problem.cluster, problem.options)
-        store.put(problem, found)
-    return found
+    return _cached("dp", problem, lambda: data_parallel(load_graph(problem.source), problem.cluster, problem.options))
 
 
 def baseline_plans(problem: Problem) -> dict[str, Plan]:
     """Every baseline that applies to the problem's graph, name -> best Plan (cached)."""
     from pase.baselines import applicable_baselines
 
-    store = stores()["baselines"]
-    found = store.get(problem)
-    if found is None:
-        found = applicable_baselines(load_graph(problem.source), problem.cluster, problem.options)
-        store.put(problem, found)
-    return found
+    return _cached("baselines", problem,
+                   lambda: applicable_baselines(load_graph(problem.source), problem.cluster, problem.options))
 
 
 def current_problem() -> tuple[Problem | None, str | None]:
