@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _add_model_options(p: argparse.ArgumentParser, *, many_devices: bool = False) -> None:
-    p.add_argument("model", help="a sample name (alexnet, inception3, resnet101, rnnlm, transformer, densenet121, gpt) or a graph file (.json)")
+    p.add_argument("model", help="a sample name (alexnet, inception3, resnet101, rnnlm, transformer, densenet121, gpt) or a model file (.json in pase's format, or .onnx)")
     if many_devices:
         p.add_argument("--devices", "-p", type=int, nargs="+", required=True, help="device counts, e.g. 4 8 16 32 64")
     else:

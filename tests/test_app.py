@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("streamlit")
-from streamlit.testing.v1 import AppTest  # noqa: E402
+from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
@@ -238,3 +237,28 @@ def test_learn_page_walks_the_search():
     assert charts(at, "ln_step_GenerateSeq") and charts(at, "ln_step_breadth-first")
     assert any("same optimum" in m.value for m in at.markdown)
     assert charts(at, "ln_real_sets")
+
+
+def test_no_file_of_the_broken_corpus_breaks_the_app():
+    """Every broken upload of tests/corpus shows its error; the app keeps running and keeps the inputs.
+
+    Files of other types (a pickle...) never reach the app: its uploader accepts only
+    pase.io.MODEL_SUFFIXES, which Streamlit enforces.
+    """
+    import re
+
+    from pase.io import MODEL_SUFFIXES
+
+    corpus = ROOT / "tests" / "corpus"
+    expected = json.loads((corpus / "expected.json").read_text())
+    at = new_app()
+    at.radio(key="in_graph_kind").set_value("Upload").run()
+    uploadable = {n: p for n, p in expected.items() if Path(n).suffix.lower() in MODEL_SUFFIXES}
+    assert len(uploadable) > 40
+    for name, pattern in sorted(uploadable.items()):
+        at.file_uploader(key="in_upload").clear().upload(name, (corpus / name).read_bytes(),
+                                                         "application/octet-stream").run()
+        no_exception(at)
+        assert at.error, name
+        assert re.search(pattern, at.error[0].value, re.I), (name, at.error[0].value)
+        assert at.number_input(key="in_devices").value == 8, "the other inputs are kept"
