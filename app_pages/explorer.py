@@ -7,7 +7,7 @@ import streamlit as st
 from pase.configs import config_counts
 from pase.errors import PaseError
 from ui import state
-from ui.figures import SORT_KEYS, cost_breakdown_figure, strategy_graph_figure
+from ui.figures import SORT_KEYS, cost_breakdown_figure, memory_figure, strategy_graph_figure
 from ui.fmt import fmt_count, fmt_time
 from ui.graphview import auto_group_depth, build_graph_view, group_key, groups_of
 from ui.pagekit import headline, require_problem, solve_button
@@ -123,7 +123,8 @@ with summary:
 
 # -- cost breakdown and table ------------------------------------------------------------------
 
-tab_chart, tab_table = st.tabs(["Per-layer cost breakdown", "Configurations (Table II)"])
+tab_chart, tab_table, tab_memory = st.tabs(["Per-layer cost breakdown", "Configurations (Table II)",
+                                           "Memory per device"])
 with tab_chart:
     s1, s2 = st.columns([1, 1])
     sort_by = s1.selectbox("Sort by", list(SORT_KEYS), index=1, key="ex_sort")
@@ -140,3 +141,13 @@ with tab_table:
             "total_ms": st.column_config.NumberColumn("total ms", format="%.4g"),
         },
     )
+with tab_memory:
+    if plan.memory is None:
+        st.info("This plan carries no memory estimate.", icon=":material/info:")
+    else:
+        if plan.fits_memory is False:
+            st.error(f"This strategy needs {plan.memory_per_device_bytes / 1e9:.3g} GB per device, more than the "
+                     f"{plan.memory_capacity_bytes / 1e9:.3g} GB each device has.", icon=":material/memory:")
+        st.plotly_chart(memory_figure(plan.memory), key="memory_chart")
+        st.caption("Adam with fp32 master weights; activations are those the backward pass keeps. Set a capacity "
+                   "under Nodes and memory to search only strategies that fit.")

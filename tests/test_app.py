@@ -70,6 +70,7 @@ def test_explorer_solve_draws_the_strategy_graph_and_table():
     names = {t.get("name") for t in spec["data"]}
     assert names & {"data", "parameter", "hybrid", "replicated"}, names
     assert charts(at, "breakdown_chart")
+    assert charts(at, "memory_chart")
     assert [df for df in at.dataframe if df.proto.id.endswith("strategy_table")] or len(at.dataframe) >= 1
     labels = [m.label for m in at.metric]
     assert labels == ["Estimated step time", "Speedup over data parallelism", "Search time", "Largest dependent set"]

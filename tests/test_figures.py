@@ -311,3 +311,16 @@ def test_tables(solved, data_parallel):
     totals = totals_table(plans, "PaSE")
     assert totals.loc[totals["strategy"] == "PaSE", "PaSE speedup"].item() == pytest.approx(1.0)
     assert (totals["PaSE speedup"] >= 1 - 1e-9).all()
+
+
+def test_memory_figure_adds_up_to_the_total_and_marks_capacity(graph):
+    from pase.cluster import Cluster
+    from ui.figures import memory_figure
+
+    p = plan(graph, Cluster(8, 10e12, 16e9, memory_bytes=80e9))
+    fig = memory_figure(p.memory, limit=5)
+    total = sum(t.x[0] for t in fig.data if list(t.y) == ["total"])
+    assert total * 1e9 == pytest.approx(p.memory_per_device_bytes)
+    layer_traces = [t for t in fig.data if list(t.y) != ["total"]]
+    assert all(len(t.y) == min(5, len(p.layers)) for t in layer_traces)
+    assert any("capacity" in (a.text or "") for a in fig.layout.annotations)

@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from pase.cost import LayerCost
+from pase.memory import MemoryReport
 from pase.planner import parallelism_kind
 from ui.fmt import compact_config, config_str, fmt_time
 from ui.graphview import KINDS, GraphView
@@ -27,6 +28,7 @@ __all__ = [
     "SORT_KEYS",
     "sort_layers",
     "totals_figure",
+    "memory_figure",
     "layer_compare_figure",
     "sweep_figure",
     "split_changes_figure",
@@ -45,6 +47,14 @@ KIND_COLORS = {
     "unsolved": "#8c96a3",
 }
 COST_COLORS = {"compute": "#4c78a8", "intra-layer comm": "#f58518", "edge comm": "#e45756"}
+MEMORY_PARTS = {  # LayerMemory / MemoryReport.totals() field -> (label, colour)
+    "weights_bytes": ("weights", "#4c78a8"),
+    "gradient_bytes": ("gradients", "#72b7b2"),
+    "optimizer_bytes": ("optimizer state", "#54a24b"),
+    "activation_bytes": ("activations", "#f58518"),
+    "buffer_bytes": ("largest comm buffer", "#b279a2"),
+    "reserved_bytes": ("reserve", "#9d755d"),
+}
 # Edge shades, from cheapest to most expensive redistribution.
 EDGE_SHADES = ("#fdd0a2", "#fdae6b", "#fd8d3c", "#e6550d", "#a63603")
 ZERO_EDGE_COLOR = "#d0d0d0"
@@ -216,6 +226,39 @@ def cost_breakdown_figure(
         legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0, traceorder="normal"),
         yaxis=dict(autorange="reversed", type="category", automargin=True),
     )
+    return fig
+
+
+def memory_figure(report: MemoryReport, *, limit: int | None = 40) -> go.Figure:
+    """Memory per device: the total against the capacity (top), and the layers holding most (below).
+
+    Both are stacked bars of weights, gradients, optimizer state and kept
+    activations (GB); the total adds the largest communication buffer and the
+    reserve, and a red line marks the capacity when it is known. ``limit``
+    keeps the layers with the most resident memory.
+    """
+    layers = sorted(report.layers, key=lambda r: -r.resident_bytes)[:limit]
+    fig = make_subplots(rows=2, cols=1, row_heights=[0.12, 0.88], vertical_spacing=0.06,
+                        subplot_titles=("per device, all layers", f"the {len(layers)} layers holding most"))
+    totals = report.totals()
+    for field, (label, color) in MEMORY_PARTS.items():
+        fig.add_trace(go.Bar(y=["total"], x=[totals[field] / 1e9], orientation="h", name=label, marker_color=color,
+                             legendgroup=label, hovertemplate=f"{label}: %{{x:.4g}} GB<extra></extra>"), row=1, col=1)
+        if field in ("buffer_bytes", "reserved_bytes"):
+            continue
+        fig.add_trace(go.Bar(y=[r.name for r in layers], x=[getattr(r, field) / 1e9 for r in layers], orientation="h",
+                             name=label, marker_color=color, legendgroup=label, showlegend=False,
+                             hovertemplate="<b>%{y}</b><br>" + label + ": %{x:.4g} GB<extra></extra>"), row=2, col=1)
+    if report.capacity_bytes is not None:
+        cap = report.capacity_bytes / 1e9
+        fig.add_vline(x=cap, line_color="#d62728", line_width=2, row=1, col=1,
+                      annotation_text=f"capacity {cap:.3g} GB", annotation_position="top")
+    fig.update_layout(
+        barmode="stack", height=int(max(360, 18 * len(layers) + 200)), margin=dict(l=10, r=10, t=40, b=40),
+        legend=dict(orientation="h", y=1.06, yanchor="bottom", x=0, traceorder="normal"),
+    )
+    fig.update_xaxes(title_text="GB per device", row=2, col=1)
+    fig.update_yaxes(autorange="reversed", type="category", automargin=True, row=2, col=1)
     return fig
 
 
