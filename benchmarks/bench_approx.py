@@ -15,9 +15,8 @@ import datetime
 import statistics
 import sys
 import time
-from pathlib import Path
 
-from bench_search import machine, write_section
+from _report import machine, publish
 
 from pase.approx import improve
 from pase.baselines import BASELINES
@@ -27,7 +26,6 @@ from pase.errors import SearchTooLargeError
 from pase.models import sample
 from pase.search import solve
 
-REPO = Path(__file__).resolve().parents[1]
 SECTION = "## Approximate search"
 CASES = [("alexnet", 32), ("inception3", 8), ("inception3", 64), ("resnet101", 16), ("transformer", 16),
          ("transformer", 64), ("gpt", 8), ("densenet121", 4), ("densenet121", 16), ("densenet121", 64)]
@@ -87,11 +85,7 @@ def main() -> int:
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         *rows, "",
     ])
-    if args.no_write:
-        print(text)
-    else:
-        write_section(text, REPO / "BENCHMARKS.md")
-        print(f"wrote {SECTION!r} in {REPO / 'BENCHMARKS.md'}")
+    publish(text, args.no_write)
     return 0
 
 

@@ -21,15 +21,14 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
-import platform
-import re
 import resource
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from _report import machine, publish
 
 REPO = Path(__file__).resolve().parents[1]
 INSTANCES = REPO.parent / "shared" / "instances"
@@ -117,22 +116,6 @@ def run_child(path: Path, ordering: str, runs: int, budget_gib: float, timeout_s
     return json.loads(proc.stdout)
 
 
-def machine() -> str:
-    model = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
-        if names:
-            model = names[0]
-    except OSError:
-        pass
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    import numpy
-
-    return (f"{model}, {cores} cores, Python {platform.python_version()}, numpy {numpy.__version__}, "
-            f"load average before the run {os.getloadavg()[0]:.1f}")
-
-
 def _fmt_s(x: float | None) -> str:
     if x is None:
         return "-"
@@ -207,17 +190,6 @@ def _summary(rows: list[tuple[dict, dict, dict]]) -> str:
     return "Against the goals: " + "; ".join(parts) + "."
 
 
-def write_section(text: str, path: Path) -> None:
-    """Replace the section in ``path`` (up to the next level-2 heading), or append it."""
-    old = path.read_text() if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(old):
-        new = pattern.sub(lambda _: text + "\n", old)
-    else:
-        new = old.rstrip("\n") + "\n\n" + text
-    path.write_text(new.rstrip("\n") + "\n")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5, help="search runs per instance (median reported)")
@@ -244,12 +216,7 @@ def main() -> int:
         median = statistics.median(res["times_s"]) if "times_s" in res else None
         print(f"{entry['file']:26s} search {_fmt_s(median)} s  peak RSS {res.get('search_peak_rss_mib', 0) or 0:.0f} / "
               f"{res.get('process_peak_rss_mib', 0):.0f} MiB  bfs {'ok' if 'times_s' in bfs else 'no'}", flush=True)
-    text = report(rows, args.runs)
-    if args.no_write:
-        print(text)
-    else:
-        write_section(text, REPO / "BENCHMARKS.md")
-        print(f"wrote {SECTION!r} in {REPO / 'BENCHMARKS.md'}")
+    publish(report(rows, args.runs), args.no_write)
     return 0
 
 

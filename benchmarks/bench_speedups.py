@@ -16,16 +16,14 @@ import argparse
 import datetime
 import sys
 import time
-from pathlib import Path
 
-from bench_search import machine, write_section
+from _report import machine, publish
 
 from pase.baselines import applicable_baselines
 from pase.cluster import preset
 from pase.models import sample
 from pase.planner import plan
 
-REPO = Path(__file__).resolve().parents[1]
 SECTION = "## Modelled speedups (issue 5)"
 MODELS = ("alexnet", "inception3", "rnnlm", "transformer")
 DEVICES = (4, 8, 16, 32, 64)
@@ -100,11 +98,7 @@ def main() -> int:
         f"The paper's Fig. 6 (measured): {PAPER}.",
         "", table, "", DISCUSSION, "",
     ])
-    if args.no_write:
-        print(text)
-    else:
-        write_section(text, REPO / "BENCHMARKS.md")
-        print(f"wrote {SECTION!r} in {REPO / 'BENCHMARKS.md'}")
+    publish(text, args.no_write)
     return 0
 
 
