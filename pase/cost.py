@@ -35,7 +35,7 @@ from pase.configs import ConfigOptions, check_config, layer_configs
 from pase.costgraph import CostGraph
 from pase.errors import ConfigurationError, SearchTooLargeError
 from pase.graph import Edge, Graph, Layer
-from pase.layers import OPS, comm_elements, tensor_splits, training_flops
+from pase.layers import OPS, comm_elements, edge_blocks, training_flops
 from pase.topology import edge_time_s, layer_comm_time_s
 
 __all__ = ["CostModel", "LayerCost", "build_cost_model", "edge_bytes", "layer_compute_flops", "layer_comm_bytes"]
@@ -62,23 +62,14 @@ def edge_bytes(
 ) -> np.ndarray:
     """Bytes moved along one edge for every pair of configurations, ``(K_src, K_dst)``.
 
-    A device of the consumer needs a block of the tensor; it already holds the
-    overlap with its block under the producer's layout (aligned blocks
-    overlap by the smaller extent along every axis), and nothing at all if the
-    consumer uses more devices than the producer. The volume needed minus the
-    volume held moves forward, and as much gradient moves back unless the
-    input takes no gradient. Identical layouts cost 0.
+    A consumer device needs a block of the tensor and already holds part of it
+    (:func:`pase.layers.edge_blocks`); the rest moves forward, and as much
+    gradient moves back unless the input takes no gradient. Identical layouts
+    cost 0.
     """
-    tensor = dst.inputs[dst_input]
-    shape = np.asarray(tensor.shape, dtype=float)
-    held = shape / tensor_splits(src, src.outputs[src_output], src_configs)  # (Ks, A)
-    need = shape / tensor_splits(dst, tensor, dst_configs)  # (Kd, A)
-    overlap = np.prod(np.minimum(held[:, None, :], need[None, :, :]), axis=2)
-    more_devices = np.prod(dst_configs, axis=1)[None, :] > np.prod(src_configs, axis=1)[:, None]
-    overlap = np.where(more_devices, 0.0, overlap)
-    moved = np.prod(need, axis=1)[None, :] - overlap
-    directions = 2.0 if tensor.differentiable else 1.0
-    return np.clip(moved, 0.0, None) * directions * bytes_per_element
+    needed, held = edge_blocks(src, src_output, src_configs, dst, dst_input, dst_configs)
+    directions = 2.0 if dst.inputs[dst_input].differentiable else 1.0
+    return np.clip(needed[None, :] - held, 0.0, None) * directions * bytes_per_element
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ __all__ = [
     "build_layer",
     "training_flops",
     "tensor_splits",
+    "edge_blocks",
     "collectives",
     "comm_elements",
     "fully_connected",
@@ -213,6 +214,30 @@ def tensor_splits(layer: Layer, tensor: TensorSpec, cfg: np.ndarray) -> np.ndarr
     """Split factor of every axis of ``tensor`` under each configuration, ``(K, naxes)`` int."""
     cols = [cfg[:, layer.dims.index(a)] if a is not None else np.ones(len(cfg), dtype=np.int64) for a in tensor.axes]
     return np.stack(cols, axis=1) if cols else np.ones((len(cfg), 0), dtype=np.int64)
+
+
+def edge_blocks(
+    src: Layer, src_output: int, src_configs: np.ndarray,
+    dst: Layer, dst_input: int, dst_configs: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """What a consumer device needs of an edge's tensor and what it already holds, in elements.
+
+    Returns ``needed`` ``(K_dst,)`` and ``held`` ``(K_src, K_dst)``. Aligned
+    blocks overlap by the smaller extent along every axis. Nothing is held
+    when the consumer uses more devices than the producer (some of its devices
+    took no part), nor, as in the paper's prototype, when it cuts the tensor
+    into more pieces than the producer did (the producer's replicas of a piece
+    cannot in general sit where every consumer of it wants them).
+    """
+    tensor = dst.inputs[dst_input]
+    shape = np.asarray(tensor.shape, dtype=float)
+    src_split = tensor_splits(src, src.outputs[src_output], src_configs)  # (Ks, A)
+    dst_split = tensor_splits(dst, tensor, dst_configs)  # (Kd, A)
+    need = shape / dst_split
+    held = np.prod(np.minimum((shape / src_split)[:, None, :], need[None, :, :]), axis=2)
+    more_devices = np.prod(dst_configs, axis=1)[None, :] > np.prod(src_configs, axis=1)[:, None]
+    more_pieces = np.prod(dst_split, axis=1)[None, :] > np.prod(src_split, axis=1)[:, None]
+    return np.prod(need, axis=1), np.where(more_devices | more_pieces, 0.0, held)
 
 
 def block_elements(layer: Layer, tensor: TensorSpec, cfg: np.ndarray) -> np.ndarray:

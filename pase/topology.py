@@ -43,8 +43,8 @@ with ``B_in = B_out`` they add up to them exactly (``2 (k - 1) / k M / B``).
 
 Redistribution along an edge
 ----------------------------
-A consumer device needs a block of the tensor and already holds its overlap
-with the producer's block on the same device (the flat model). Of the rest,
+A consumer device needs a block of the tensor and already holds part of it
+(``held_on_device``, :func:`pase.layers.edge_blocks`, as in the flat model). Of the rest,
 what the producer's devices *in the same node* hold crosses the node's links;
 the remainder crosses the network; the two transfers are not overlapped::
 
@@ -52,8 +52,7 @@ the remainder crosses the network; the two transfers are not overlapped::
 
 for the forward tensor and again for its gradient. ``held_in_node`` uses the
 producer's node-level block (:func:`node_factors`) and is 0 when the consumer
-spans more nodes than the producer, as ``held_on_device`` is 0 when it uses
-more devices.
+spans more nodes than the producer.
 
 The placement is exact when split factors and ``D`` are powers of two (the
 usual case); otherwise node blocks are rounded up and costs are approximate.
@@ -69,7 +68,7 @@ import numpy as np
 from pase import layers as L
 from pase.cluster import Cluster
 from pase.graph import Layer
-from pase.layers import collectives, tensor_splits
+from pase.layers import collectives, edge_blocks, tensor_splits
 
 __all__ = [
     "group_sizes",
@@ -170,17 +169,14 @@ def edge_time_s(
     D = cluster.node_size
     tensor = dst.inputs[dst_input]
     shape = np.asarray(tensor.shape, dtype=float)
-    produced = src.outputs[src_output]
-    held_dev = shape / tensor_splits(src, produced, src_configs)  # (Ks, A)
-    held_node = shape / tensor_splits(src, produced, node_factors(src_configs, D))
+    needed, ov_dev = edge_blocks(src, src_output, src_configs, dst, dst_input, dst_configs)
+    needed = needed[None, :]
+    held_node = shape / tensor_splits(src, src.outputs[src_output], node_factors(src_configs, D))
     need = shape / tensor_splits(dst, tensor, dst_configs)  # (Kd, A)
-    ov_dev = np.prod(np.minimum(held_dev[:, None, :], need[None, :, :]), axis=2)
     ov_node = np.prod(np.minimum(held_node[:, None, :], need[None, :, :]), axis=2)
     k_src, k_dst = np.prod(src_configs, axis=1), np.prod(dst_configs, axis=1)
-    ov_dev = np.where(k_dst[None, :] > k_src[:, None], 0.0, ov_dev)
     n_src, n_dst = -(-k_src // D), -(-k_dst // D)
     ov_node = np.where(n_dst[None, :] > n_src[:, None], 0.0, ov_node)
-    needed = np.prod(need, axis=1)[None, :]
     inside = np.clip(ov_node - ov_dev, 0.0, None)
     across = np.clip(needed - ov_node, 0.0, None)
     directions = 2.0 if tensor.differentiable else 1.0

@@ -64,6 +64,15 @@ def test_more_consumer_devices_than_producer_devices_move_everything():
     assert m[0, 0] == pytest.approx(2 * (8 * 64) * 4)
 
 
+def test_more_pieces_than_the_producer_cut_move_the_whole_block():
+    # fc1 leaves its output in 2 pieces (each on 16 devices); fc2 wants 4: the paper's rule moves it all.
+    g = _fc_pair(b=128, n=4096, c=4096)
+    src, dst = g.layer("fc1"), g.layer("fc2")
+    m = edge_bytes(src, 0, np.array([[1, 2, 16], [1, 4, 8]]), dst, 0, np.array([[1, 8, 4]]), 4)
+    assert m[0, 0] == pytest.approx(2 * 128 * 1024 * 4)
+    assert m[1, 0] == 0
+
+
 def test_edge_cost_grows_with_bytes_moved():
     _, _, small = _edge(_fc_pair(b=32), 8)
     _, _, big = _edge(_fc_pair(b=64), 8, bpe=4)
