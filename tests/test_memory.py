@@ -362,14 +362,16 @@ def _cli_json(argv):
 
 
 def test_cli_memory_gb_finds_a_gpt_strategy_that_fits_where_data_parallelism_does_not():
-    # GPT-2 medium at 32 x 1024 tokens in fp32: data parallelism needs about 18.8 GB per device.
-    d = _cli_json(["solve", "gpt", "--devices", "8", "--memory-gb", "16", "--batch", "32", "--json"])
+    # The command exactly. GPT-2 medium at its sample batch, 32 x 1024 tokens, in fp32:
+    # data parallelism needs about 18.8 GB per device.
+    d = _cli_json(["solve", "gpt", "--devices", "8", "--memory-gb", "16", "--json"])
+    assert d["baselines"]["data parallel"]["fits_memory"] is False
     assert d["memory_per_device_bytes"] < 16e9 and d["fits_memory"]
     assert d["memory_capacity_bytes"] == 16e9
     from pase.baselines import data_parallel
     from pase.cluster import PRESETS
     from pase.models import sample
-    dp = data_parallel(sample("gpt", batch=32), PRESETS["paper-model"].with_devices(8))
+    dp = data_parallel(sample("gpt"), PRESETS["paper-model"].with_devices(8))
     assert dp.memory_per_device_bytes > 16e9
 
 
