@@ -134,7 +134,7 @@ def improve(
     ...               ((0, 1, np.array([[5.0, 5.0], [0.0, 5.0]])),))
     >>> r = improve(g, [[0, 1]])
     >>> r.cost, r.assignment.tolist()
-    (1.0, [1, 0])
+    (2.0, [1, 0])
     """
     start = time.perf_counter()
     n = cost_graph.num_nodes

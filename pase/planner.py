@@ -256,8 +256,7 @@ def plan(
     Examples
     --------
     >>> from pase import layers
-    >>> from pase.approx import ApproxResult, improve
-from pase.cluster import Cluster
+    >>> from pase.cluster import Cluster
     >>> from pase.graph import Graph
     >>> g = Graph("mlp")
     >>> g.add_layer(layers.fully_connected("fc1", b=64, n=256, c=256))
