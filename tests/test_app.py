@@ -263,3 +263,11 @@ def test_no_file_of_the_broken_corpus_breaks_the_app():
         assert at.error, name
         assert re.search(pattern, at.error[0].value, re.I), (name, at.error[0].value)
         assert at.number_input(key="in_devices").value == 8, "the other inputs are kept"
+
+
+def test_an_approximate_strategy_says_so():
+    at = choose_sample(new_app(), "densenet121", devices=4)
+    solve(at)
+    assert not at.error, [e.value for e in at.error]
+    assert any("optimality is not guaranteed" in w.value for w in at.warning)
+    assert charts(at, "graph_chart")

@@ -61,3 +61,8 @@ def headline(plan: Plan, dp: Plan | None) -> None:
     else:
         c3.metric("Search time", "n/a")
         c4.metric("Largest dependent set", "n/a")
+    if not plan.exact:
+        st.warning("No elimination ordering keeps the exact search within memory (dense connections, as in "
+                   "DenseNet), so windows of layers were optimised exactly, starting from every baseline: the "
+                   "strategy is never worse than the best baseline, but optimality is not guaranteed.",
+                   icon=":material/info:")
