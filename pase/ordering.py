@@ -97,6 +97,17 @@ def adjacency(num_nodes: int, edges: Collection[tuple[int, int]] | Collection[tu
     return adj
 
 
+def _eliminate(live: list[set[int]], v: int) -> set[int]:
+    """Remove ``v`` from the live graph, tying its live neighbours together (the fill-in); return them."""
+    neighbours = live[v]
+    for u in neighbours:
+        live[u] |= neighbours
+        live[u].discard(u)
+        live[u].discard(v)
+    live[v] = set()
+    return neighbours
+
+
 def elimination_steps(adj: Adjacency, config_counts: Sequence[int], order: Sequence[int]) -> list[StepStats]:
     """The steps of eliminating the vertices of ``adj`` in ``order``.
 
@@ -132,13 +143,7 @@ def elimination_steps(adj: Adjacency, config_counts: Sequence[int], order: Seque
     live = [set(a) for a in adj]
     steps = []
     for v in order:
-        dependent = live[v]
-        # Eliminating v ties all its live neighbours together (the fill-in).
-        for u in dependent:
-            live[u] |= dependent
-            live[u].discard(u)
-            live[u].discard(v)
-        live[v] = set()
+        dependent = _eliminate(live, v)
         dep = tuple(sorted(dependent, key=position.__getitem__))
         entries = math.prod(config_counts[u] for u in dep)
         steps.append(StepStats(v, dep, entries, entries * config_counts[v]))
@@ -170,12 +175,7 @@ def _greedy(adj: Adjacency, score: Callable[[int, list[set[int]]], tuple], affec
             continue  # a stale entry, superseded by a later push
         done[v] = True
         order.append(v)
-        neighbours = live[v]
-        for u in neighbours:
-            live[u] |= neighbours
-            live[u].discard(u)
-            live[u].discard(v)
-        live[v] = set()
+        neighbours = _eliminate(live, v)
         affected = set(neighbours)
         if affected_depth > 1:
             for u in neighbours:
