@@ -46,7 +46,7 @@ with st.expander("Add your own plan", icon=":material/upload_file:"):
     own = st.file_uploader("Strategy file (.json)", type=["json"], key="cmp_user_plan")
     if own is not None:
         try:
-            from pase.baselines import evaluate_strategy
+            from pase.analysis.baselines import evaluate_strategy
 
             try:
                 data = json.loads(own.getvalue())

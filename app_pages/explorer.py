@@ -4,7 +4,7 @@ import json
 
 import streamlit as st
 
-from pase.configs import config_counts
+from pase.ir.configs import config_counts
 from pase.errors import PaseError
 from ui import state
 from ui.figures import SORT_KEYS, cost_breakdown_figure, memory_figure, strategy_graph_figure

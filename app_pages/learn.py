@@ -3,8 +3,8 @@
 import pandas as pd
 import streamlit as st
 
-from pase.cluster import PRESETS
-from pase.configs import ConfigOptions
+from pase.hardware.cluster import PRESETS
+from pase.ir.configs import ConfigOptions
 from pase.errors import PaseError
 from pase.planner import parallelism_kind, plan
 from ui import state
@@ -70,7 +70,8 @@ with text_col:
     m1.metric("Compute", fmt_time(chosen.compute_s), help=f"{fmt_count(chosen.compute_flops)} FLOPs of "
               f"{fmt_count(chosen.flops)} for the whole layer (forward and backward).")
     m2.metric("Communication", fmt_time(chosen.intra_comm_s),
-              help=f"{fmt_count(chosen.intra_comm_bytes)} bytes sent by one device inside the layer.")
+              help=f"{fmt_count(chosen.intra_comm_s * gemm_cluster.bandwidth_Bps)} bytes sent by one device "
+                   "inside the layer, at the link bandwidth.")
 st.plotly_chart(gemm_tensors_figure(splits, GEMM_DIMS), key="ln_tensors")
 st.caption("Which devices hold each block of A, B and C. Blue: a block held by several devices is a copy "
            "(replicated). Red: the devices holding a C block each have a partial sum.")

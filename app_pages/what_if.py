@@ -67,7 +67,7 @@ key = ("sweep", problem, tuple(devices), vary, tuple(values))
 store = state.stores()["sweeps"]
 records = store.get(key)
 if st.button("Run sweep", type="primary", key="wi_run", icon=":material/play_arrow:") and records is None:
-    from pase.baselines import sweep
+    from pase.analysis.sweep import sweep
 
     bar = st.progress(0.0, text="Sweeping...")
     progress = state.throttled_progress(bar, "Points solved", 0.0)

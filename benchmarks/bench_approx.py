@@ -1,4 +1,4 @@
-"""How good and how fast the approximate search is (pase.approx.improve).
+"""How good and how fast the approximate search is (pase.search.approx.improve).
 
 On samples the exact search can solve, runs the approximate search from every
 baseline strategy and compares its cost with the exact optimum; on DenseNet-121,
@@ -18,13 +18,13 @@ import time
 
 from _report import machine, publish
 
-from pase.approx import improve
-from pase.baselines import BASELINES
-from pase.cluster import Cluster
-from pase.cost import build_cost_model
+from pase.search.approx import improve
+from pase.strategies.baselines import BASELINES
+from pase.hardware.cluster import Cluster
+from pase.model.cost import build_cost_model
 from pase.errors import SearchTooLargeError
 from pase.models import sample
-from pase.search import solve
+from pase.search.exact import solve
 
 SECTION = "## Approximate search"
 CASES = [("alexnet", 32), ("inception3", 8), ("inception3", 64), ("resnet101", 16), ("transformer", 16),
@@ -73,7 +73,7 @@ def main() -> int:
         SECTION, "",
         f"`python benchmarks/bench_approx.py` on {datetime.date.today().isoformat()} "
         f"({time.perf_counter() - start:.0f} s); {machine()}.", "",
-        "`pase.approx.improve`, the fallback `pase.plan` uses when no ordering keeps the exact search in "
+        "`pase.search.approx.improve`, the fallback `pase.plan` uses when no ordering keeps the exact search in "
         "memory: windows of consecutive layers re-optimised exactly, starting from every baseline strategy "
         f"(seeds). Cluster: p x 10 TFLOP/s, 16 GB/s. Time: median of {RUNS} runs of the default. 'cost / exact': "
         "1.000000 means the approximate search found the exact optimum. With the default window budget "

@@ -4,7 +4,7 @@ Each instance runs in its own subprocess, so its peak resident memory is its
 own: the process peak (loading the JSON included) and the search's peak
 (measured from the end of loading: the kernel's high-water mark is reset
 through /proc/self/clear_refs). The search time is the median of several runs
-of :func:`pase.search.solve` (pruning, ordering, tables and back-substitution;
+of :func:`pase.search.exact.solve` (pruning, ordering, tables and back-substitution;
 not the loading). Breadth-first ordering is tried too, under a memory budget
 and a time limit; the search refuses it up front where its tables would not fit.
 
@@ -63,9 +63,9 @@ def _vm_kib(field: str) -> int:
 
 def child(path: str, ordering: str, runs: int, budget_gib: float) -> dict:
     """Load one instance, solve it ``runs`` times, report times and memory (runs in the subprocess)."""
-    from pase.costgraph import load_instance
+    from pase.search.costgraph import load_instance
     from pase.errors import SearchTooLargeError
-    from pase.search import estimate, solve
+    from pase.search.exact import estimate, solve
 
     t0 = time.perf_counter()
     graph, _ = load_instance(path)
@@ -128,7 +128,7 @@ def report(rows: list[tuple[dict, dict, dict]], runs: int) -> str:
         "",
         f"`python benchmarks/bench_search.py` on {datetime.date.today().isoformat()}; {machine()}.",
         "",
-        f"Search time: median of {runs} runs of `pase.search.solve` with the default ordering (`auto`), "
+        f"Search time: median of {runs} runs of `pase.search.exact.solve` with the default ordering (`auto`), "
         "each in a fresh subprocess per instance; it covers pruning, ordering, tables and back-substitution, "
         "not reading the file (load column). Peak RSS: the high-water mark from the end of loading (the "
         "search's own, plus the interpreter and the loaded instance, which stay resident) and the whole "

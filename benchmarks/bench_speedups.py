@@ -19,8 +19,8 @@ import time
 
 from _report import machine, publish
 
-from pase.baselines import applicable_baselines
-from pase.cluster import preset
+from pase.analysis.baselines import applicable_baselines
+from pase.hardware.cluster import preset
 from pase.models import sample
 from pase.planner import plan
 

@@ -10,23 +10,25 @@ time. :func:`evaluate` costs any given strategy under the same model.
 >>> result.step_time_s > 0
 True
 
-Modules: :mod:`pase.graph` (IR), :mod:`pase.layers` (ops), :mod:`pase.configs`,
-:mod:`pase.cluster`, :mod:`pase.cost`, :mod:`pase.search` (exact DP),
-:mod:`pase.approx`, :mod:`pase.memory`, :mod:`pase.topology`,
-:mod:`pase.baselines`, :mod:`pase.models`, :mod:`pase.io`,
-:mod:`pase.onnx_import`, :mod:`pase.torch_import`, :mod:`pase.cli`.
+The package's folders show its architecture: :mod:`pase.ir` (graph and
+configurations), :mod:`pase.ops` (every op's rules), :mod:`pase.hardware`
+(clusters and device meshes), :mod:`pase.model` (cost and memory),
+:mod:`pase.search` (exact and approximate searches), :mod:`pase.strategies`
+(baselines), :mod:`pase.io` (files, ONNX, PyTorch), :mod:`pase.models`
+(samples), :mod:`pase.cli`.
 """
 
-from pase import baselines, errors, layers, models
-from pase.cluster import PRESETS, Cluster, preset
-from pase.configs import ConfigOptions, config_counts
-from pase.cost import CostModel, build_cost_model
-from pase.graph import Graph, Layer, TensorSpec
-from pase.io import dumps_graph, load_graph, loads_graph, save_graph
+from pase import errors, models, ops
+from pase.hardware.cluster import PRESETS, Cluster, preset
+from pase.io.graph_json import dumps_graph, load_graph, loads_graph, save_graph
+from pase.io.onnx import from_onnx
+from pase.io.torch import from_torch
+from pase.ir.configs import ConfigOptions, config_counts
+from pase.ir.graph import Graph, Layer, TensorSpec
+from pase.model.cost import CostModel, build_cost_model
 from pase.models import SAMPLES, sample
-from pase.onnx_import import from_onnx
 from pase.planner import Plan, evaluate, plan
-from pase.torch_import import from_torch
+from pase.analysis import baselines
 
 __all__ = [
     "plan", "evaluate", "Plan",
@@ -35,5 +37,5 @@ __all__ = [
     "CostModel", "build_cost_model",
     "load_graph", "save_graph", "loads_graph", "dumps_graph", "from_onnx", "from_torch",
     "sample", "SAMPLES",
-    "baselines", "errors", "layers", "models",
+    "baselines", "errors", "ops", "models",
 ]

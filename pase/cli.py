@@ -13,12 +13,13 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from pase.baselines import applicable_baselines, sweep
-from pase.cluster import PRESETS, Cluster
-from pase.configs import ConfigOptions, config_counts
+from pase.analysis.baselines import applicable_baselines
+from pase.analysis.sweep import sweep
+from pase.hardware.cluster import PRESETS, Cluster
+from pase.ir.configs import COST_MODELS, ConfigOptions, config_counts
 from pase.errors import ClusterError, GraphError, PaseError
-from pase.graph import Graph
-from pase.io import load_model_file
+from pase.ir.graph import Graph
+from pase.io.graph_json import load_model_file
 from pase.models import SAMPLES, sample
 from pase.planner import parallelism_kind, plan
 
@@ -61,6 +62,11 @@ def _add_model_options(p: argparse.ArgumentParser, *, many_devices: bool = False
     p.add_argument("--min-shard", type=int, default=ConfigOptions().min_shard,
                    help="smallest block a split may leave along a dimension (default %(default)s)")
     p.add_argument("--spatial-split", action="store_true", help="let convolutions split image rows/columns")
+    p.add_argument("--cost-model", choices=COST_MODELS, default=ConfigOptions().cost_model,
+                   help="corrected: layouts on the device mesh with pending sums (default); "
+                        "paper: the paper's equation 1 and its prototype's edge rule")
+    p.add_argument("--sync-batchnorm", action=argparse.BooleanOptionalAction, default=None,
+                   help="all-reduce BatchNorm statistics over a split batch (default: only under --cost-model paper)")
 
 
 def _add_cluster_options(p: argparse.ArgumentParser) -> None:
@@ -91,7 +97,8 @@ def _load_model(args) -> Graph:
 
 
 def _options(args) -> ConfigOptions:
-    return ConfigOptions(powers_of_two=args.powers_of_two, min_shard=args.min_shard, spatial_split=args.spatial_split)
+    return ConfigOptions(powers_of_two=args.powers_of_two, min_shard=args.min_shard, spatial_split=args.spatial_split,
+                         cost_model=args.cost_model, sync_batchnorm=args.sync_batchnorm)
 
 
 def _cluster(args) -> Cluster:
@@ -232,7 +239,7 @@ def _show(args) -> int:
 
 
 def _add_solve_instance(sub) -> None:
-    from pase.search import DEFAULT_ORDERING, ORDERINGS
+    from pase.search.exact import DEFAULT_ORDERING, ORDERINGS
 
     p = sub.add_parser("solve-instance", help="solve a solver-level instance file (the ../shared/instances format)")
     p.add_argument("file", help="instance file: JSON, gzip-compressed or not")
@@ -243,8 +250,8 @@ def _add_solve_instance(sub) -> None:
 
 
 def _solve_instance(args) -> int:
-    from pase.costgraph import load_instance
-    from pase.search import solve
+    from pase.search.costgraph import load_instance
+    from pase.search.exact import solve
 
     cost_graph, meta = load_instance(args.file)
     result = solve(cost_graph, ordering=args.ordering)

@@ -2,18 +2,18 @@
 
 Both return a :class:`Plan`: the configuration of every layer with its
 compute, intra-layer and edge communication time under the paper's cost model,
-and its memory per device (:mod:`pase.memory`).
+and its memory per device (:mod:`pase.model.memory`).
 
 Memory limit
 ------------
 When the device memory is known (``cluster.memory_bytes``, or
 ``memory_limit_bytes=`` given), :func:`plan` returns the cheapest strategy
-that fits (:func:`pase.memory_search.solve_within_memory`); if the
+that fits (:func:`pase.search.memory.solve_within_memory`); if the
 unconstrained optimum fits, it is that optimum, found by one search exactly as
 without a limit. ``memory_limit_bytes=None`` turns the limit off. With no
 capacity known (``memory_bytes=None``, the ``paper-model`` preset) nothing
 changes from the paper's search. When no strategy fits,
-:class:`~pase.memory.InsufficientMemoryError` gives the least memory any
+:class:`~pase.model.memory.InsufficientMemoryError` gives the least memory any
 strategy needs.
 """
 
@@ -24,15 +24,16 @@ from typing import Callable, Literal, Mapping
 
 import numpy as np
 
-from pase.approx import ApproxResult, improve
-from pase.cluster import Cluster
-from pase.configs import ConfigOptions, check_config
-from pase.cost import CostModel, LayerCost, build_cost_model
+from pase.search.approx import ApproxResult, improve
+from pase.hardware.cluster import Cluster
+from pase.ir.configs import ConfigOptions, check_config
+from pase.model.cost import CostModel, LayerCost, build_cost_model
 from pase.errors import ConfigurationError, GraphError, SearchTooLargeError
-from pase.graph import Graph
-from pase.memory import InsufficientMemoryError, MemoryOptions, MemoryReport, build_memory_model
-from pase.memory_search import MemorySearchResult, solve_within_memory
-from pase.search import SearchResult, solve
+from pase.ir.graph import Graph
+from pase.model.memory import InsufficientMemoryError, MemoryOptions, MemoryReport, build_memory_model
+from pase.search.memory import MemorySearchResult, solve_within_memory
+from pase.search.exact import SearchResult, solve
+from pase.strategies.baselines import BASELINES
 
 __all__ = ["Plan", "plan", "evaluate", "parallelism_kind"]
 
@@ -79,6 +80,8 @@ class Plan:
         memory-feasible search.
     edge_costs_s : mapping (producer, consumer) -> float
         Seconds to redistribute each edge (see :meth:`CostModel.edge_costs_s`).
+    cost_model : str
+        The cost model that priced it (``"corrected"`` or ``"paper"``).
     """
 
     graph: Graph
@@ -90,6 +93,7 @@ class Plan:
     memory: MemoryReport | None = None
     memory_search: MemorySearchResult | None = None
     edge_costs_s: Mapping[tuple[str, str], float] | None = None
+    cost_model: str = "corrected"
 
     @property
     def exact(self) -> bool:
@@ -116,7 +120,7 @@ class Plan:
 
     @property
     def memory_per_device_bytes(self) -> float | None:
-        """Peak memory one device needs for this strategy, in bytes (see :mod:`pase.memory`)."""
+        """Peak memory one device needs for this strategy, in bytes (see :mod:`pase.model.memory`)."""
         return None if self.memory is None else self.memory.per_device_bytes
 
     @property
@@ -149,6 +153,8 @@ class Plan:
                 "devices_per_node": self.cluster.node_size,
                 "inter_bandwidth_Bps": self.cluster.network_bandwidth_Bps,
             },
+            "cost_model": self.cost_model,
+            "mesh": str(self.cluster.mesh),
             "cost": self.cost,
             "step_time_s": self.step_time_s,
             **self.totals_s(),
@@ -159,7 +165,7 @@ class Plan:
                 {
                     "name": r.name, "op": r.op, "dims": "".join(r.dims) if all(len(d) == 1 for d in r.dims) else list(r.dims),
                     "sizes": list(r.sizes), "config": list(r.config),
-                    "parallelism": parallelism_kind(r.dims, r.config),
+                    "parallelism": parallelism_kind(r.dims, r.config), "placement": r.placement,
                     "flops": r.flops, "compute_s": r.compute_s,
                     "intra_comm_s": r.intra_comm_s, "edge_comm_s": r.edge_comm_s,
                     # The paper's FLOP-equivalent units: seconds at the device's peak rate.
@@ -208,7 +214,7 @@ def plan(
 
     The search is exact (the paper's dynamic program). Where no ordering keeps
     its tables within the memory budget (DenseNet's dense concatenations),
-    ``approximate=True`` falls back to :func:`pase.approx.improve`, seeded with
+    ``approximate=True`` falls back to :func:`pase.search.approx.improve`, seeded with
     every baseline strategy: never worse than the best baseline, optimality
     not guaranteed (``Plan.exact`` is then False).
 
@@ -255,9 +261,9 @@ def plan(
 
     Examples
     --------
-    >>> from pase import layers
-    >>> from pase.cluster import Cluster
-    >>> from pase.graph import Graph
+    >>> from pase import ops as layers
+    >>> from pase.hardware.cluster import Cluster
+    >>> from pase.ir.graph import Graph
     >>> g = Graph("mlp")
     >>> g.add_layer(layers.fully_connected("fc1", b=64, n=256, c=256))
     >>> g.add_layer(layers.fully_connected("fc2", b=64, n=256, c=256), inputs=["fc1"])
@@ -279,13 +285,13 @@ def plan(
         memory = build_memory_model(graph, cluster, memory_options, configs=chosen)
         report = memory.report({name: 0 for name in chosen}, capacity)
         return Plan(graph, cluster, "PaSE", tuple(model.breakdown(assignment)), float(result.cost), result, report,
-                    edge_costs_s=model.edge_costs_s(assignment))
+                    edge_costs_s=model.edge_costs_s(assignment), cost_model=model.options.cost_model)
     memory = build_memory_model(graph, cluster, memory_options, configs=model.configs)
     fit = _fit(model, memory, limit, memory_options, max_memory_solves, memory_gap_tolerance, {**kwargs, "solver": solver})
     assignment = {layer.name: int(fit.assignment[i]) for i, layer in enumerate(model.layers)}
     search = replace(fit.first_search, cost=fit.cost, assignment=fit.assignment, search_time_s=fit.search_time_s)
     return Plan(graph, cluster, "PaSE", tuple(model.breakdown(assignment)), float(fit.cost), search,
-                memory.report(assignment, limit), fit, model.edge_costs_s(assignment))
+                memory.report(assignment, limit), fit, model.edge_costs_s(assignment), model.options.cost_model)
 
 
 def _exact_or_approximate(model: CostModel, options: ConfigOptions, approximate: bool):
@@ -299,8 +305,6 @@ def _exact_or_approximate(model: CostModel, options: ConfigOptions, approximate:
             if not approximate:
                 raise
         if not seeds:
-            from pase.baselines import BASELINES  # baselines build on this module
-
             for baseline in BASELINES.values():
                 if baseline.applies(model.graph):
                     for _, strategy in baseline.candidates(model.graph, model.cluster.devices, options):
@@ -333,9 +337,13 @@ def evaluate(
     strategy: Mapping[str, tuple[int, ...]],
     *,
     label: str = "user",
+    options: ConfigOptions = ConfigOptions(),
     memory_options: MemoryOptions = MemoryOptions(),
 ) -> Plan:
     """Cost a complete strategy (layer name -> configuration) under the same model as :func:`plan`.
+
+    ``options.cost_model`` names the cost model (the other options do not
+    restrict a given strategy).
 
     The plan's memory is held against ``cluster.memory_bytes``
     (``Plan.fits_memory``); a strategy that does not fit is still costed.
@@ -347,7 +355,8 @@ def evaluate(
     ConfigurationError
         A layer is missing from ``strategy`` or its configuration is invalid
         (wrong length, a factor that does not divide, more devices than the
-        cluster has).
+        cluster has, or, under the corrected model, a device count that does
+        not divide the cluster's).
     """
     unknown = sorted(set(strategy) - {layer.name for layer in graph})
     if unknown:
@@ -356,10 +365,10 @@ def evaluate(
     for layer in graph:
         if layer.name not in strategy:
             raise ConfigurationError(f"strategy gives no configuration for layer {layer.name!r}")
-        configs[layer.name] = np.array([check_config(layer, strategy[layer.name], cluster.devices)])
-    model = build_cost_model(graph, cluster, configs=configs)
+        configs[layer.name] = np.array([check_config(layer, strategy[layer.name], cluster.devices, options)])
+    model = build_cost_model(graph, cluster, options, configs=configs)
     assignment = {name: 0 for name in configs}
     rows = model.breakdown(assignment)
     memory = build_memory_model(graph, cluster, memory_options, configs=configs).report(assignment)
     return Plan(graph, cluster, label, tuple(rows), model.strategy_cost(rows), memory=memory,
-                edge_costs_s=model.edge_costs_s(assignment))
+                edge_costs_s=model.edge_costs_s(assignment), cost_model=options.cost_model)

@@ -244,11 +244,11 @@ def test_no_file_of_the_broken_corpus_breaks_the_app():
     """Every broken upload of tests/corpus shows its error; the app keeps running and keeps the inputs.
 
     Files of other types (a pickle...) never reach the app: its uploader accepts only
-    pase.io.MODEL_SUFFIXES, which Streamlit enforces.
+    pase.io.graph_json.MODEL_SUFFIXES, which Streamlit enforces.
     """
     import re
 
-    from pase.io import MODEL_SUFFIXES
+    from pase.io.graph_json import MODEL_SUFFIXES
 
     corpus = ROOT / "tests" / "corpus"
     expected = json.loads((corpus / "expected.json").read_text())

@@ -5,12 +5,12 @@ import itertools
 import numpy as np
 import pytest
 
-from pase.approx import improve
-from pase.costgraph import CostGraph
+from pase.search.approx import improve
+from pase.search.costgraph import CostGraph
 from pase.errors import SearchTooLargeError
 from pase.models import sample
 from pase.planner import plan
-from pase.cluster import Cluster
+from pase.hardware.cluster import Cluster
 
 
 def _random_graph(rng, n, k_max, extra_edges):

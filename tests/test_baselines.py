@@ -2,20 +2,14 @@
 
 import pytest
 
-from pase import layers as L
-from pase.baselines import (
-    BASELINES,
-    applicable_baselines,
-    baseline_plan,
-    data_parallel,
-    data_parallel_config,
-    evaluate_strategy,
-    sweep,
-)
-from pase.cluster import Cluster
-from pase.configs import ConfigOptions
+from pase import ops as L
+from pase.analysis.baselines import applicable_baselines, baseline_plan, data_parallel, evaluate_strategy
+from pase.analysis.sweep import sweep
+from pase.strategies.baselines import BASELINES, data_parallel_config
+from pase.hardware.cluster import Cluster
+from pase.ir.configs import ConfigOptions
 from pase.errors import ConfigurationError, GraphError
-from pase.graph import Graph
+from pase.ir.graph import Graph
 from pase.models import SAMPLES, sample
 from pase.planner import plan
 
@@ -33,8 +27,12 @@ def _mlp(b=64):
 def test_data_parallel_splits_batch_or_the_largest_allowed_split():
     fc = L.fully_connected("fc", b=96, n=8, c=8)
     assert data_parallel_config(fc, 8) == (8, 1, 1)
-    assert data_parallel_config(fc, 64) == (48, 1, 1)  # the largest divisor of 96 up to 64
-    assert data_parallel_config(fc, 64, ConfigOptions(min_shard=4)) == (24, 1, 1)  # 96 / 24 = 4
+    paper = ConfigOptions(cost_model="paper")
+    assert data_parallel_config(fc, 64, paper) == (48, 1, 1)  # the largest divisor of 96 up to 64
+    assert data_parallel_config(fc, 64, ConfigOptions(min_shard=4, cost_model="paper")) == (24, 1, 1)  # 96 / 24 = 4
+    # The corrected model tiles the mesh: the split must divide 64 too.
+    assert data_parallel_config(fc, 64) == (32, 1, 1)
+    assert data_parallel_config(fc, 64, ConfigOptions(min_shard=4)) == (16, 1, 1)
     assert data_parallel_config(fc, 64, ConfigOptions(powers_of_two=True, min_shard=1)) == (32, 1, 1)
     no_batch = L.elementwise("x", (8, 8), ("s", "d"))
     assert data_parallel_config(no_batch, 8) == (1, 1)

@@ -18,7 +18,7 @@ def run(capsys, *argv):
 
 def test_alexnet_p32_shows_the_papers_table_ii_pattern(capsys):
     code, out, _ = run(capsys, "solve", "alexnet", "--devices", "32", "--batch", "128",
-                       "--tflops", "10", "--bandwidth", "16", "--json")
+                       "--tflops", "10", "--bandwidth", "16", "--cost-model", "paper", "--json")
     assert code == 0
     d = json.loads(out)
     assert {"model", "devices", "cost", "step_time_s", "search_time_s", "layers", "baselines"} <= set(d)

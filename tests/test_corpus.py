@@ -26,8 +26,9 @@ else:
 
 from pase import cli
 from pase.errors import PaseError
-from pase.io import MAX_FILE_BYTES, MAX_LAYERS, load_model_file
-from pase.onnx_import import MAX_ONNX_BYTES
+from pase.io.graph_json import load_model_file
+from pase.limits import MAX_FILE_BYTES, MAX_LAYERS
+from pase.limits import MAX_ONNX_BYTES
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "corpus"

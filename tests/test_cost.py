@@ -3,14 +3,16 @@
 import numpy as np
 import pytest
 
-from pase import layers as L
-from pase.cluster import PRESETS, Cluster, preset
-from pase.configs import ConfigOptions, check_config, layer_configs
-from pase.cost import build_cost_model, edge_bytes
+from pase import ops as L
 from pase.errors import ClusterError, ConfigurationError, SearchTooLargeError
-from pase.graph import Graph
+from pase.hardware.cluster import PRESETS, Cluster, preset
+from pase.ir.configs import ConfigOptions, check_config, layer_configs
+from pase.ir.graph import Graph
+from pase.model.cost import build_cost_model
 
 ALL = ConfigOptions(min_shard=1)
+PAPER = ConfigOptions(min_shard=1, cost_model="paper")
+B = 16e9  # link bandwidth of the flat clusters, bytes/s
 
 
 def _fc_pair(b=32, n=64, c=64):
@@ -20,90 +22,166 @@ def _fc_pair(b=32, n=64, c=64):
     return g
 
 
-def _edge(g, p, bpe=4):
-    src, dst = g.layer("fc1"), g.layer("fc2")
-    cs, cd = layer_configs(src, p, ALL), layer_configs(dst, p, ALL)
-    return cs, cd, edge_bytes(src, 0, cs, dst, 0, cd, bpe)
+def _edge_s(g, src_cfgs, dst_cfgs, *, devices=8, bpe=4, options=PAPER, src="fc1", dst="fc2"):
+    """Seconds of the one edge ``src -> dst`` for the given configurations on a flat cluster."""
+    cluster = Cluster(devices, 10e12, B, bytes_per_element=bpe)
+    configs = {src: np.atleast_2d(src_cfgs), dst: np.atleast_2d(dst_cfgs)}
+    model = build_cost_model(g, cluster, options, configs=configs)
+    [(edge, table)] = model.edge_tables
+    assert (edge.src, edge.dst) == (src, dst)
+    return table
+
+
+def _all_edges(g, p, bpe=4, options=PAPER):
+    cs, cd = layer_configs(g.layer("fc1"), p, options), layer_configs(g.layer("fc2"), p, options)
+    return cs, cd, _edge_s(g, cs, cd, devices=p, bpe=bpe, options=options)
+
+
+# -- the paper's edge rule (seconds = bytes / bandwidth on a flat cluster) --------------------------
 
 
 def test_identical_layouts_cost_nothing():
-    cs, cd, m = _edge(_fc_pair(), 8)
+    cs, cd, m = _all_edges(_fc_pair(), 8)
+    checked = 0
     for i, a in enumerate(cs):
         for j, b in enumerate(cd):
             # fc1 output (b, n) vs fc2 input (b, c): same splits and no extra devices.
             if a[0] == b[0] and a[1] == b[2] and np.prod(b) <= np.prod(a):
                 assert m[i, j] == 0
+                checked += 1
+    assert checked > 10
 
 
-def test_data_parallel_edges_are_free():
-    cs, cd, m = _edge(_fc_pair(), 8)
-    i = np.flatnonzero((cs == [8, 1, 1]).all(axis=1))[0]
-    j = np.flatnonzero((cd == [8, 1, 1]).all(axis=1))[0]
-    assert m[i, j] == 0
+@pytest.mark.parametrize("options", [PAPER, ALL], ids=["paper", "corrected"])
+def test_data_parallel_edges_are_free(options):
+    m = _edge_s(_fc_pair(), [8, 1, 1], [8, 1, 1], options=options)
+    assert m[0, 0] == 0
 
 
 def test_paper_alternating_fc_splits_need_no_redistribution():
     g = _fc_pair(b=128, n=4096, c=4096)
-    src, dst = g.layer("fc1"), g.layer("fc2")
-    m = edge_bytes(src, 0, np.array([[1, 4, 8]]), dst, 0, np.array([[1, 8, 4]]), 4)
-    assert m[0, 0] == 0
+    assert _edge_s(g, [1, 4, 8], [1, 8, 4], devices=32)[0, 0] == 0
 
 
 def test_edge_cost_is_needed_minus_held_both_directions():
     g = _fc_pair(b=32, n=64)
-    src, dst = g.layer("fc1"), g.layer("fc2")
     # Producer splits n 4 ways; consumer wants the whole input on 1 device: it holds a quarter.
-    m = edge_bytes(src, 0, np.array([[1, 4, 1]]), dst, 0, np.array([[1, 1, 1]]), 4)
-    assert m[0, 0] == pytest.approx(2 * (32 * 64 - 32 * 16) * 4)
+    m = _edge_s(g, [1, 4, 1], [1, 1, 1])
+    assert m[0, 0] == pytest.approx(2 * (32 * 64 - 32 * 16) * 4 / B)
 
 
 def test_more_consumer_devices_than_producer_devices_move_everything():
     g = _fc_pair(b=32, n=64)
-    src, dst = g.layer("fc1"), g.layer("fc2")
-    m = edge_bytes(src, 0, np.array([[1, 1, 1]]), dst, 0, np.array([[4, 1, 1]]), 4)
-    assert m[0, 0] == pytest.approx(2 * (8 * 64) * 4)
+    m = _edge_s(g, [1, 1, 1], [4, 1, 1])
+    assert m[0, 0] == pytest.approx(2 * (8 * 64) * 4 / B)
 
 
 def test_more_pieces_than_the_producer_cut_move_the_whole_block():
     # fc1 leaves its output in 2 pieces (each on 16 devices); fc2 wants 4: the paper's rule moves it all.
     g = _fc_pair(b=128, n=4096, c=4096)
-    src, dst = g.layer("fc1"), g.layer("fc2")
-    m = edge_bytes(src, 0, np.array([[1, 2, 16], [1, 4, 8]]), dst, 0, np.array([[1, 8, 4]]), 4)
-    assert m[0, 0] == pytest.approx(2 * 128 * 1024 * 4)
+    m = _edge_s(g, [[1, 2, 16], [1, 4, 8]], [1, 8, 4], devices=32)
+    assert m[0, 0] == pytest.approx(2 * 128 * 1024 * 4 / B)
     assert m[1, 0] == 0
 
 
 def test_edge_cost_grows_with_bytes_moved():
-    _, _, small = _edge(_fc_pair(b=32), 8)
-    _, _, big = _edge(_fc_pair(b=64), 8, bpe=4)
-    _, _, wide = _edge(_fc_pair(b=32), 8, bpe=8)
+    _, _, small = _all_edges(_fc_pair(b=32), 8)
+    _, _, big = _all_edges(_fc_pair(b=64), 8, bpe=4)
+    _, _, wide = _all_edges(_fc_pair(b=32), 8, bpe=8)
     assert np.allclose(wide, 2 * small)
     assert np.all(big >= small) and big.sum() > small.sum()
 
 
-def test_non_differentiable_inputs_move_one_way():
-    labels = L.reduce_mean("labels", (8, 4), ("b", "x"), ["x"])
-    loss = L.softmax_cross_entropy("loss", (8, 16))
-    m = edge_bytes(labels, 0, np.array([[1, 1]]), loss, 1, np.array([[2, 1]]), 4)
-    assert m[0, 0] == 4 * 4  # a 4-label block forward, no gradient back
-
-
-def test_cost_graph_matches_breakdown():
+def test_edge_cost_falls_with_bandwidth():
     g = _fc_pair()
-    cluster = Cluster(4, 10e12, 16e9)
-    model = build_cost_model(g, cluster, ALL)
+    cs, cd = layer_configs(g.layer("fc1"), 8, PAPER), layer_configs(g.layer("fc2"), 8, PAPER)
+    tables = [build_cost_model(g, Cluster(8, 10e12, bw), PAPER, configs={"fc1": cs, "fc2": cd}).edge_tables[0][1]
+              for bw in (16e9, 64e9)]
+    assert np.allclose(tables[1] * 4, tables[0]) and tables[0].max() > 0
+
+
+def test_non_differentiable_inputs_move_one_way():
+    g = Graph("labels")
+    g.add_layer(L.reduce_mean("labels", (8, 4), ("b", "x"), ["x"]))
+    g.add_layer(L.softmax_cross_entropy("loss", (8, 16)), inputs=[None, "labels"])
+    m = _edge_s(g, [1, 1], [2, 1], src="labels", dst="loss")
+    assert m[0, 0] == pytest.approx(4 * 4 / B)  # a 4-label block forward, no gradient back
+
+
+# -- the corrected model's edges --------------------------------------------------------------------
+
+
+def test_corrected_edge_finishes_the_producers_pending_sums():
+    b, n = 32, 64
+    g = _fc_pair(b=b, n=n)
+    cluster = Cluster(4, 10e12, B)
+    configs = {"fc1": np.array([[1, 1, 4]]), "fc2": np.array([[1, 1, 1]])}
+    corrected = build_cost_model(g, cluster, ALL, configs=configs)
+    paper = build_cost_model(g, cluster, PAPER, configs=configs)
+    y_bytes = b * n * 4
+    allreduce = 2 * 3 / 4 * y_bytes / B
+    # Under the paper's model fc1 all-reduces its partial y itself and the edge moves nothing ...
+    assert paper.comm_s["fc1"][0] == pytest.approx(allreduce)
+    assert paper.edge_tables[0][1][0, 0] == 0
+    # ... under the corrected one the edge does it, into fc2's replicated input; the gradient is
+    # replicated on both sides and does not move.
+    assert corrected.comm_s["fc1"][0] == 0
+    assert corrected.edge_tables[0][1][0, 0] == pytest.approx(allreduce)
+
+
+def test_corrected_replicated_producer_feeds_a_split_consumer_for_free_and_gathers_the_gradient():
+    b, n = 32, 64
+    g = _fc_pair(b=b, n=n)
+    configs = {"fc1": np.array([[1, 1, 1]]), "fc2": np.array([[4, 1, 1]])}
+    model = build_cost_model(g, Cluster(4, 10e12, B), ALL, configs=configs)
+    # Forward: every device slices its batch block of the replicated y. Backward: each device
+    # holds the gradient of its quarter of the batch; the replicated fc1 needs all of it.
+    assert model.edge_tables[0][1][0, 0] == pytest.approx(3 / 4 * b * n * 4 / B)
+
+
+def test_corrected_model_keeps_only_configurations_that_tile_the_mesh():
+    conv = L.conv2d("c", b=12, c=6, height=9, width=9, n=10, r=3, pad=1)
+    for p in (1, 3, 8, 12):
+        paper = layer_configs(conv, p, PAPER)
+        corrected = layer_configs(conv, p, ALL)
+        assert np.all(p % np.prod(corrected, axis=1) == 0)
+        # The corrected rows are exactly the paper's rows whose device count divides p.
+        keep = paper[p % np.prod(paper, axis=1) == 0]
+        assert keep.tolist() == corrected.tolist()
+    assert np.any(8 % np.prod(layer_configs(conv, 8, PAPER), axis=1))  # e.g. 3 or 6 of 8 devices
+
+
+# -- tables, breakdowns, budgets --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("options", [ALL, PAPER], ids=["corrected", "paper"])
+def test_cost_graph_matches_breakdown(options):
+    g = _fc_pair()
+    cluster = Cluster(4, 10e12, B)
+    model = build_cost_model(g, cluster, options)
     cg = model.cost_graph()
     rng = np.random.default_rng(0)
     for _ in range(20):
         a = [int(rng.integers(len(v))) for v in cg.node_costs]
-        rows = model.breakdown({l.name: a[i] for i, l in enumerate(model.layers)})
+        assignment = {l.name: a[i] for i, l in enumerate(model.layers)}
+        rows = model.breakdown(assignment)
         total_s = sum(r.total_s for r in rows)
         assert total_s * cluster.peak_flops == pytest.approx(cg.cost_of(a))
+        assert model.strategy_cost(rows) == pytest.approx(cg.cost_of(a))
+        assert sum(model.edge_costs_s(assignment).values()) == pytest.approx(sum(r.edge_comm_s for r in rows))
 
 
 def test_edge_table_budget_refuses_before_building():
     with pytest.raises(SearchTooLargeError, match="GiB"):
-        build_cost_model(_fc_pair(), Cluster(64, 10e12, 16e9), ALL, table_budget_bytes=1000)
+        build_cost_model(_fc_pair(), Cluster(64, 10e12, B), ALL, table_budget_bytes=1000)
+
+
+def test_given_configurations_must_tile_the_mesh_under_the_corrected_model():
+    g = _fc_pair(b=24)
+    configs = {"fc1": np.array([[3, 1, 1]]), "fc2": np.array([[1, 1, 1]])}
+    build_cost_model(g, Cluster(8, 10e12, B), PAPER, configs=configs)  # 3 of 8 devices: the paper lets 5 idle
+    with pytest.raises(ConfigurationError, match="tile"):
+        build_cost_model(g, Cluster(8, 10e12, B), ALL, configs=configs)
 
 
 @pytest.mark.parametrize(
@@ -128,17 +206,34 @@ def test_presets_have_published_figures():
         preset("tpu")
 
 
-def test_configs_respect_devices_and_divisibility():
+@pytest.mark.parametrize("options", [ALL, PAPER], ids=["corrected", "paper"])
+def test_configs_respect_devices_and_divisibility(options):
     conv = L.conv2d("c", b=12, c=6, height=9, width=9, n=10, r=3, pad=1)
     for p in (1, 3, 8, 12):
-        cfgs = layer_configs(conv, p, ALL)
+        cfgs = layer_configs(conv, p, options)
         assert (cfgs[0] == 1).all()
         assert np.all(np.prod(cfgs, axis=1) <= p)
         assert np.all(np.asarray(conv.sizes) % cfgs == 0)
         # r, s never split; h, w only with spatial_split.
         assert np.all(cfgs[:, 2:4] == 1) and np.all(cfgs[:, 5:] == 1)
-    spatial = layer_configs(conv, 9, ConfigOptions(min_shard=1, spatial_split=True))
+        assert len(np.unique(cfgs, axis=0)) == len(cfgs)
+    spatial = layer_configs(conv, 9, ConfigOptions(min_shard=1, spatial_split=True, cost_model=options.cost_model))
     assert spatial[:, 2].max() == 9
+
+
+def test_configs_are_every_allowed_factor_combination():
+    # Brute force over all factor tuples: a divisor of each dimension (r, s unsplit), product <= p
+    # (paper) or dividing p (corrected).
+    from itertools import product
+
+    conv = L.conv2d("c", b=12, c=6, height=9, width=9, n=10, r=3, pad=1)
+    divisors = lambda n: [f for f in range(1, n + 1) if n % f == 0]
+    for p in (6, 8):
+        space = list(product(divisors(12), divisors(6), [1], [1], divisors(10), [1], [1]))
+        paper = sorted(t for t in space if np.prod(t) <= p)
+        corrected = sorted(t for t in space if p % np.prod(t) == 0)
+        assert sorted(map(tuple, layer_configs(conv, p, PAPER).tolist())) == paper
+        assert sorted(map(tuple, layer_configs(conv, p, ALL).tolist())) == corrected
 
 
 def test_config_options_powers_of_two_and_min_shard():
@@ -150,19 +245,31 @@ def test_config_options_powers_of_two_and_min_shard():
 
 
 @pytest.mark.parametrize(
-    "config,match",
-    [((1, 1), "one per dimension"), ((5, 1, 1), "cannot be split 5 ways"), ((4, 4, 4), "uses 64 devices")],
+    "layer,config,options,match",
+    [
+        (dict(b=8, n=8, c=8), (1, 1), ALL, "one per dimension"),
+        (dict(b=8, n=8, c=8), (5, 1, 1), ALL, "cannot be split 5 ways"),
+        (dict(b=8, n=8, c=8), (4, 4, 4), ALL, "uses 64 devices"),
+        (dict(b=8, n=8, c=8), (4, 4, 4), PAPER, "uses 64 devices"),
+        (dict(b=6, n=8, c=8), (3, 1, 1), ALL, "do not tile a mesh of 8"),
+    ],
 )
-def test_check_config_names_the_problem(config, match):
-    fc = L.fully_connected("fc", b=8, n=8, c=8)
+def test_check_config_names_the_problem(layer, config, options, match):
+    fc = L.fully_connected("fc", **layer)
     with pytest.raises(ConfigurationError, match=match):
-        check_config(fc, config, 8)
+        check_config(fc, config, 8, options)
 
 
-def test_plan_json_layer_costs_add_up_to_the_total_in_both_units():
+def test_check_config_accepts_idle_devices_under_the_paper_model():
+    fc = L.fully_connected("fc", b=6, n=8, c=8)
+    assert check_config(fc, [3, 1, 1], 8, PAPER) == (3, 1, 1)
+
+
+@pytest.mark.parametrize("model", ["corrected", "paper"])
+def test_plan_json_layer_costs_add_up_to_the_total_in_both_units(model):
     from pase.planner import plan
 
     g = _fc_pair()
-    d = plan(g, Cluster(4, 10e12, 16e9)).to_dict()
+    d = plan(g, Cluster(4, 10e12, B), options=ConfigOptions(cost_model=model)).to_dict()
     assert sum(l["cost_flop_eq"] for l in d["layers"]) == pytest.approx(d["cost"])
     assert sum(l["compute_s"] + l["intra_comm_s"] + l["edge_comm_s"] for l in d["layers"]) == pytest.approx(d["step_time_s"])

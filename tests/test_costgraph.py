@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from pase.costgraph import CostGraph, load_instance
+from pase.search.costgraph import CostGraph, load_instance
 from pase.errors import FormatError
 
 

@@ -6,10 +6,10 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 
-from pase import layers as L
-from pase.cluster import Cluster
-from pase.configs import ConfigOptions
-from pase.graph import Graph
+from pase import ops as L
+from pase.hardware.cluster import Cluster
+from pase.ir.configs import ConfigOptions
+from pase.ir.graph import Graph
 from pase.planner import evaluate, parallelism_kind, plan
 from ui import figures as F
 from ui.fmt import compact_config, config_str, fmt_bytes, fmt_count, fmt_time
@@ -53,7 +53,7 @@ def solved(graph):
 
 @pytest.fixture(scope="module")
 def data_parallel(graph):
-    from pase.baselines import data_parallel
+    from pase.analysis.baselines import data_parallel
 
     return data_parallel(graph, CLUSTER)
 
@@ -227,7 +227,7 @@ def test_totals_and_layer_comparison(solved, data_parallel):
 
 
 def test_sweep_and_split_changes(graph):
-    from pase.baselines import sweep
+    from pase.analysis.sweep import sweep
 
     records = sweep(graph, [1, 2, 4], CLUSTER)
     fig = F.sweep_figure(records)
@@ -314,7 +314,7 @@ def test_tables(solved, data_parallel):
 
 
 def test_memory_figure_adds_up_to_the_total_and_marks_capacity(graph):
-    from pase.cluster import Cluster
+    from pase.hardware.cluster import Cluster
     from ui.figures import memory_figure
 
     p = plan(graph, Cluster(8, 10e12, 16e9, memory_bytes=80e9))

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from pase import layers as L
+from pase import ops as L
 from pase.errors import FormatError, GraphError
-from pase.graph import Graph
-from pase.io import dumps_graph, graph_to_dict, load_graph, loads_graph, save_graph
+from pase.ir.graph import Graph
+from pase.io.graph_json import dumps_graph, graph_to_dict, load_graph, loads_graph, save_graph
 
 
 def _mlp():
@@ -110,7 +110,7 @@ def test_invalid_files_name_the_layer_and_field(text, error, match):
 
 
 def test_oversized_file_is_refused_before_parsing():
-    from pase import io
+    from pase.limits import MAX_FILE_BYTES
 
     with pytest.raises(FormatError, match="MiB"):
-        loads_graph(" " * (io.MAX_FILE_BYTES + 1))
+        loads_graph(" " * (MAX_FILE_BYTES + 1))

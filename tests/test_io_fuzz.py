@@ -18,10 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pase import io as pio
+from pase.io import graph_json as pio
 from pase.errors import PaseError
-from pase.graph import Graph
-from pase.layers import OPS
+from pase.ir.graph import Graph
+from pase.ops import OPS
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = json.loads((ROOT / "docs" / "example-graph.json").read_text())
@@ -208,7 +208,7 @@ needs_onnx = pytest.mark.skipif(_onnx is None and not __import__("os").environ.g
 
 
 def _from_onnx_or_pase_error(source) -> None:
-    from pase.onnx_import import from_onnx
+    from pase.io.onnx import from_onnx
 
     try:
         with __import__("warnings").catch_warnings():

@@ -9,15 +9,15 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from pase import layers as L
+from pase import ops as L
 from pase.cli import main
-from pase.cluster import Cluster
-from pase.configs import ConfigOptions
-from pase.costgraph import CostGraph
+from pase.hardware.cluster import Cluster
+from pase.ir.configs import ConfigOptions
+from pase.search.costgraph import CostGraph
 from pase.errors import ConfigurationError, PaseError
-from pase.graph import Graph
-from pase.memory import InsufficientMemoryError, MemoryOptions, build_memory_model, saved_tensors
-from pase.memory_search import least_memory, mix, peak_memory, solve_within_memory
+from pase.ir.graph import Graph
+from pase.model.memory import InsufficientMemoryError, MemoryOptions, build_memory_model, saved_tensors
+from pase.search.memory import least_memory, mix, peak_memory, solve_within_memory
 from pase.planner import evaluate, plan
 
 FP32 = Cluster(4, 10e12, 16e9, bytes_per_element=4)
@@ -313,7 +313,7 @@ def test_a_capacity_the_optimum_fits_changes_nothing():
 
 
 def test_plan_fits_a_tight_capacity_and_says_when_nothing_fits():
-    from pase.cost import build_cost_model
+    from pase.model.cost import build_cost_model
 
     g, cluster = _chain(), Cluster(8, 10e12, 16e9)
     free = plan(g, cluster)
@@ -368,8 +368,8 @@ def test_cli_memory_gb_finds_a_gpt_strategy_that_fits_where_data_parallelism_doe
     assert d["baselines"]["data parallel"]["fits_memory"] is False
     assert d["memory_per_device_bytes"] < 16e9 and d["fits_memory"]
     assert d["memory_capacity_bytes"] == 16e9
-    from pase.baselines import data_parallel
-    from pase.cluster import PRESETS
+    from pase.analysis.baselines import data_parallel
+    from pase.hardware.cluster import PRESETS
     from pase.models import sample
     dp = data_parallel(sample("gpt"), PRESETS["paper-model"].with_devices(8))
     assert dp.memory_per_device_bytes > 16e9

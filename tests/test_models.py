@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from pase.configs import ConfigOptions, layer_configs
+from pase.ir.configs import ConfigOptions, layer_configs
 from pase.errors import GraphError
-from pase.layers import training_flops
+from pase.ops import training_flops
 from pase.models import SAMPLES, sample
 from pase.models import alexnet, densenet121, gpt, inception3, resnet101, rnnlm, transformer, transformer_large
 

@@ -21,8 +21,9 @@ else:
 from onnx import TensorProto, helper, numpy_helper
 
 from pase.errors import FormatError, GraphError, PaseError
-from pase.layers import training_flops
-from pase.onnx_import import MAX_ONNX_BYTES, SUPPORTED_OPS, OnnxImportWarning, from_onnx
+from pase.ops import training_flops
+from pase.io.onnx import SUPPORTED_OPS, OnnxImportWarning, from_onnx
+from pase.limits import MAX_ONNX_BYTES
 
 F = TensorProto.FLOAT
 I64 = TensorProto.INT64
@@ -545,7 +546,7 @@ def test_constant_folding_never_builds_huge_arrays():
 def test_docstring_examples():
     import doctest
 
-    import pase.onnx_import
+    import pase.io.onnx
 
-    failures, tried = doctest.testmod(pase.onnx_import)
+    failures, tried = doctest.testmod(pase.io.onnx)
     assert failures == 0 and tried > 0

@@ -25,9 +25,9 @@ if os.environ.get("CI"):
 else:
     pytest.importorskip("onnx")
 
-from pase.io import load_model_file
-from pase.layers import training_flops
-from pase.onnx_import import from_onnx
+from pase.io.graph_json import load_model_file
+from pase.ops import training_flops
+from pase.io.onnx import from_onnx
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "onnx"

@@ -23,11 +23,11 @@ else:
     torch = pytest.importorskip("torch")
     pytest.importorskip("onnx")
 
-import pase.torch_import
+import pase.io.torch
 from pase.errors import FormatError
-from pase.layers import training_flops
-from pase.onnx_import import from_onnx
-from pase.torch_import import from_torch
+from pase.ops import training_flops
+from pase.io.onnx import from_onnx
+from pase.io.torch import from_torch
 
 DATA = Path(__file__).resolve().parent / "data" / "onnx"
 RECORD = json.loads((DATA / "fixtures.json").read_text())
@@ -91,7 +91,7 @@ def test_export_failure_is_a_format_error():
 
 
 def test_docstring_examples():
-    failures, _ = doctest.testmod(pase.torch_import)
+    failures, _ = doctest.testmod(pase.io.torch)
     assert failures == 0
 
 

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from pase.ordering import (
+from pase.search.ordering import (
     ORDERINGS,
     adjacency,
     breadth_first,

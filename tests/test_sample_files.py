@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from pase.io import dumps_graph, load_graph
+from pase.io.graph_json import dumps_graph, load_graph
 from pase.models import SAMPLES, sample
 
 FILES = Path(__file__).resolve().parents[1] / "sample_graphs"

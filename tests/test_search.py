@@ -15,12 +15,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pase import search
+from pase.search import exact as search
 from pase.cli import main
-from pase.costgraph import CostGraph
+from pase.search.costgraph import CostGraph
 from pase.errors import SearchTooLargeError
-from pase.ordering import adjacency, elimination_steps
-from pase.search import ORDERINGS, estimate, solve
+from pase.search.ordering import adjacency, elimination_steps
+from pase.search.exact import ORDERINGS, estimate, solve
 
 
 def brute_force(g: CostGraph) -> float:

@@ -14,8 +14,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from pase.cost import LayerCost
-from pase.memory import MemoryReport
+from pase.model.cost import LayerCost
+from pase.model.memory import MemoryReport
 from pase.planner import parallelism_kind
 from ui.fmt import compact_config, config_str, fmt_time
 from ui.graphview import KINDS, GraphView
@@ -322,7 +322,7 @@ def layer_compare_figure(
 def sweep_figure(records: Sequence[Mapping], *, by: str = "devices", series: str = "strategy") -> go.Figure:
     """Step time and speedup over data parallelism against ``by`` (the paper's Fig. 6, modelled).
 
-    ``records`` are :func:`pase.baselines.sweep` records (``devices``,
+    ``records`` are :func:`pase.analysis.sweep.sweep` records (``devices``,
     ``strategy``, ``step_time_s``, ``speedup_over_dp``...); one line per
     value of ``series``.
     """

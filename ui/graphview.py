@@ -19,7 +19,7 @@ from typing import Iterable, Mapping
 import networkx as nx
 import numpy as np
 
-from pase.graph import Graph
+from pase.ir.graph import Graph
 from pase.planner import Plan, parallelism_kind
 from ui.fmt import compact_config, config_str, dims_str, fmt_time
 

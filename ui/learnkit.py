@@ -1,7 +1,7 @@
 """Material for the Learn page: a GEMM layer, a small branchy graph, and orderings walked step by step.
 
 Plain functions over :mod:`pase` (no Streamlit): the numbers come from the
-cost model and :mod:`pase.ordering`; this module only names and arranges them.
+cost model and :mod:`pase.search.ordering`; this module only names and arranges them.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 
-from pase import layers as L
-from pase.cluster import Cluster
-from pase.configs import ConfigOptions, config_counts
-from pase.cost import LayerCost, build_cost_model
-from pase.graph import Graph, Layer
-from pase.ordering import adjacency, breadth_first, elimination_steps, generate_seq
+from pase import ops as L
+from pase.hardware.cluster import Cluster
+from pase.ir.configs import ConfigOptions, config_counts
+from pase.model.cost import LayerCost, build_cost_model
+from pase.ir.graph import Graph, Layer
+from pase.search.ordering import adjacency, breadth_first, elimination_steps, generate_seq
 
 __all__ = [
     "GEMM_DIMS",
@@ -74,7 +74,7 @@ def gemm_cost(sizes: tuple[int, int, int], splits: tuple[int, int, int], cluster
 
 
 def gemm_communication(splits: tuple[int, int, int]) -> list[str]:
-    """What each split causes, in words (the contraction rule of :mod:`pase.layers`)."""
+    """What each split causes, in words (the contraction rule of :mod:`pase.ops`)."""
     si, sj, sk = splits
     out = []
     if sk > 1:

@@ -11,8 +11,8 @@ import inspect
 
 import streamlit as st
 
-from pase.cluster import PRESETS, Cluster
-from pase.configs import ConfigOptions
+from pase.hardware.cluster import PRESETS, Cluster
+from pase.ir.configs import ConfigOptions
 from pase.errors import PaseError
 from ui.state import GraphSource, Problem, load_graph, set_current_problem
 

@@ -19,10 +19,10 @@ from typing import Callable, Hashable
 
 import streamlit as st
 
-from pase.cluster import Cluster
-from pase.configs import ConfigOptions
-from pase.graph import Graph
-from pase.io import load_model_file
+from pase.hardware.cluster import Cluster
+from pase.ir.configs import ConfigOptions
+from pase.ir.graph import Graph
+from pase.io.graph_json import load_model_file
 from pase.planner import Plan
 
 __all__ = [
@@ -164,14 +164,14 @@ def solve(problem: Problem, progress: Callable[[int, int], None] | None = None) 
 
 def data_parallel_plan(problem: Problem) -> Plan:
     """Data parallelism for ``problem`` under the same cost model (cached)."""
-    from pase.baselines import data_parallel
+    from pase.analysis.baselines import data_parallel
 
     return _cached("dp", problem, lambda: data_parallel(load_graph(problem.source), problem.cluster, problem.options))
 
 
 def baseline_plans(problem: Problem) -> dict[str, Plan]:
     """Every baseline that applies to the problem's graph, name -> best Plan (cached)."""
-    from pase.baselines import applicable_baselines
+    from pase.analysis.baselines import applicable_baselines
 
     return _cached("baselines", problem,
                    lambda: applicable_baselines(load_graph(problem.source), problem.cluster, problem.options))

@@ -1,6 +1,6 @@
 """Sample graphs: the paper's benchmark networks and more, built by code.
 
-Every builder returns a validated :class:`~pase.graph.Graph` and takes the
+Every builder returns a validated :class:`~pase.ir.graph.Graph` and takes the
 batch size and model sizes as keyword parameters; its docstring states the
 architecture and the parameter count. :data:`SAMPLES` maps each sample name
 to its builder; :func:`sample` builds one by name.
@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Callable
 
 from pase.errors import GraphError
-from pase.graph import Graph
+from pase.ir.graph import Graph
 from pase.models.cnn import alexnet, densenet121, inception3, resnet101
 from pase.models.sequence import gpt, rnnlm, transformer, transformer_large
 

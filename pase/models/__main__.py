@@ -7,7 +7,7 @@ test checks the committed files equal what the builders produce.
 import sys
 from pathlib import Path
 
-from pase.io import save_graph
+from pase.io.graph_json import save_graph
 from pase.models import SAMPLES, sample
 
 out = Path(sys.argv[1] if len(sys.argv) > 1 else "sample_graphs")

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from pase import layers as L
+from pase import ops as L
 from pase.errors import GraphError
-from pase.graph import Graph, Layer
+from pase.ir.graph import Graph, Layer
 
 Source = str | tuple[str, int] | None
 

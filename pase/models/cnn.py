@@ -15,8 +15,8 @@ can be checked against published ones. Conventions shared by all four:
 
 from __future__ import annotations
 
-from pase import layers as L
-from pase.graph import Graph
+from pase import ops as L
+from pase.ir.graph import Graph
 from pase.models._common import ConvNetBuilder, Image, check_positive
 
 __all__ = ["alexnet", "inception3", "resnet101", "densenet121"]

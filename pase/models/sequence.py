@@ -18,9 +18,9 @@ embeddings and the vocabulary projection are separate tables.
 
 from __future__ import annotations
 
-from pase import layers as L
+from pase import ops as L
 from pase.errors import GraphError
-from pase.graph import Graph, Layer
+from pase.ir.graph import Graph, Layer
 from pase.models._common import check_positive
 
 __all__ = ["rnnlm", "transformer", "transformer_large", "gpt"]

@@ -4,7 +4,7 @@ Run from the repository root with torch installed (``pip install -e '.[torch]'``
 
     python tests/data/onnx/make_fixtures.py
 
-For each model it writes ``NAME.onnx`` (exported by :func:`pase.torch_import.export_onnx_bytes`,
+For each model it writes ``NAME.onnx`` (exported by :func:`pase.io.torch.export_onnx_bytes`,
 the same path as :func:`pase.from_torch`) and records in ``fixtures.json`` the input shapes,
 torch's parameter count and the forward FLOPs counted by ``torch.utils.flop_counter``.
 Weights larger than ``INLINE_LIMIT`` elements are replaced by references to an external data
@@ -25,7 +25,7 @@ from torch.utils.flop_counter import FlopCounterMode
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[2]))
 
-from pase.torch_import import export_onnx_bytes  # noqa: E402
+from pase.io.torch import export_onnx_bytes  # noqa: E402
 
 INLINE_LIMIT = 256
 MISSING_FILE = "weights-not-shipped.bin"

@@ -1,0 +1,74 @@
+"""Sweeps: PaSE's plan and every applicable baseline at each point of a grid of clusters."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable, Sequence
+
+from pase.analysis.baselines import applicable_baselines
+from pase.hardware.cluster import Cluster
+from pase.ir.configs import ConfigOptions
+from pase.ir.graph import Graph
+from pase.model.memory import InsufficientMemoryError
+from pase.planner import plan
+
+__all__ = ["sweep"]
+
+def sweep(
+    graph: Graph,
+    devices: Sequence[int],
+    cluster: Cluster,
+    *,
+    bandwidths_Bps: Sequence[float] | None = None,
+    peak_flops: Sequence[float] | None = None,
+    options: ConfigOptions = ConfigOptions(),
+    progress: Callable[[int, int], None] | None = None,
+) -> list[dict]:
+    """Solve ``graph`` and cost every applicable baseline at each point of a grid.
+
+    The grid is every combination of ``devices`` and, when given,
+    ``bandwidths_Bps`` and ``peak_flops`` (otherwise the cluster's). Returns
+    plain records, one per point and strategy: ``devices``,
+    ``bandwidth_Bps``, ``peak_flops``, ``strategy`` (``"PaSE"`` or a baseline
+    name), ``label``, ``cost``, ``step_time_s``, ``speedup_over_dp``,
+    ``memory_per_device_bytes``, ``fits_memory`` (None when the cluster has no
+    capacity) and, for PaSE, ``configs`` (layer name -> configuration). Where
+    no strategy fits the cluster's memory, PaSE's record is the unconstrained
+    optimum with ``fits_memory`` False. ``progress(done, total)`` is called
+    after each point.
+
+    Raises
+    ------
+    ClusterError
+        A device count, bandwidth or FLOP rate is not positive.
+    SearchTooLargeError
+        A point's search would exceed memory (nothing is allocated for it).
+    """
+    grid = [
+        replace(cluster, devices=int(p), bandwidth_Bps=float(bw), peak_flops=float(fl))
+        for p in devices
+        for bw in (bandwidths_Bps or [cluster.bandwidth_Bps])
+        for fl in (peak_flops or [cluster.peak_flops])
+    ]
+    records = []
+    for i, point in enumerate(grid):
+        try:
+            best = plan(graph, point, options=options)
+        except InsufficientMemoryError:
+            # Nothing fits at this point: report the unconstrained optimum, flagged by fits_memory.
+            best = plan(graph, point, options=options, memory_limit_bytes=None)
+        others = applicable_baselines(graph, point, options)
+        dp_time = others["data parallel"].step_time_s
+        for name, p in [("PaSE", best), *others.items()]:
+            record = {
+                "devices": point.devices, "bandwidth_Bps": point.bandwidth_Bps, "peak_flops": point.peak_flops,
+                "strategy": name, "label": p.label, "cost": p.cost, "step_time_s": p.step_time_s,
+                "speedup_over_dp": dp_time / p.step_time_s,
+                "memory_per_device_bytes": p.memory_per_device_bytes, "fits_memory": p.fits_memory,
+            }
+            if name == "PaSE":
+                record["configs"] = {k: list(v) for k, v in p.strategy.items()}
+            records.append(record)
+        if progress is not None:
+            progress(i + 1, len(grid))
+    return records

@@ -1,0 +1,1 @@
+"""Hardware: clusters, their presets and the device mesh they form."""

@@ -1,0 +1,229 @@
+"""The cluster a strategy runs on: device count, speed, links, memory, topology.
+
+The paper's cost model needs only the ratio ``r = peak FLOP/s / link bytes/s``
+(FLOPs one device could do in the time one byte crosses a link) to turn bytes
+into FLOP-equivalents, and the peak FLOP/s to turn FLOP-equivalents into
+seconds.
+
+Beyond the paper, a cluster may be *two-level*: ``nodes`` nodes of
+``devices_per_node`` devices each, devices inside a node joined by fast links
+(``bandwidth_Bps``: NVLink, PCIe) and nodes joined by a slower network
+(``inter_bandwidth_Bps``: InfiniBand). Both bandwidths are what **one device**
+can send at once; a node's network adapters are shared by its devices, so
+``inter_bandwidth_Bps`` is the node's injection bandwidth divided by its
+devices. Deeper hierarchies (racks, pods) are given as explicit mesh axes
+(``mesh_axes``). Every cluster is a device mesh (:attr:`Cluster.mesh`,
+:mod:`pase.hardware.mesh`), on which every collective is priced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from math import ceil, gcd, prod
+
+from pase.errors import ClusterError
+from pase.hardware.mesh import DeviceMesh, MeshAxis
+
+__all__ = ["Cluster", "PRESETS", "preset"]
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A homogeneous cluster: flat, or nodes of devices joined by a network.
+
+    Parameters
+    ----------
+    devices : int
+        Number of devices ``p`` the strategy may use.
+    peak_flops : float
+        Peak FLOP/s of one device.
+    bandwidth_Bps : float
+        Bytes per second one device sends over its link; on a two-level
+        cluster, over the links inside its node.
+    bytes_per_element : int
+        Size of one tensor element (4 for fp32, 2 for fp16/bf16).
+    memory_bytes : float or None
+        Memory capacity of one device, if known. When set, :func:`pase.plan`
+        only returns strategies that fit (see :mod:`pase.model.memory`).
+    name : str
+        Label for charts and tables.
+    devices_per_node : int or None
+        Devices in one node; ``None``: all devices share one node (the
+        paper's flat model). Devices ``0 .. devices_per_node - 1`` form node
+        0 and so on; the last node may be partly used.
+    inter_bandwidth_Bps : float or None
+        Bytes per second one device sends to other nodes when every device
+        of its node does so at once (node network bandwidth / devices per
+        node); ``None``: the same as ``bandwidth_Bps``.
+    mesh_axes : tuple of MeshAxis or None
+        The device mesh, outermost axis first, for hierarchies deeper than
+        nodes of devices (racks, pods) or axes with latencies and
+        efficiencies; their sizes multiply to ``devices``. ``None``: the mesh
+        follows from ``devices_per_node`` (:attr:`mesh`).
+
+    Raises
+    ------
+    ClusterError
+        A value is not positive.
+
+    Examples
+    --------
+    >>> c = Cluster(devices=8, peak_flops=10e12, bandwidth_Bps=16e9)
+    >>> c.flops_per_byte
+    625.0
+    >>> print(c)
+    8 x 10 TFLOP/s, 16 GB/s links
+    >>> two = Cluster(16, 10e12, 150e9, devices_per_node=8, inter_bandwidth_Bps=6.25e9)
+    >>> two.nodes, two.is_flat
+    (2, False)
+    >>> print(two)
+    16 x 10 TFLOP/s, 2 nodes x 8, 150 GB/s in a node, 6.25 GB/s between nodes
+    """
+
+    devices: int
+    peak_flops: float
+    bandwidth_Bps: float
+    bytes_per_element: int = 4
+    memory_bytes: float | None = None
+    name: str = "custom"
+    devices_per_node: int | None = None
+    inter_bandwidth_Bps: float | None = None
+    mesh_axes: tuple[MeshAxis, ...] | None = None
+
+    def __post_init__(self):
+        if isinstance(self.devices, bool) or not isinstance(self.devices, int) or self.devices < 1:
+            raise ClusterError(f"devices must be a whole number >= 1, got {self.devices!r}")
+        for field in ("peak_flops", "bandwidth_Bps"):
+            value = getattr(self, field)
+            if not value > 0 or value == float("inf"):
+                raise ClusterError(f"{field} must be a positive finite number, got {value!r}")
+        if self.bytes_per_element not in (1, 2, 4, 8):
+            raise ClusterError(f"bytes_per_element must be 1, 2, 4 or 8, got {self.bytes_per_element!r}")
+        if self.memory_bytes is not None and not self.memory_bytes > 0:
+            raise ClusterError(f"memory_bytes must be positive, got {self.memory_bytes!r}")
+        dpn = self.devices_per_node
+        if dpn is not None and (isinstance(dpn, bool) or not isinstance(dpn, int) or dpn < 1):
+            raise ClusterError(f"devices_per_node must be a whole number >= 1, got {dpn!r}")
+        inter = self.inter_bandwidth_Bps
+        if inter is not None and (not inter > 0 or inter == float("inf")):
+            raise ClusterError(f"inter_bandwidth_Bps must be a positive finite number, got {inter!r}")
+        if self.mesh_axes is not None:
+            object.__setattr__(self, "mesh_axes", tuple(self.mesh_axes))
+            sizes = [a.size for a in self.mesh_axes]
+            if prod(sizes) != self.devices:
+                raise ClusterError(f"mesh axes {sizes} hold {prod(sizes)} devices, not the cluster's {self.devices}; "
+                                   "give axes whose sizes multiply to the device count")
+
+    @property
+    def mesh(self) -> DeviceMesh:
+        """The device mesh the cluster forms.
+
+        Explicit ``mesh_axes`` if given; a flat cluster (:attr:`is_flat`) is
+        one axis ``devices``; otherwise ``node x gpu`` with the network
+        bandwidth outside and the node's links inside. When ``devices`` is not
+        a multiple of ``devices_per_node`` the mesh uses ``g = gcd(devices,
+        devices_per_node)`` devices of each of ``devices / g`` nodes (12 devices
+        on 8-GPU nodes: 3 nodes of 4), so that every node holds the same part
+        of the mesh.
+        """
+        if self.mesh_axes is not None:
+            return DeviceMesh(self.mesh_axes)
+        if self.is_flat:
+            return DeviceMesh((MeshAxis("devices", self.devices, self.bandwidth_Bps),))
+        per_node = gcd(self.devices, self.node_size)
+        return DeviceMesh((MeshAxis("node", self.devices // per_node, self.network_bandwidth_Bps),
+                           MeshAxis("gpu", per_node, self.bandwidth_Bps)))
+
+    @property
+    def flops_per_byte(self) -> float:
+        """The paper's ``r``: FLOPs a device could do while one byte crosses a link (inside a node)."""
+        return self.peak_flops / self.bandwidth_Bps
+
+    @property
+    def intra_bandwidth_Bps(self) -> float:
+        """Bytes per second one device sends to a device of its own node (``bandwidth_Bps``)."""
+        return self.bandwidth_Bps
+
+    @property
+    def network_bandwidth_Bps(self) -> float:
+        """Bytes per second one device sends to another node (``inter_bandwidth_Bps`` or ``bandwidth_Bps``)."""
+        return self.bandwidth_Bps if self.inter_bandwidth_Bps is None else self.inter_bandwidth_Bps
+
+    @property
+    def node_size(self) -> int:
+        """Devices per node, with ``None`` read as all devices (at least 1)."""
+        return self.devices if self.devices_per_node is None else self.devices_per_node
+
+    @property
+    def nodes(self) -> int:
+        """Nodes the ``devices`` occupy (the last may be partly used)."""
+        return ceil(self.devices / self.node_size)
+
+    @property
+    def is_flat(self) -> bool:
+        """True when one bandwidth prices every byte: one node, equal bandwidths, or a 1-D mesh."""
+        if self.mesh_axes is not None:
+            return len(self.mesh_axes) == 1
+        return self.nodes == 1 or self.network_bandwidth_Bps == self.bandwidth_Bps
+
+    def with_devices(self, devices: int) -> "Cluster":
+        """The same hardware with ``devices`` devices (same node size: more devices, more nodes).
+
+        Explicit mesh axes are dropped unless they still multiply to ``devices``.
+        """
+        axes = self.mesh_axes if self.mesh_axes is not None and prod(a.size for a in self.mesh_axes) == devices else None
+        return replace(self, devices=devices, mesh_axes=axes)
+
+    def __str__(self) -> str:
+        head = f"{self.devices} x {self.peak_flops / 1e12:g} TFLOP/s"
+        if self.mesh_axes is not None:
+            return f"{head}, mesh " + ", ".join(f"{a.name} {a.size} at {a.bandwidth_Bps / 1e9:g} GB/s" for a in self.mesh_axes)
+        if self.nodes == 1:
+            return f"{head}, {self.bandwidth_Bps / 1e9:g} GB/s links"
+        return (f"{head}, {self.nodes} nodes x {self.node_size}, {self.bandwidth_Bps / 1e9:g} GB/s in a node, "
+                f"{self.network_bandwidth_Bps / 1e9:g} GB/s between nodes")
+
+
+# Published peak figures. The paper's nodes run fp32; the DGX presets use the
+# bf16/fp16 tensor-core peak (dense) with 2-byte elements, as mixed-precision
+# training does. Bandwidth is one GPU's unidirectional link bandwidth inside
+# its node; the network figure is the node's InfiniBand bandwidth divided by
+# its 8 GPUs. Every preset has 8 devices, one node: ask for more devices
+# (``preset("dgx-a100", 32)``) to get several nodes.
+PRESETS: dict[str, Cluster] = {
+    c.name: c
+    for c in (
+        # GTX 1080 Ti: 11.3 TFLOP/s fp32, 11 GB; peer-to-peer over PCIe 3.0 x16 (~12 GB/s achieved);
+        # nodes on one 100 Gb/s EDR InfiniBand adapter each (12.5 GB/s / 8 GPUs).
+        Cluster(8, 11.3e12, 12e9, 4, 11e9, "paper-1080ti", 8, 12.5e9 / 8),
+        # RTX 2080 Ti: 13.4 TFLOP/s fp32, 11 GB; no peer-to-peer, so transfers stage through host memory;
+        # the same 100 Gb/s EDR network.
+        Cluster(8, 13.4e12, 6e9, 4, 11e9, "paper-2080ti", 8, 12.5e9 / 8),
+        # DGX-1: 8 x V100 SXM2 32 GB, 125 TFLOP/s fp16 tensor cores, NVLink 2 (150 GB/s per direction);
+        # 4 x 100 Gb/s EDR InfiniBand per node (50 GB/s / 8 GPUs).
+        Cluster(8, 125e12, 150e9, 2, 32e9, "dgx1-v100", 8, 50e9 / 8),
+        # DGX A100: 8 x A100 SXM4 80 GB, 312 TFLOP/s bf16, NVLink 3 (300 GB/s per direction);
+        # 8 x 200 Gb/s HDR InfiniBand per node, one per GPU (25 GB/s).
+        Cluster(8, 312e12, 300e9, 2, 80e9, "dgx-a100", 8, 25e9),
+        # DGX H100: 8 x H100 SXM5 80 GB, 989 TFLOP/s bf16 dense, NVLink 4 (450 GB/s per direction);
+        # 8 x 400 Gb/s NDR InfiniBand per node, one per GPU (50 GB/s).
+        Cluster(8, 989e12, 450e9, 2, 80e9, "dgx-h100", 8, 50e9),
+        # The paper's cost-model setting for its search-time experiments: flat, no memory limit.
+        Cluster(8, 10e12, 16e9, 4, None, "paper-model"),
+    )
+}
+
+
+def preset(name: str, devices: int | None = None) -> Cluster:
+    """The preset cluster ``name``, optionally with another device count.
+
+    Raises
+    ------
+    ClusterError
+        No preset has that name.
+    """
+    try:
+        cluster = PRESETS[name]
+    except KeyError:
+        raise ClusterError(f"unknown cluster preset {name!r}; choose one of {', '.join(PRESETS)}") from None
+    return cluster if devices is None else cluster.with_devices(devices)

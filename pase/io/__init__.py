@@ -1,0 +1,1 @@
+"""Reading and writing: the JSON graph format, ONNX and PyTorch import."""

@@ -1,0 +1,254 @@
+"""Reading and writing graphs in pase's JSON format (``docs/graph-format.md``).
+
+A file lists layers in an order where producers come first; each layer is an
+op name, the keyword parameters of that op's builder in :mod:`pase.ops`,
+and the producer feeding each input slot. Loading only parses JSON and calls
+the builders: nothing in a file is evaluated, executed or used as a path.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pase.errors import FormatError, GraphError, PaseError
+from pase.limits import MAX_DIM, MAX_FILE_BYTES, MAX_LAYER_INPUTS, MAX_LAYERS, MAX_ONNX_BYTES, MAX_TENSOR_ELEMENTS
+from pase.ir.graph import Graph
+from pase.ops import build_layer
+
+__all__ = ["FORMAT", "VERSION", "MODEL_SUFFIXES",
+           "graph_to_dict", "graph_from_dict", "dumps_graph", "loads_graph", "save_graph", "load_graph",
+           "load_model_file"]
+
+FORMAT = "pase-graph"
+VERSION = 1
+# File types :func:`load_model_file` reads.
+MODEL_SUFFIXES = (".json", ".onnx")
+
+
+def _short(value: object, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for messages about uploaded data."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _check_magnitudes(layer, where: str) -> None:
+    for d, n in zip(layer.dims, layer.sizes):
+        if n > MAX_DIM:
+            raise FormatError(f"{where}: dimension {d} = {n} is absurdly large (at most {MAX_DIM})")
+    for t in layer.inputs + layer.outputs + layer.weights:
+        if t.size > MAX_TENSOR_ELEMENTS:
+            raise FormatError(f"{where}: tensor {t.name!r} of shape {t.shape} has {t.size:.3g} elements "
+                              f"(at most {MAX_TENSOR_ELEMENTS:.3g})")
+
+
+def graph_to_dict(graph: Graph) -> dict:
+    """The JSON-ready form of ``graph`` (layers in topological order)."""
+    layers = []
+    for layer in graph.layers:
+        inputs: list = [None] * len(layer.inputs)
+        for e in graph.in_edges(layer.name):
+            inputs[e.dst_input] = e.src if e.src_output == 0 else [e.src, e.src_output]
+        while inputs and inputs[-1] is None:
+            inputs.pop()
+        layers.append({"name": layer.name, "op": layer.op, "params": layer.param_dict, "inputs": inputs})
+    return {"format": FORMAT, "version": VERSION, "name": graph.name, "layers": layers}
+
+
+def _where(i: int, spec) -> str:
+    name = spec.get("name") if isinstance(spec, dict) else None
+    return f"layer {i}" + (f" ({name!r})" if isinstance(name, str) else "")
+
+
+def graph_from_dict(data: object) -> Graph:
+    """Build and validate a graph from its JSON-ready form.
+
+    Raises
+    ------
+    FormatError
+        The structure is wrong; the message names the layer and field.
+    GraphError
+        The layers or their connections are invalid (bad parameter, shape
+        mismatch, cycle, disconnected graph...).
+    """
+    if not isinstance(data, dict):
+        raise FormatError(f"a graph file must hold a JSON object, not {type(data).__name__}")
+    if data.get("format") != FORMAT:
+        raise FormatError(f"field 'format' must be {FORMAT!r}, got {_short(data.get('format'))}")
+    if data.get("version") != VERSION or isinstance(data.get("version"), bool):
+        raise FormatError(f"field 'version' must be {VERSION}, got {_short(data.get('version'))}")
+    name = data.get("name", "graph")
+    if not isinstance(name, str):
+        raise FormatError(f"field 'name' must be a string, got {_short(name)}")
+    specs = data.get("layers")
+    if not isinstance(specs, list) or not specs:
+        raise FormatError("field 'layers' must be a non-empty list")
+    if len(specs) > MAX_LAYERS:
+        raise FormatError(f"the graph has {len(specs)} layers; at most {MAX_LAYERS} are accepted")
+    graph = Graph(name)
+    # Where each name is defined, to tell a cycle or a misordered file from a typo.
+    position = {}
+    for k, other in enumerate(specs):
+        if isinstance(other, dict) and isinstance(other.get("name"), str):
+            position.setdefault(other["name"], k)
+    for i, spec in enumerate(specs):
+        where = _where(i, spec)
+        if not isinstance(spec, dict):
+            raise FormatError(f"{where}: must be an object")
+        for field, kind in (("name", str), ("op", str), ("params", dict), ("inputs", list)):
+            if not isinstance(spec.get(field, [] if field == "inputs" else None), kind):
+                raise FormatError(f"{where}: field {field!r} must be a {kind.__name__}, got {_short(spec.get(field))}")
+        inputs = []
+        for j, src in enumerate(spec.get("inputs", [])):
+            if src is None or isinstance(src, str):
+                inputs.append(src)
+            elif (isinstance(src, list) and len(src) == 2 and isinstance(src[0], str)
+                  and isinstance(src[1], int) and not isinstance(src[1], bool)):
+                inputs.append((src[0], src[1]))
+            else:
+                raise FormatError(f"{where}: inputs[{j}] must be null, a layer name or [name, output], got {_short(src)}")
+            producer = inputs[-1] if isinstance(inputs[-1], str) else inputs[-1] and inputs[-1][0]
+            if producer is not None and producer not in graph:
+                if producer == spec["name"]:
+                    raise GraphError(f"{where}: input {j} is the layer's own output: a cycle")
+                if position.get(producer, -1) > i:
+                    raise GraphError(f"{where}: input {j}: no earlier layer named {_short(producer)}; it is listed "
+                                     "later, but layers must come after their producers (a graph with a cycle cannot)")
+        count = spec["params"].get("inputs")
+        if isinstance(count, int) and not isinstance(count, bool) and count > MAX_LAYER_INPUTS:
+            raise FormatError(f"{where}: {count} inputs is absurdly many (at most {MAX_LAYER_INPUTS})")
+        try:
+            layer = build_layer(spec["op"], spec["name"], **spec["params"])
+        except PaseError:
+            raise
+        except Exception as exc:  # any builder failure on uploaded parameters is a format error
+            detail = " ".join(str(exc).split())[:200]
+            raise FormatError(f"{where}: bad params for {_short(spec['op'], 30)}: {type(exc).__name__}: {detail}") from None
+        _check_magnitudes(layer, where)
+        graph.add_layer(layer, inputs)
+    graph.validate()
+    return graph
+
+
+def dumps_graph(graph: Graph) -> str:
+    """``graph`` as JSON text."""
+    return json.dumps(graph_to_dict(graph), indent=1)
+
+
+def loads_graph(text: str | bytes) -> Graph:
+    """Parse a graph from JSON text.
+
+    Raises
+    ------
+    FormatError
+        The text is too large, not JSON, or not in the format.
+    GraphError
+        The graph it describes is invalid.
+    """
+    if len(text) > MAX_FILE_BYTES:
+        raise FormatError(f"the file is {len(text) / 2**20:.1f} MiB; at most {MAX_FILE_BYTES / 2**20:.0f} MiB is accepted")
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise FormatError("not valid JSON: nested too deeply") from None
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError, or an integer with too many digits
+        raise FormatError(f"not valid JSON: {' '.join(str(exc).split())[:200]}") from None
+    return graph_from_dict(data)
+
+
+def save_graph(graph: Graph, path: str | Path) -> None:
+    """Write ``graph`` to ``path`` as JSON."""
+    Path(path).write_text(dumps_graph(graph) + "\n")
+
+
+def load_graph(path: str | Path) -> Graph:
+    """Read a graph file; errors as :func:`loads_graph`, plus ``FormatError`` if unreadable."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise FormatError(f"{path.name} is {size / 2**20:.1f} MiB; at most {MAX_FILE_BYTES / 2**20:.0f} MiB is accepted")
+        data = path.read_bytes()
+    except OSError as exc:
+        raise FormatError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        return loads_graph(data)
+    except (FormatError, GraphError) as exc:
+        raise type(exc)(f"{path.name}: {exc}") from None
+
+
+def load_model_file(source: str | Path | bytes, filename: str | None = None, *, batch: int | None = None) -> Graph:
+    """Load an uploaded or local model file, by its suffix: ``.json`` (pase graph) or ``.onnx``.
+
+    Parameters
+    ----------
+    source : path or bytes
+        A file path, or the file's contents (an upload).
+    filename : str, optional
+        The file's name, whose suffix picks the format; needed with bytes,
+        default the path's name. A file with another suffix is read as JSON
+        when it starts with ``{``.
+    batch : int, optional
+        Batch size for an ONNX model (default: the model's own); a pase graph
+        file fixes its own batch size, so it is refused there.
+
+    Raises
+    ------
+    FormatError
+        Too large, unreadable, an unknown file type, or malformed; the message
+        starts with the file's name.
+    GraphError
+        The model's graph is invalid.
+
+    Examples
+    --------
+    >>> example = Path(__file__).resolve().parents[2] / "docs" / "example-graph.json"
+    >>> g = load_model_file(example.read_bytes(), "example-graph.json")
+    >>> len(g)
+    4
+    """
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        filename = filename or path.name
+        try:
+            size = path.stat().st_size
+        except OSError as exc:
+            raise FormatError(f"cannot read {path}: {exc.strerror}") from None
+        limit = _limit_for(filename)
+        if size > limit:
+            raise FormatError(f"{filename} is {size / 2**20:.1f} MiB; at most {limit / 2**20:.0f} MiB is accepted")
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise FormatError(f"cannot read {path}: {exc.strerror}") from None
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        data = bytes(source)
+        filename = filename or "upload"
+    else:
+        raise FormatError(f"a model file must be a path or bytes, not {type(source).__name__}")
+    suffix = Path(filename).suffix.lower()
+    if suffix not in MODEL_SUFFIXES:
+        if data.lstrip()[:1] == b"{":
+            suffix = ".json"
+        else:
+            raise FormatError(f"{filename}: unknown file type {suffix or '(no suffix)'!r}; expected a pase graph "
+                              "(.json) or an ONNX model (.onnx)")
+    if len(data) > _limit_for(filename):
+        limit = _limit_for(filename)
+        raise FormatError(f"{filename} is {len(data) / 2**20:.1f} MiB; at most {limit / 2**20:.0f} MiB is accepted")
+    try:
+        if suffix == ".onnx":
+            from pase.io.onnx import from_onnx
+
+            return from_onnx(data, batch=batch, name=Path(filename).stem or None)
+        if batch is not None:
+            raise GraphError("a pase graph file fixes its own batch size; a batch size applies to ONNX models and samples")
+        return loads_graph(data)
+    except (FormatError, GraphError) as exc:
+        raise type(exc)(f"{filename}: {exc}") from None
+
+
+def _limit_for(filename: str) -> int:
+    if Path(filename).suffix.lower() == ".onnx":
+        return MAX_ONNX_BYTES
+    return MAX_FILE_BYTES

@@ -1,0 +1,311 @@
+"""Computation-graph IR: layers with iteration spaces, and the tensors between them.
+
+A :class:`Layer` is one vertex of the paper's graph. It owns an *iteration
+space*: named dimensions (the paper's letters, ``b n c`` for a fully connected
+layer) with sizes. Each tensor it reads, writes or owns as a weight is a
+:class:`TensorSpec` whose axes name the iteration dimension they are split
+along (``None``: never split). A configuration of the layer splits the
+dimensions; every tensor's per-device block follows from its axes.
+
+A :class:`Graph` holds layers and the tensors between them in a networkx
+``MultiDiGraph`` (two tensors may join the same pair of layers). An input slot
+of a layer that no edge feeds is a graph input (training data), assumed to
+arrive already in whatever layout the layer wants.
+
+Layers are built by the functions of :mod:`pase.ops`; this module knows
+nothing about particular ops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+from typing import Iterator, Sequence
+
+import networkx as nx
+
+from pase.errors import GraphError
+
+__all__ = ["TensorSpec", "Layer", "Edge", "Graph"]
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A tensor of a layer: its shape and the iteration dimension of each axis.
+
+    Parameters
+    ----------
+    shape : tuple of int
+        Size of every axis, in elements.
+    axes : tuple of str or None
+        For every axis, the layer dimension it is split along, or ``None`` when
+        no configuration splits it.
+    name : str
+        Short role name (``"x"``, ``"weight"``...), for messages and charts.
+    differentiable : bool
+        False for inputs that get no gradient (token ids, labels), so nothing
+        flows back along their edge.
+    """
+
+    shape: tuple[int, ...]
+    axes: tuple[str | None, ...]
+    name: str = ""
+    differentiable: bool = True
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
+        object.__setattr__(self, "axes", tuple(self.axes))
+        if len(self.shape) != len(self.axes):
+            raise GraphError(
+                f"tensor {self.name!r}: shape {self.shape} has {len(self.shape)} axes "
+                f"but {len(self.axes)} axis names {self.axes}"
+            )
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return prod(self.shape)
+
+    def __str__(self) -> str:
+        return f"{self.name}[{'x'.join(map(str, self.shape))}]"
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer: an op applied over an iteration space.
+
+    Parameters
+    ----------
+    name : str
+        Unique within its graph.
+    op : str
+        Op kind, a key of :data:`pase.ops.OPS` (``"Conv2D"``, ``"Einsum"``...).
+    dims : tuple of str
+        Names of the iteration-space dimensions, e.g. ``("b", "n", "c")``.
+    sizes : tuple of int
+        Size of each dimension.
+    inputs, outputs, weights : tuple of TensorSpec
+        Activation inputs (one per input slot), outputs, and weight tensors.
+    split_base : tuple of int
+        Per dimension, the number every split factor must divide: the size
+        itself, or 1 for a dimension that may never be split (a concat axis, a
+        kernel dimension), or a common divisor where a reshape needs one.
+    params : tuple of (str, value) pairs
+        The builder's arguments, enough to rebuild the layer (file format).
+    """
+
+    name: str
+    op: str
+    dims: tuple[str, ...]
+    sizes: tuple[int, ...]
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    weights: tuple[TensorSpec, ...] = ()
+    split_base: tuple[int, ...] = ()
+    params: tuple[tuple[str, object], ...] = field(default=(), repr=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "dims", tuple(self.dims))
+        object.__setattr__(self, "sizes", tuple(int(s) for s in self.sizes))
+        if not self.split_base:
+            object.__setattr__(self, "split_base", self.sizes)
+        if not isinstance(self.name, str) or not self.name:
+            raise GraphError(f"a layer of op {self.op!r} has no name")
+        if len(self.dims) != len(self.sizes) or len(self.dims) != len(self.split_base):
+            raise GraphError(f"layer {self.name!r}: dims {self.dims} and sizes {self.sizes} differ in length")
+        if len(set(self.dims)) != len(self.dims):
+            raise GraphError(f"layer {self.name!r}: repeated dimension name in {self.dims}")
+        for d, s in zip(self.dims, self.sizes):
+            if s <= 0:
+                raise GraphError(f"layer {self.name!r}: dimension {d} has size {s}; sizes must be positive")
+        for t in self.inputs + self.outputs + self.weights:
+            for n in t.shape:
+                if n <= 0:
+                    raise GraphError(f"layer {self.name!r}: tensor {t.name!r} has shape {t.shape}; sizes must be positive")
+            for a in t.axes:
+                if a is not None and a not in self.dims:
+                    raise GraphError(f"layer {self.name!r}: tensor {t.name!r} axis {a!r} is not one of {self.dims}")
+        if not self.outputs:
+            raise GraphError(f"layer {self.name!r} has no output tensor")
+
+    @property
+    def size_of(self) -> dict[str, int]:
+        """Mapping dimension name -> size."""
+        return dict(zip(self.dims, self.sizes))
+
+    @property
+    def param_dict(self) -> dict[str, object]:
+        """The builder's arguments as a dict."""
+        return dict(self.params)
+
+    @property
+    def weight_count(self) -> int:
+        """Number of trainable parameters (elements of all weight tensors)."""
+        return sum(w.size for w in self.weights)
+
+    def __str__(self) -> str:
+        dims = " ".join(f"{d}={s}" for d, s in zip(self.dims, self.sizes))
+        return f"{self.name}: {self.op}({dims})"
+
+
+@dataclass(frozen=True)
+class Edge:
+    """A tensor from output ``src_output`` of ``src`` to input slot ``dst_input`` of ``dst``."""
+
+    src: str
+    src_output: int
+    dst: str
+    dst_input: int
+
+    def __str__(self) -> str:
+        return f"{self.src}[{self.src_output}] -> {self.dst}[{self.dst_input}]"
+
+
+class Graph:
+    """A DNN computation graph: layers joined by tensors, a networkx MultiDiGraph underneath.
+
+    Build it by adding layers in an order where every producer comes before its
+    consumers; :meth:`validate` checks the whole graph.
+
+    Examples
+    --------
+    >>> from pase import ops as layers
+    >>> g = Graph("mlp")
+    >>> g.add_layer(layers.fully_connected("fc1", b=32, n=64, c=128))
+    >>> g.add_layer(layers.fully_connected("fc2", b=32, n=10, c=64), inputs=["fc1"])
+    >>> g.validate()
+    >>> [layer.name for layer in g]
+    ['fc1', 'fc2']
+    """
+
+    def __init__(self, name: str = "graph"):
+        self.name = name
+        self._g = nx.MultiDiGraph()
+
+    # -- building ---------------------------------------------------------------
+
+    def add_layer(self, layer: Layer, inputs: Sequence[str | tuple[str, int] | None] = ()) -> None:
+        """Add ``layer``, feeding its input slots from the named producers.
+
+        ``inputs[i]`` feeds input slot ``i``: a layer name (its output 0), a
+        ``(name, output_index)`` pair, or ``None`` for a graph input. Slots
+        beyond ``len(inputs)`` are graph inputs.
+
+        Raises
+        ------
+        GraphError
+            The name is taken, a producer is unknown, or more inputs are given
+            than the layer has slots.
+        """
+        if layer.name in self._g:
+            raise GraphError(f"layer name {layer.name!r} is used twice")
+        if len(inputs) > len(layer.inputs):
+            raise GraphError(
+                f"layer {layer.name!r} ({layer.op}) has {len(layer.inputs)} input(s) but {len(inputs)} were connected"
+            )
+        sources = []
+        for slot, src in enumerate(inputs):
+            if src is None:
+                continue
+            src_name, out_idx = (src, 0) if isinstance(src, str) else (src[0], int(src[1]))
+            if src_name not in self._g:
+                raise GraphError(f"layer {layer.name!r} input {slot}: no earlier layer named {src_name!r}")
+            producer = self._g.nodes[src_name]["layer"]
+            if not 0 <= out_idx < len(producer.outputs):
+                raise GraphError(
+                    f"layer {layer.name!r} input {slot}: {src_name!r} has no output {out_idx} "
+                    f"(it has {len(producer.outputs)})"
+                )
+            sources.append(Edge(src_name, out_idx, layer.name, slot))
+        self._g.add_node(layer.name, layer=layer)
+        for e in sources:
+            self._g.add_edge(e.src, e.dst, edge=e)
+
+    # -- reading ----------------------------------------------------------------
+
+    @property
+    def nx(self) -> nx.MultiDiGraph:
+        """The underlying networkx graph (nodes: layer names, attribute ``layer``; edges: attribute ``edge``)."""
+        return self._g
+
+    def layer(self, name: str) -> Layer:
+        """The layer called ``name``; ``GraphError`` if there is none."""
+        try:
+            return self._g.nodes[name]["layer"]
+        except KeyError:
+            raise GraphError(f"graph {self.name!r} has no layer named {name!r}") from None
+
+    @property
+    def layers(self) -> list[Layer]:
+        """Layers in a topological order (stable: insertion order among ties)."""
+        order = {n: i for i, n in enumerate(self._g.nodes)}
+        names = nx.lexicographical_topological_sort(self._g, key=order.__getitem__)
+        return [self._g.nodes[n]["layer"] for n in names]
+
+    @property
+    def edges(self) -> list[Edge]:
+        """Every tensor edge, in insertion order."""
+        return [d["edge"] for _, _, d in self._g.edges(data=True)]
+
+    def in_edges(self, name: str) -> list[Edge]:
+        """Edges feeding layer ``name``, by input slot."""
+        return sorted((d["edge"] for _, _, d in self._g.in_edges(name, data=True)), key=lambda e: e.dst_input)
+
+    def out_edges(self, name: str) -> list[Edge]:
+        """Edges reading layer ``name``'s outputs, by output index."""
+        return sorted((d["edge"] for _, _, d in self._g.out_edges(name, data=True)), key=lambda e: e.src_output)
+
+    def __len__(self) -> int:
+        return self._g.number_of_nodes()
+
+    def __iter__(self) -> Iterator[Layer]:
+        return iter(self.layers)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._g
+
+    def __repr__(self) -> str:
+        return f"Graph({self.name!r}, {len(self)} layers, {self._g.number_of_edges()} edges)"
+
+    @property
+    def parameter_count(self) -> int:
+        """Trainable parameters of all layers."""
+        return sum(layer.weight_count for layer in self)
+
+    # -- checking ---------------------------------------------------------------
+
+    def validate(self) -> None:
+        """Check the graph is usable by the search.
+
+        Raises
+        ------
+        GraphError
+            Naming the layer and problem: the graph is empty, has a cycle, is
+            not weakly connected, an input slot is fed twice, or the shapes at
+            the two ends of an edge differ.
+        """
+        if len(self) == 0:
+            raise GraphError(f"graph {self.name!r} has no layers")
+        if not nx.is_directed_acyclic_graph(self._g):
+            cycle = nx.find_cycle(self._g)
+            raise GraphError(f"graph {self.name!r} has a cycle through {' -> '.join(str(u) for u, *_ in cycle)}")
+        if not nx.is_weakly_connected(self._g):
+            parts = sorted(nx.weakly_connected_components(self._g), key=len)
+            raise GraphError(
+                f"graph {self.name!r} is not connected: {len(parts)} parts; e.g. "
+                f"{sorted(parts[0])[:5]} is cut off from the rest"
+            )
+        for layer in self._g.nodes.values():
+            layer = layer["layer"]
+            seen = set()
+            for e in self.in_edges(layer.name):
+                if e.dst_input in seen:
+                    raise GraphError(f"layer {layer.name!r}: input {e.dst_input} is fed by two edges")
+                seen.add(e.dst_input)
+                src_t = self.layer(e.src).outputs[e.src_output]
+                dst_t = layer.inputs[e.dst_input]
+                if src_t.shape != dst_t.shape:
+                    raise GraphError(
+                        f"edge {e}: {e.src!r} produces shape {src_t.shape} but {layer.name!r} "
+                        f"input {e.dst_input} ({dst_t.name}) expects {dst_t.shape}"
+                    )

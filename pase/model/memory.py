@@ -1,0 +1,386 @@
+"""Per-device memory of a strategy: weights, gradients, optimizer state, activations, buffers.
+
+The paper has no memory model; a strategy that does not fit in device memory
+is useless, so this module counts, for every layer and configuration, the
+bytes one device holds during a training step, and :func:`pase.plan` only
+returns strategies that fit (:mod:`pase.search.memory`).
+
+What one device holds for a layer under a configuration
+-------------------------------------------------------
+Blocks follow the configuration exactly as the cost model's do
+(:func:`pase.ops.block_elements`): a tensor is divided by the split factors
+of the dimensions its axes follow and replicated over the others.
+
+* **weights**: the layer's weight blocks at the cluster's ``bytes_per_element``.
+* **gradients**: one gradient per weight element, at ``bytes_per_element``.
+* **optimizer state**, per weight element, in fp32 (``state_bytes = 4``): SGD
+  none, momentum one tensor, Adam two (first and second moments); plus a fp32
+  master copy of the weights when training in mixed precision
+  (``bytes_per_element < 4``; ``MemoryOptions.master_weights``). Bytes per
+  parameter, weights + gradients + optimizer state:
+
+  ==========  ==================  ===================================
+  optimizer   fp32 (4-byte)       mixed precision (2-byte)
+  ==========  ==================  ===================================
+  sgd         4 + 4 + 0  = 8      2 + 2 + 4 (master)      = 8
+  momentum    4 + 4 + 4  = 12     2 + 2 + 4 + 4 (master)  = 12
+  adam        4 + 4 + 8  = 16     2 + 2 + 8 + 4 (master)  = 16
+  ==========  ==================  ===================================
+
+* **activations** kept from the forward pass for the backward pass, as each
+  op's backward needs them (:func:`pase.ops.saved_tensors`, each op's ``saved`` rule):
+
+  - FullyConnected, Conv2D, Einsum: their activation inputs (``dW = dy^T x``;
+    an Einsum of two activations needs each for the other's gradient; a
+    one-operand Einsum without weights keeps nothing); with a fused pointwise
+    nonlinearity (``pointwise > 0``) also their output.
+  - BatchNorm, LayerNorm: the input. Max pooling: the input; average pooling:
+    nothing.
+  - Softmax: its output. SoftmaxCrossEntropy: the probabilities (one
+    logits-sized block) and the labels.
+  - Embedding: the token ids. LSTM: the input and, per layer and step, the
+    four gates, the cell state and the hidden state (``6 e`` per row).
+  - Elementwise: its output when it fuses a pointwise op, else nothing.
+  - Concat, Split, Reshape, Transpose, ReduceMean: nothing. An op not listed
+    keeps all its inputs.
+
+  A tensor is counted once: when several consumers keep it, each counts an
+  equal share of its own block of it (exact when their layouts agree; when
+  they differ, the copies are undercounted); a producer that needs its own
+  output counts it only if no consumer keeps it. Integer inputs (ids,
+  labels; ``differentiable=False``) take ``index_bytes`` (4) per element.
+* **communication buffers**: the result of the largest collective the layer
+  runs (an out-of-place all-reduce, all-gather or halo exchange; see
+  :func:`pase.ops.collectives`), at ``bytes_per_element``. They are
+  transient: layers run one at a time, so a strategy needs only the largest
+  buffer of any layer at once. Redistributions along edges write into the
+  consumer's input block and need no buffer of their own.
+
+Per-device total of a strategy (:attr:`MemoryReport.per_device_bytes`)::
+
+    sum over layers (weights + gradients + optimizer + activations)
+      + max over layers (buffer) + reserved_bytes
+
+This is the peak at the start of the backward pass, when every activation is
+live; gradients are counted in full (a framework that frees them progressively
+needs a little less).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from pase.hardware.cluster import Cluster
+from pase.ir.configs import ConfigOptions, layer_configs
+from pase.errors import ConfigurationError, PaseError
+from pase.ir.graph import Graph, Layer
+from pase.ops import OPS, block_elements, collectives, partial_collectives, saved_tensors, split_over
+
+__all__ = [
+    "OPTIMIZER_STATES",
+    "MemoryOptions",
+    "LayerMemory",
+    "MemoryReport",
+    "MemoryModel",
+    "InsufficientMemoryError",
+    "build_memory_model",
+]
+
+# fp32 state tensors per parameter, besides the master copy.
+OPTIMIZER_STATES = {"sgd": 0, "momentum": 1, "adam": 2}
+
+
+class InsufficientMemoryError(PaseError):
+    """No strategy fits in the devices' memory.
+
+    Attributes
+    ----------
+    capacity_bytes : float
+        Memory available per device.
+    least_bytes : float
+        The least per-device memory any strategy needs.
+    """
+
+    def __init__(self, message: str, capacity_bytes: float, least_bytes: float):
+        super().__init__(message)
+        self.capacity_bytes = capacity_bytes
+        self.least_bytes = least_bytes
+
+
+@dataclass(frozen=True)
+class MemoryOptions:
+    """How training uses memory.
+
+    Parameters
+    ----------
+    optimizer : str
+        ``"adam"`` (default), ``"momentum"`` or ``"sgd"``.
+    master_weights : bool or None
+        Keep a fp32 master copy of the weights; ``None``: exactly when the
+        cluster's ``bytes_per_element`` is below 4 (mixed precision).
+    state_bytes : int
+        Bytes per element of optimizer state and master weights (4: fp32).
+    index_bytes : int
+        Bytes per element of integer inputs kept for backward (ids, labels).
+    reserved_bytes : float
+        Memory per device no strategy can use (framework, CUDA context...),
+        added to every strategy's total.
+
+    Examples
+    --------
+    >>> MemoryOptions().bytes_per_parameter(2)
+    {'weights': 2, 'gradients': 2, 'optimizer': 12}
+    >>> sum(MemoryOptions(optimizer="sgd").bytes_per_parameter(4).values())
+    8
+    """
+
+    optimizer: str = "adam"
+    master_weights: bool | None = None
+    state_bytes: int = 4
+    index_bytes: int = 4
+    reserved_bytes: float = 0.0
+
+    def __post_init__(self):
+        if self.optimizer not in OPTIMIZER_STATES:
+            raise ConfigurationError(
+                f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZER_STATES)}")
+        for field in ("state_bytes", "index_bytes"):
+            if getattr(self, field) not in (1, 2, 4, 8):
+                raise ConfigurationError(f"{field} must be 1, 2, 4 or 8, got {getattr(self, field)!r}")
+        if not self.reserved_bytes >= 0:
+            raise ConfigurationError(f"reserved_bytes must be >= 0, got {self.reserved_bytes!r}")
+
+    def bytes_per_parameter(self, bytes_per_element: int) -> dict[str, int]:
+        """Bytes per trainable parameter: ``weights``, ``gradients``, ``optimizer`` (state and master copy)."""
+        master = self.keeps_master_copy(bytes_per_element)
+        states = OPTIMIZER_STATES[self.optimizer] + int(master)
+        return {"weights": bytes_per_element, "gradients": bytes_per_element, "optimizer": states * self.state_bytes}
+
+    def keeps_master_copy(self, bytes_per_element: int) -> bool:
+        """Whether a fp32 master copy of the weights is kept at this element size."""
+        if self.master_weights is None:
+            return bytes_per_element < self.state_bytes
+        return bool(self.master_weights)
+
+
+@dataclass(frozen=True)
+class LayerMemory:
+    """One layer's memory on one device under its configuration, in bytes.
+
+    ``resident_bytes`` is what the layer holds at the peak (weights,
+    gradients, optimizer state, kept activations); ``buffer_bytes`` is
+    transient (only the largest of all layers counts toward the total).
+    """
+
+    name: str
+    config: tuple[int, ...]
+    weights_bytes: float
+    gradient_bytes: float
+    optimizer_bytes: float
+    activation_bytes: float
+    buffer_bytes: float
+
+    @property
+    def resident_bytes(self) -> float:
+        """Weights + gradients + optimizer state + activations."""
+        return self.weights_bytes + self.gradient_bytes + self.optimizer_bytes + self.activation_bytes
+
+    def to_dict(self) -> dict:
+        """JSON-ready record."""
+        return {
+            "name": self.name, "config": list(self.config),
+            "weights_bytes": self.weights_bytes, "gradient_bytes": self.gradient_bytes,
+            "optimizer_bytes": self.optimizer_bytes, "activation_bytes": self.activation_bytes,
+            "buffer_bytes": self.buffer_bytes, "resident_bytes": self.resident_bytes,
+        }
+
+
+@dataclass(frozen=True, eq=False)
+class MemoryReport:
+    """Memory per device of one strategy.
+
+    Attributes
+    ----------
+    layers : tuple of LayerMemory
+        Per layer, in the graph's topological order.
+    capacity_bytes : float or None
+        Memory of one device, if known.
+    reserved_bytes : float
+        Added to every strategy (:class:`MemoryOptions`).
+    """
+
+    layers: tuple[LayerMemory, ...]
+    capacity_bytes: float | None = None
+    reserved_bytes: float = 0.0
+
+    @property
+    def peak_buffer_bytes(self) -> float:
+        """The largest communication buffer of any layer."""
+        return max((r.buffer_bytes for r in self.layers), default=0.0)
+
+    @property
+    def per_device_bytes(self) -> float:
+        """Peak bytes per device: resident memory of every layer + the largest buffer + the reserve."""
+        return sum(r.resident_bytes for r in self.layers) + self.peak_buffer_bytes + self.reserved_bytes
+
+    @property
+    def fits(self) -> bool | None:
+        """Whether the total fits the capacity (``None`` when the capacity is unknown)."""
+        return None if self.capacity_bytes is None else self.per_device_bytes <= self.capacity_bytes
+
+    def totals(self) -> dict[str, float]:
+        """The total split by kind, in bytes: the parts add up to ``per_device_bytes``."""
+        return {
+            "weights_bytes": sum(r.weights_bytes for r in self.layers),
+            "gradient_bytes": sum(r.gradient_bytes for r in self.layers),
+            "optimizer_bytes": sum(r.optimizer_bytes for r in self.layers),
+            "activation_bytes": sum(r.activation_bytes for r in self.layers),
+            "buffer_bytes": self.peak_buffer_bytes,
+            "reserved_bytes": self.reserved_bytes,
+        }
+
+
+# -- what each op keeps for the backward pass ---------------------------------------------------
+
+
+def _activation_bytes(graph: Graph, layer: Layer, cfg: np.ndarray, keeps: dict, bpe: int, index_bytes: int):
+    """Kept activation bytes of ``layer`` per configuration, sharing tensors as the module describes."""
+    kept_inputs, kept_outputs = keeps[layer.name]
+    total = OPS[layer.op].saved_extra(layer, cfg, np.asarray(layer.sizes, dtype=float) / cfg) * bpe
+    feeds = {e.dst_input: e for e in graph.in_edges(layer.name)}
+    for slot in kept_inputs:
+        t = layer.inputs[slot]
+        share = 1.0
+        e = feeds.get(slot)
+        if e is not None:
+            keepers = sum(1 for c in _consumers(graph, e.src, e.src_output) if c.dst_input in keeps[c.dst][0])
+            share = 1.0 / keepers
+        size = bpe if t.differentiable else index_bytes
+        total = total + share * block_elements(layer, t, cfg) * size
+    for out in kept_outputs:
+        if any(c.dst_input in keeps[c.dst][0] for c in _consumers(graph, layer.name, out)):
+            continue  # a consumer keeps it
+        total = total + block_elements(layer, layer.outputs[out], cfg) * bpe
+    return total
+
+
+def _consumers(graph: Graph, name: str, output: int):
+    return [d["edge"] for _, _, d in graph.nx.out_edges(name, data=True) if d["edge"].src_output == output]
+
+
+def _buffer_elements(layer: Layer, cfg: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(cfg))
+    for c in collectives(layer, cfg) + partial_collectives(layer, cfg):
+        k = split_over(layer, cfg, c.dims)
+        out = np.maximum(out, np.where(k > 1, c.elements, 0.0))
+    return out
+
+
+# -- the model ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class MemoryModel:
+    """Per-device memory of every layer under every configuration, in bytes.
+
+    Attributes
+    ----------
+    graph, cluster, options
+        What the tables were built for.
+    layers : list of Layer
+        Topological order (the cost model's node order).
+    configs : dict
+        Layer name -> int array ``(K, ndims)``.
+    weights_bytes, gradient_bytes, optimizer_bytes, activation_bytes, buffer_bytes : dict
+        Layer name -> ``(K,)`` vector per configuration.
+    """
+
+    graph: Graph
+    cluster: Cluster
+    options: MemoryOptions
+    layers: list
+    configs: dict
+    weights_bytes: dict
+    gradient_bytes: dict
+    optimizer_bytes: dict
+    activation_bytes: dict
+    buffer_bytes: dict
+
+    def resident_bytes(self, name: str) -> np.ndarray:
+        """Weights + gradients + optimizer state + activations of layer ``name``, per configuration."""
+        return (self.weights_bytes[name] + self.gradient_bytes[name] + self.optimizer_bytes[name]
+                + self.activation_bytes[name])
+
+    def resident_vectors(self) -> tuple[np.ndarray, ...]:
+        """Resident bytes per configuration of every layer, in node order (the search's additive memory)."""
+        return tuple(self.resident_bytes(layer.name) for layer in self.layers)
+
+    def buffer_vectors(self) -> tuple[np.ndarray, ...]:
+        """Transient buffer bytes per configuration of every layer, in node order."""
+        return tuple(self.buffer_bytes[layer.name] for layer in self.layers)
+
+    def report(self, assignment: Mapping[str, int], capacity_bytes: float | None = None) -> MemoryReport:
+        """Memory of a strategy given as layer name -> configuration row.
+
+        ``capacity_bytes`` defaults to the cluster's ``memory_bytes``.
+        """
+        rows = []
+        for layer in self.layers:
+            k, name = assignment[layer.name], layer.name
+            rows.append(LayerMemory(
+                name=name, config=tuple(int(f) for f in self.configs[name][k]),
+                weights_bytes=float(self.weights_bytes[name][k]),
+                gradient_bytes=float(self.gradient_bytes[name][k]),
+                optimizer_bytes=float(self.optimizer_bytes[name][k]),
+                activation_bytes=float(self.activation_bytes[name][k]),
+                buffer_bytes=float(self.buffer_bytes[name][k]),
+            ))
+        capacity = self.cluster.memory_bytes if capacity_bytes is None else capacity_bytes
+        return MemoryReport(tuple(rows), capacity, self.options.reserved_bytes)
+
+
+def build_memory_model(
+    graph: Graph,
+    cluster: Cluster,
+    options: MemoryOptions = MemoryOptions(),
+    *,
+    configs: Mapping[str, np.ndarray] | None = None,
+    config_options: ConfigOptions = ConfigOptions(),
+) -> MemoryModel:
+    """Count the memory of every layer of ``graph`` under every configuration on ``cluster``.
+
+    ``configs`` (layer name -> int array of rows) replaces the enumeration
+    with ``config_options``; pass the cost model's ``configs`` so rows match.
+
+    Examples
+    --------
+    >>> from pase import ops as layers
+    >>> from pase.ir.graph import Graph
+    >>> g = Graph("one")
+    >>> g.add_layer(layers.fully_connected("fc", b=8, n=4, c=4, bias=False))
+    >>> m = build_memory_model(g, Cluster(2, 1e12, 1e9), configs={"fc": np.array([[1, 1, 1], [1, 2, 1]])})
+    >>> m.weights_bytes["fc"].tolist(), m.optimizer_bytes["fc"].tolist()
+    ([64.0, 32.0], [128.0, 64.0])
+    """
+    graph.validate()
+    layers = graph.layers
+    if configs is None:
+        configs = {layer.name: layer_configs(layer, cluster.devices, config_options) for layer in layers}
+    bpe = cluster.bytes_per_element
+    per_param = options.bytes_per_parameter(bpe)
+    keeps = {layer.name: saved_tensors(layer) for layer in layers}
+    weights, grads, optim, acts, bufs = {}, {}, {}, {}, {}
+    for layer in layers:
+        cfg = np.asarray(configs[layer.name])
+        params = np.zeros(len(cfg))
+        for w in layer.weights:
+            params = params + block_elements(layer, w, cfg)
+        weights[layer.name] = params * per_param["weights"]
+        grads[layer.name] = params * per_param["gradients"]
+        optim[layer.name] = params * per_param["optimizer"]
+        acts[layer.name] = _activation_bytes(graph, layer, cfg, keeps, bpe, options.index_bytes)
+        bufs[layer.name] = _buffer_elements(layer, cfg) * bpe
+    return MemoryModel(graph, cluster, options, layers, dict(configs), weights, grads, optim, acts, bufs)

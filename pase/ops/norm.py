@@ -1,0 +1,198 @@
+"""Pointwise and normalising ops: elementwise, batch and layer norm, softmax, cross-entropy."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from pase.errors import GraphError
+from pase.ir.graph import Layer, TensorSpec
+from pase.ops.registry import (
+    Collective, CollectiveOptions, Flops, block_elements, check_letters, check_sizes, column, halo, no_collectives,
+    params, register, weight_gradient_collectives,
+)
+
+# FLOPs per element of the normalisation and softmax ops (forward + backward).
+# Forward batch/layer norm: mean (1), variance (2), normalise (2), scale+shift (2), ~1 misc;
+# backward about 1.5x forward: the scale and shift gradients (3) and the input's (9).
+NORM_FLOPS_PER_ELEMENT = 20
+NORM_FORWARD_FLOPS = 8
+NORM_WEIGHT_GRADIENT_FLOPS = 3
+# Softmax forward: max, subtract, exp, sum, divide (5); backward y * (dy - sum(dy * y)) (4).
+SOFTMAX_FLOPS_PER_ELEMENT = 9
+SOFTMAX_FORWARD_FLOPS = 5
+# Softmax plus log and pick (6), and the logits' gradient p - onehot, scaled (5).
+XENT_FLOPS_PER_ELEMENT = 11
+XENT_FORWARD_FLOPS = 6
+
+
+def _elementwise_flops(layer, blk):
+    p = layer.param_dict
+    elements = np.prod(blk, axis=1)
+    # The sum's gradients are copies; a fused op costs its value forward, derivative and product backward.
+    return Flops(forward=elements * ((p["inputs"] - 1) + p["pointwise"]), backward=2.0 * p["pointwise"] * elements,
+                 inputs=tuple(np.zeros(len(blk)) for _ in range(p["inputs"])))
+
+
+def _elementwise_saved(layer):
+    return frozenset(), frozenset({0}) if layer.param_dict.get("pointwise", 0) else frozenset()
+
+
+@register("Elementwise", _elementwise_flops, no_collectives, contraction=False, saved=_elementwise_saved)
+def elementwise(name: str, shape: Sequence[int], dims: Sequence[str], *, inputs: int = 2, pointwise: int = 0) -> Layer:
+    """N-ary elementwise op (residual add, gating...) with ``pointwise`` fused ops.
+
+    FLOPs per element: ``inputs - 1`` additions (their gradients are copies)
+    plus 3 per fused pointwise op (value, derivative, chain-rule product).
+    No communication: every tensor indexes every dimension.
+    """
+    shape = tuple(shape)
+    dims = check_letters(name, dims, shape)
+    check_sizes(name, inputs=inputs)
+    if pointwise < 0:
+        raise GraphError(f"layer {name!r}: pointwise must be >= 0, got {pointwise}")
+    return Layer(
+        name, "Elementwise", dims, shape,
+        inputs=tuple(TensorSpec(shape, dims, f"x{i}") for i in range(inputs)),
+        outputs=(TensorSpec(shape, dims, "y"),),
+        params=params(shape=shape, dims=dims, inputs=inputs, pointwise=pointwise),
+    )
+
+
+def _norm_flops(layer, blk):
+    elements = np.prod(blk, axis=1)
+    return Flops(forward=NORM_FORWARD_FLOPS * elements,
+                 backward=NORM_WEIGHT_GRADIENT_FLOPS * elements,
+                 inputs=((NORM_FLOPS_PER_ELEMENT - NORM_FORWARD_FLOPS - NORM_WEIGHT_GRADIENT_FLOPS) * elements,))
+
+
+def _stats(layer, cfg, over, per_row, per_row_backward) -> Collective:
+    """All-reduce of per-row statistics over the normalised dimensions ``over``."""
+    rows = np.prod(np.where([d in over for d in layer.dims], 1, layer.sizes / cfg), axis=1)
+    return Collective("allreduce", (per_row + per_row_backward) * rows, tuple(over), "statistics")
+
+
+def _bn_collectives(layer, cfg, blk, options=CollectiveOptions()):
+    # Mean and variance forward, two gradient sums backward, per channel.
+    over = ("b", "h", "w") if options.sync_batchnorm else ("h", "w")
+    return weight_gradient_collectives(layer, cfg, blk) + [_stats(layer, cfg, over, 2, 2)]
+
+
+@register("BatchNorm", _norm_flops, _bn_collectives, contraction=False)
+def batch_norm(name: str, b: int, c: int, h: int, w: int) -> Layer:
+    """Batch normalisation over ``b c h w`` with per-channel scale and shift.
+
+    FLOPs: ``NORM_FLOPS_PER_ELEMENT`` per element. Communication: splitting
+    ``b h w`` all-reduces 2 statistics per channel forward and 2 backward, and
+    the scale and shift gradients (contraction rule).
+    """
+    check_sizes(name, b=b, c=c, h=h, w=w)
+    dims = ("b", "c", "h", "w")
+    return Layer(
+        name, "BatchNorm", dims, (b, c, h, w),
+        inputs=(TensorSpec((b, c, h, w), dims, "x"),),
+        outputs=(TensorSpec((b, c, h, w), dims, "y"),),
+        weights=(TensorSpec((c,), ("c",), "scale"), TensorSpec((c,), ("c",), "shift")),
+        params=params(b=b, c=c, h=h, w=w),
+    )
+
+
+def _ln_collectives(layer, cfg, blk, options=CollectiveOptions()):
+    axis = layer.param_dict["axis"]
+    return weight_gradient_collectives(layer, cfg, blk) + [_stats(layer, cfg, (axis,), 2, 2)]
+
+
+@register("LayerNorm", _norm_flops, _ln_collectives, contraction=False)
+def layer_norm(name: str, shape: Sequence[int], dims: Sequence[str], axis: str | None = None) -> Layer:
+    """Layer normalisation over dimension ``axis`` (default the last) with scale and shift.
+
+    FLOPs: ``NORM_FLOPS_PER_ELEMENT`` per element. Communication: splitting
+    ``axis`` all-reduces 2 statistics per row forward and 2 backward; scale and
+    shift gradients are all-reduced over the other split dimensions.
+    """
+    shape = tuple(shape)
+    dims = check_letters(name, dims, shape)
+    axis = dims[-1] if axis is None else axis
+    if axis not in dims:
+        raise GraphError(f"layer {name!r}: normalised axis {axis!r} is not one of {dims}")
+    n = shape[dims.index(axis)]
+    return Layer(
+        name, "LayerNorm", dims, shape,
+        inputs=(TensorSpec(shape, dims, "x"),),
+        outputs=(TensorSpec(shape, dims, "y"),),
+        weights=(TensorSpec((n,), (axis,), "scale"), TensorSpec((n,), (axis,), "shift")),
+        params=params(shape=shape, dims=dims, axis=axis),
+    )
+
+
+def _softmax_flops(layer, blk):
+    elements = np.prod(blk, axis=1)
+    return Flops(forward=SOFTMAX_FORWARD_FLOPS * elements, backward=np.zeros(len(blk)),
+                 inputs=((SOFTMAX_FLOPS_PER_ELEMENT - SOFTMAX_FORWARD_FLOPS) * elements,))
+
+
+def _softmax_collectives(layer, cfg, blk, options=CollectiveOptions()):
+    # Max and sum forward, one dot product backward, per row.
+    return [_stats(layer, cfg, (layer.param_dict["axis"],), 2, 1)]
+
+
+@register("Softmax", _softmax_flops, _softmax_collectives, contraction=False,
+          saved=lambda layer: (frozenset(), frozenset({0})))
+def softmax(name: str, shape: Sequence[int], dims: Sequence[str], axis: str | None = None) -> Layer:
+    """Softmax along dimension ``axis`` (default the last).
+
+    FLOPs: ``SOFTMAX_FLOPS_PER_ELEMENT`` per element. Communication: splitting
+    ``axis`` all-reduces the row maximum and sum forward and one sum backward.
+    """
+    shape = tuple(shape)
+    dims = check_letters(name, dims, shape)
+    axis = dims[-1] if axis is None else axis
+    if axis not in dims:
+        raise GraphError(f"layer {name!r}: softmax axis {axis!r} is not one of {dims}")
+    return Layer(
+        name, "Softmax", dims, shape,
+        inputs=(TensorSpec(shape, dims, "x"),),
+        outputs=(TensorSpec(shape, dims, "y"),),
+        params=params(shape=shape, dims=dims, axis=axis),
+    )
+
+
+def _xent_flops(layer, blk):
+    elements = np.prod(blk, axis=1)
+    return Flops(forward=XENT_FORWARD_FLOPS * elements, backward=np.zeros(len(blk)),
+                 inputs=((XENT_FLOPS_PER_ELEMENT - XENT_FORWARD_FLOPS) * elements, np.zeros(len(blk))))
+
+
+def _xent_saved(layer):
+    # The labels; the probabilities are kept besides (saved_extra).
+    return frozenset(i for i, t in enumerate(layer.inputs) if not t.differentiable), frozenset()
+
+
+def _xent_extra(layer, cfg, blk):
+    return block_elements(layer, layer.inputs[0], cfg)
+
+
+@register("SoftmaxCrossEntropy", _xent_flops, _softmax_collectives, contraction=False, saved=_xent_saved,
+          saved_extra=_xent_extra)
+def softmax_cross_entropy(name: str, shape: Sequence[int], dims: Sequence[str] = ("b", "n"), axis: str | None = None) -> Layer:
+    """Softmax plus cross-entropy loss against integer labels, classes along ``axis``.
+
+    Inputs: logits (``shape``) and labels (``shape`` without ``axis``, no
+    gradient). Output: the per-example loss. FLOPs:
+    ``XENT_FLOPS_PER_ELEMENT`` per logit. Communication: as :func:`softmax`.
+    """
+    shape = tuple(shape)
+    dims = check_letters(name, dims, shape)
+    axis = dims[-1] if axis is None else axis
+    if axis not in dims:
+        raise GraphError(f"layer {name!r}: class axis {axis!r} is not one of {dims}")
+    keep = [i for i, d in enumerate(dims) if d != axis]
+    row_shape = tuple(shape[i] for i in keep)
+    row_dims = tuple(dims[i] for i in keep)
+    return Layer(
+        name, "SoftmaxCrossEntropy", dims, shape,
+        inputs=(TensorSpec(shape, dims, "logits"), TensorSpec(row_shape, row_dims, "labels", differentiable=False)),
+        outputs=(TensorSpec(row_shape, row_dims, "loss"),),
+        params=params(shape=shape, dims=dims, axis=axis),
+    )

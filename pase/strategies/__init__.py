@@ -1,0 +1,1 @@
+"""Named strategies (data parallelism, Megatron, OWT...) as pure rules over a graph."""

@@ -1,0 +1,190 @@
+"""Layouts with pending sums under the corrected cost model, against volumes computed by hand.
+
+Every expected time below is written out from the collective's definition
+(a ring over k devices moves (k - 1) / k of the gathered or scattered block
+per device), not taken from the code.
+"""
+
+import numpy as np
+import pytest
+
+from pase import ops as L
+from pase.hardware.cluster import Cluster
+from pase.hardware.mesh import MeshAxis
+from pase.ir.configs import ConfigOptions
+from pase.ir.graph import Graph
+from pase.model.cost import build_cost_model
+from pase.model.layout import place, placeable
+
+B_, S_, D_, F_ = 8, 16, 32, 64
+BPE = 2
+BW = 100e9
+
+
+def _flat(devices=4):
+    return Cluster(devices, 100e12, BW, bytes_per_element=BPE)
+
+
+def _edge_s(graph, cluster, strategy, options=ConfigOptions()):
+    """Seconds of the one edge of a two-layer graph under a fixed strategy (layer -> configuration)."""
+    configs = {name: np.array([cfg]) for name, cfg in strategy.items()}
+    model = build_cost_model(graph, cluster, options, configs=configs)
+    (_, table), = model.edge_tables
+    return float(table[0, 0])
+
+
+def _row_parallel_then_norm():
+    """Megatron's row-parallel linear (the reduction f split) feeding a LayerNorm."""
+    g = Graph("rowparallel")
+    g.add_layer(L.einsum("proj", "bsf,df->bsd", {"b": B_, "s": S_, "f": F_, "d": D_}, weights=[1]))
+    g.add_layer(L.layer_norm("norm", (B_, S_, D_), ("b", "s", "d")), inputs=["proj"])
+    return g
+
+
+T_YBYTES = B_ * S_ * D_ * BPE  # the projection's output
+
+
+def test_partial_output_finished_by_a_reduce_scatter_into_a_sequence_sharded_consumer():
+    # proj dims b s f d: f split 4 ways leaves y partial; norm dims b s d: s split 4 ways.
+    seconds = _edge_s(_row_parallel_then_norm(), _flat(), {"proj": (1, 1, 4, 1), "norm": (1, 4, 1)})
+    reduce_scatter = 3 / 4 * T_YBYTES / BW
+    # Backward: the norm's input gradient is sharded on s; the projection's partial blocks each need all of dy.
+    all_gather = 3 / 4 * T_YBYTES / BW
+    assert seconds == pytest.approx(reduce_scatter + all_gather)
+
+
+def test_partial_output_into_a_replicated_consumer_is_an_all_reduce():
+    seconds = _edge_s(_row_parallel_then_norm(), _flat(), {"proj": (1, 1, 4, 1), "norm": (1, 1, 1)})
+    all_reduce = 2 * 3 / 4 * T_YBYTES / BW
+    assert seconds == pytest.approx(all_reduce)  # the replicated gradient is already everywhere
+
+
+def test_the_paper_model_all_reduces_partial_sums_inside_the_layer_instead():
+    g, c = _row_parallel_then_norm(), _flat()
+    strategy = {"proj": (1, 1, 4, 1), "norm": (1, 1, 1)}
+    paper = build_cost_model(g, c, ConfigOptions(cost_model="paper"),
+                             configs={k: np.array([v]) for k, v in strategy.items()})
+    # y's partial sums and x's gradient? x = (b, s, f) is indexed by f: only y is partial.
+    assert float(paper.comm_s["proj"][0]) == pytest.approx(2 * 3 / 4 * T_YBYTES / BW)
+    corrected = build_cost_model(g, c, configs={k: np.array([v]) for k, v in strategy.items()})
+    assert float(corrected.comm_s["proj"][0]) == 0.0
+
+
+def _two_fc(n=64, c=32, b=16):
+    g = Graph("two")
+    g.add_layer(L.fully_connected("fc1", b=b, n=c, c=c, bias=False))
+    g.add_layer(L.fully_connected("fc2", b=b, n=n, c=c, bias=False), inputs=["fc1"])
+    return g, b * c * BPE  # the tensor between them, in bytes
+
+
+def test_replicated_to_sharded_moves_nothing_forward_and_gathers_the_gradient_back():
+    g, t = _two_fc()
+    seconds = _edge_s(g, _flat(), {"fc1": (1, 1, 1), "fc2": (4, 1, 1)})
+    # Forward 0: every device already holds the whole tensor. Backward: fc1 (replicated) needs
+    # the whole gradient, which fc2 leaves sharded by batch: an all-gather.
+    assert seconds == pytest.approx(3 / 4 * t / BW)
+
+
+def test_sharded_to_replicated_is_an_all_gather_and_its_gradient_a_local_slice():
+    g, t = _two_fc()
+    seconds = _edge_s(g, _flat(), {"fc1": (4, 1, 1), "fc2": (1, 1, 1)})
+    assert seconds == pytest.approx(3 / 4 * t / BW)
+
+
+def test_a_shard_moved_to_another_dimension_is_an_all_to_all_both_ways():
+    g, t = _two_fc()
+    # fc1 shards its output by batch; fc2 splits its input features c (fc1's n).
+    seconds = _edge_s(g, _flat(), {"fc1": (4, 1, 1), "fc2": (1, 1, 4)})
+    # Each device keeps 1/16 of the tensor and sends 3 of its 4 sixteenths: (k - 1) / k of a quarter.
+    one_way = 3 / 4 * (t / 4) / BW
+    assert seconds == pytest.approx(2 * one_way)
+
+
+def test_identical_layouts_cost_nothing():
+    g, _ = _two_fc()
+    for cfg in [(4, 1, 1), (1, 4, 1), (2, 2, 1)]:
+        assert _edge_s(g, _flat(), {"fc1": cfg, "fc2": cfg if cfg[1] == 1 else (cfg[0], 1, cfg[1])}) == 0.0
+
+
+IN, OUT = 300e9, 25e9
+
+
+def _pod():
+    """2 nodes x 2 GPUs: NVLink inside a node, a slower network across."""
+    axes = (MeshAxis("node", 2, OUT), MeshAxis("gpu", 2, IN))
+    return Cluster(4, 100e12, IN, bytes_per_element=BPE, mesh_axes=axes)
+
+
+def test_on_a_two_level_mesh_a_gather_sends_only_a_node_s_share_over_the_network():
+    g, t = _two_fc()
+    seconds = _edge_s(g, _pod(), {"fc1": (4, 1, 1), "fc2": (1, 1, 1)})
+    # Hierarchical all-gather of the whole tensor: across nodes each device fetches the one quarter
+    # its node lacks and its peer does not fetch; inside the node it then takes half from its peer.
+    assert seconds == pytest.approx((t / 4) / OUT + (t / 2) / IN)
+
+
+def test_on_a_two_level_mesh_a_partial_sum_reduce_scatters_inside_then_across():
+    seconds = _edge_s(_row_parallel_then_norm(), _pod(), {"proj": (1, 1, 4, 1), "norm": (1, 4, 1)})
+    # Reduce-scatter over the node's 2 GPUs on the whole block, then over the 2 nodes on half of it;
+    # the backward all-gather mirrors it.
+    one_way = 1 / 2 * T_YBYTES / IN + 1 / 2 * (T_YBYTES / 2) / OUT
+    assert seconds == pytest.approx(2 * one_way)
+
+
+def test_on_a_two_level_mesh_an_all_to_all_inside_a_node_stays_off_the_network():
+    g, t = _two_fc()
+    # fc1: batch over nodes (2) and features over GPUs (2); fc2: batch over nodes, its input features over GPUs.
+    # fc1's output y[b, n] has n on the GPUs: fc2 wants x[b, c] with c = fc1's n on the GPUs too: no move.
+    assert _edge_s(g, _pod(), {"fc1": (2, 2, 1), "fc2": (2, 1, 2)}) == pytest.approx(
+        # backward: fc2's c split leaves dx sharded as fc1's output is: nothing either
+        0.0)
+    # fc1 batch over all four devices; fc2 batch over the nodes, features over the GPUs:
+    # only the GPU digit changes dimension, an all-to-all among the node's 2 devices on a quarter block.
+    seconds = _edge_s(g, _pod(), {"fc1": (4, 1, 1), "fc2": (2, 1, 2)})
+    one_way = 1 / 2 * (t / 4) / IN
+    assert seconds == pytest.approx(2 * one_way)
+
+
+def test_placement_fills_the_inner_axis_with_the_last_dimension_first():
+    cluster = _pod()
+    cfgs = np.array([[2, 2, 1], [4, 1, 1], [1, 1, 4], [2, 1, 1]])
+    p = place(cfgs, cluster.mesh)
+    # factors[k, dim, axis]: axis 0 = node, 1 = gpu
+    assert p.factors[0].tolist() == [[2, 1], [1, 2], [1, 1]]
+    assert p.factors[1].tolist() == [[2, 2], [1, 1], [1, 1]]
+    assert p.factors[2].tolist() == [[1, 1], [1, 1], [2, 2]]
+    assert p.factors[3].tolist() == [[1, 2], [1, 1], [1, 1]]  # one GPU digit; the nodes replicate it
+    assert placeable(np.array([[3, 1, 1], [2, 2, 1]]), 4).tolist() == [False, True]
+
+
+def test_a_graph_input_takes_no_gradient_under_the_corrected_model():
+    g = Graph("one")
+    g.add_layer(L.fully_connected("fc", b=8, n=16, c=32, bias=False))
+    ones = {"fc": np.array([[1, 1, 1]])}
+    corrected = build_cost_model(g, _flat(1), configs=ones)
+    paper = build_cost_model(g, _flat(1), ConfigOptions(cost_model="paper"), configs=ones)
+    assert float(corrected.compute_flops["fc"][0]) == 4 * 8 * 16 * 32
+    assert float(paper.compute_flops["fc"][0]) == 6 * 8 * 16 * 32
+
+
+def test_batchnorm_statistics_follow_the_sync_option():
+    g = Graph("bn")
+    g.add_layer(L.batch_norm("bn", b=8, c=4, h=2, w=2))
+    cfg = {"bn": np.array([[4, 1, 1, 1]])}
+    local = build_cost_model(g, _flat(), configs=cfg)
+    synced = build_cost_model(g, _flat(), ConfigOptions(sync_batchnorm=True), configs=cfg)
+    # The scale and shift gradients (2 x 4 elements) are all-reduced either way; with SyncBatchNorm also
+    # 2 statistics forward and 2 backward per channel.
+    weights = 2 * 3 / 4 * (2 * 4 * BPE) / BW
+    stats = 2 * 3 / 4 * (4 * 4 * BPE) / BW
+    assert float(local.comm_s["bn"][0]) == pytest.approx(weights)
+    assert float(synced.comm_s["bn"][0]) == pytest.approx(weights + stats)
+
+
+def test_a_configuration_that_does_not_tile_the_mesh_is_refused_with_the_fix():
+    from pase.errors import ConfigurationError
+
+    g, _ = _two_fc(b=12)
+    with pytest.raises(ConfigurationError, match="do not tile a mesh of 4.*paper"):
+        _edge_s(g, _flat(), {"fc1": (3, 1, 1), "fc2": (1, 1, 1)})
+    assert _edge_s(g, _flat(), {"fc1": (3, 1, 1), "fc2": (1, 1, 1)}, ConfigOptions(cost_model="paper")) > 0
