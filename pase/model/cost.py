@@ -262,7 +262,7 @@ def _corrected_edge_s(src: Layer, e: Edge, src_place: Placement, dst: Layer, dst
 def _paper_edge_s(src: Layer, e: Edge, src_place: Placement, src_cfg, dst: Layer, dst_place: Placement, dst_cfg,
                   mesh: DeviceMesh, bpe: int) -> np.ndarray:
     """Forward plus backward seconds of one edge under the paper's model, ``(K_src, K_dst)``."""
-    _, held = paper_held(src, e.src_output, src_place, dst, e.dst_input, dst_place, src_cfg, dst_cfg)
+    held = paper_held(src, e.src_output, src_place, dst, e.dst_input, dst_place, src_cfg, dst_cfg)
     directions = 2.0 if dst.inputs[e.dst_input].differentiable else 1.0
     return directions * mesh.redistribute_s(held * bpe)
 

@@ -122,7 +122,6 @@ def place(configs: np.ndarray, mesh: DeviceMesh) -> Placement:
         raise ValueError(f"configuration {bad} uses {int(np.prod(bad))} devices, which do not tile a mesh of {mesh.devices}")
     masks = np.zeros((K, m), dtype=np.int64)
     factors = np.ones((K, m, len(mesh.axes)))
-    used = np.zeros(K, dtype=bool)
     taken = np.zeros((K, len(digits)), dtype=bool)
     for d in reversed(range(m)):
         left = cfg[:, d].copy()
@@ -133,8 +132,6 @@ def place(configs: np.ndarray, mesh: DeviceMesh) -> Placement:
             factors[take, d, axis] *= radix
             left[take] //= radix
             taken[:, i] |= take
-        used |= left > 1
-    assert not used.any(), "every factor of a divisor of the mesh finds its digits"
     return Placement(mesh, masks, factors)
 
 
@@ -290,8 +287,8 @@ def redistribute_s(src: TensorLayout, dst: TensorLayout, mesh: DeviceMesh, bytes
 
 def paper_held(src: Layer, src_output: int, src_placement: Placement,
                dst: Layer, dst_input: int, dst_placement: Placement, src_configs: np.ndarray,
-               dst_configs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The paper's edge rule: elements needed ``(K_d,)`` and held within each level ``(K_s, K_d, J + 1)``.
+               dst_configs: np.ndarray) -> np.ndarray:
+    """The paper's edge rule: elements held within each level, ``(K_s, K_d, J + 1)`` (the last: all needed).
 
     Level 0 is the device: aligned blocks overlap by the smaller extent along
     every axis, but nothing is held when the consumer uses more devices than
@@ -320,7 +317,7 @@ def paper_held(src: Layer, src_output: int, src_placement: Placement,
         n_src, n_dst = np.ceil(k_src / group), np.ceil(k_dst / group)
         levels.append(np.where(n_dst[None, :] > n_src[:, None], 0.0, held))
     levels.append(np.broadcast_to(np.prod(need, axis=1)[None, :], levels[0].shape))
-    return np.prod(need, axis=1), np.stack(levels, axis=-1)
+    return np.stack(levels, axis=-1)
 
 
 def describe(layer: Layer, placement: Placement, k: int) -> str:
