@@ -6,7 +6,7 @@ import streamlit as st
 from pase.hardware.cluster import PRESETS
 from pase.ir.configs import ConfigOptions
 from pase.errors import PaseError
-from pase.planner import parallelism_kind, plan
+from pase.planner import PlanOptions, parallelism_kind, plan
 from ui import state
 from ui.figures import dependent_sets_figure, gemm_cube_figure, gemm_tensors_figure, search_step_figure
 from ui.fmt import compact_config, config_str, fmt_count, fmt_time
@@ -144,7 +144,7 @@ st.dataframe(table, hide_index=True, key="ln_steps")
 results = {}
 for name, key in (("GenerateSeq", "generateseq"), ("breadth-first", "bfs")):
     try:
-        results[name] = plan(small, small_cluster, options=options, ordering=key, memory_limit_bytes=None)
+        results[name] = plan(small, small_cluster, PlanOptions(configs=options, ordering=key, memory_limit_bytes=None))
     except PaseError as exc:
         st.error(f"{name}: {exc}")
 if len(results) == 2:

@@ -23,7 +23,7 @@ from pase.analysis.baselines import data_parallel
 from pase.hardware.cluster import preset
 from pase.ir.configs import ConfigOptions
 from pase.models import sample
-from pase.planner import plan
+from pase.planner import PlanOptions, plan
 
 SECTION = "## Paper model against corrected model (issue 10)"
 MODELS = ("alexnet", "inception3", "rnnlm", "transformer")
@@ -66,7 +66,7 @@ def main() -> int:
             for model in ("paper", "corrected"):
                 options = ConfigOptions(cost_model=model)
                 t0 = time.perf_counter()
-                best = plan(graph, cluster, options=options, memory_limit_bytes=None)
+                best = plan(graph, cluster, PlanOptions(configs=options, memory_limit_bytes=None))
                 solve_s = time.perf_counter() - t0
                 dp = data_parallel(graph, cluster, options)
                 out[model] = (best, best.speedup_over(dp), solve_s)

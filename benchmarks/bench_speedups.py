@@ -22,7 +22,7 @@ from _report import machine, publish
 from pase.analysis.baselines import applicable_baselines
 from pase.hardware.cluster import preset
 from pase.models import sample
-from pase.planner import plan
+from pase.planner import PlanOptions, plan
 
 SECTION = "## Modelled speedups (issue 5)"
 MODELS = ("alexnet", "inception3", "rnnlm", "transformer")
@@ -67,7 +67,7 @@ def run() -> tuple[str, float]:
             cells = [model, str(p)]
             for name in CLUSTERS:
                 cluster = preset(name, p)
-                best = plan(graph, cluster, memory_limit_bytes=None)
+                best = plan(graph, cluster, PlanOptions(memory_limit_bytes=None))
                 others = applicable_baselines(graph, cluster)
                 dp = others.pop("data parallel")
                 expert = min(others.values(), key=lambda b: b.step_time_s)

@@ -27,11 +27,11 @@ from pase.ir.configs import ConfigOptions, config_counts
 from pase.ir.graph import Graph, Layer, TensorSpec
 from pase.model.cost import CostModel, build_cost_model
 from pase.models import SAMPLES, sample
-from pase.planner import Plan, evaluate, plan
+from pase.planner import Plan, PlanOptions, evaluate, plan
 from pase.analysis import baselines
 
 __all__ = [
-    "plan", "evaluate", "Plan",
+    "plan", "evaluate", "Plan", "PlanOptions",
     "Graph", "Layer", "TensorSpec",
     "Cluster", "PRESETS", "preset", "ConfigOptions", "config_counts",
     "CostModel", "build_cost_model",

@@ -21,7 +21,7 @@ from pase.errors import ClusterError, GraphError, PaseError
 from pase.ir.graph import Graph
 from pase.io.graph_json import load_model_file
 from pase.models import SAMPLES, sample
-from pase.planner import parallelism_kind, plan
+from pase.planner import PlanOptions, parallelism_kind, plan
 
 __all__ = ["main"]
 
@@ -148,7 +148,7 @@ def _add_solve(sub) -> None:
 
 def _solve(args) -> int:
     graph, cluster, options = _load_model(args), _cluster(args), _options(args)
-    result = plan(graph, cluster, options=options, ordering=args.ordering)
+    result = plan(graph, cluster, PlanOptions(configs=options, ordering=args.ordering))
     baselines = applicable_baselines(graph, cluster, options)
     if args.json:
         out = result.to_dict()

@@ -7,10 +7,10 @@ and its memory per device (:mod:`pase.model.memory`).
 Memory limit
 ------------
 When the device memory is known (``cluster.memory_bytes``, or
-``memory_limit_bytes=`` given), :func:`plan` returns the cheapest strategy
-that fits (:func:`pase.search.memory.solve_within_memory`); if the
+``PlanOptions.memory_limit_bytes`` given), :func:`plan` returns the cheapest
+strategy that fits (:func:`pase.search.memory.solve_within_memory`); if the
 unconstrained optimum fits, it is that optimum, found by one search exactly as
-without a limit. ``memory_limit_bytes=None`` turns the limit off. With no
+without a limit. ``PlanOptions(memory_limit_bytes=None)`` turns the limit off. With no
 capacity known (``memory_bytes=None``, the ``paper-model`` preset) nothing
 changes from the paper's search. When no strategy fits,
 :class:`~pase.model.memory.InsufficientMemoryError` gives the least memory any
@@ -20,22 +20,23 @@ strategy needs.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable, Literal, Mapping
+from typing import Literal, Mapping
 
 import numpy as np
 
-from pase.search.approx import ApproxResult, improve
+from pase.search.approx import ApproxResult
 from pase.hardware.cluster import Cluster
 from pase.ir.configs import ConfigOptions, check_config
 from pase.model.cost import CostModel, LayerCost, build_cost_model
-from pase.errors import ConfigurationError, GraphError, SearchTooLargeError
+from pase.errors import ConfigurationError, GraphError
 from pase.ir.graph import Graph
 from pase.model.memory import InsufficientMemoryError, MemoryOptions, MemoryReport, build_memory_model
 from pase.search.memory import MemorySearchResult, solve_within_memory
-from pase.search.exact import SearchResult, solve
+from pase.search.exact import DEFAULT_ORDERING, SearchResult
+from pase.search.solver import Progress, Solver, exact, exact_or_approximate
 from pase.strategies.baselines import BASELINES
 
-__all__ = ["Plan", "plan", "evaluate", "parallelism_kind"]
+__all__ = ["Plan", "PlanOptions", "plan", "evaluate", "parallelism_kind"]
 
 
 def parallelism_kind(layer_dims: tuple[str, ...], config: tuple[int, ...], batch_dim: str = "b") -> str:
@@ -195,49 +196,28 @@ class Plan:
         return out
 
 
-def plan(
-    graph: Graph,
-    cluster: Cluster,
-    *,
-    options: ConfigOptions = ConfigOptions(),
-    ordering: str | None = None,
-    memory_budget_bytes: int | None = None,
-    progress: Callable[[int, int], None] | None = None,
-    model: CostModel | None = None,
-    memory_limit_bytes: float | None | Literal["cluster"] = "cluster",
-    memory_options: MemoryOptions = MemoryOptions(),
-    max_memory_solves: int = 100,
-    memory_gap_tolerance: float = 0.005,
-    approximate: bool = True,
-) -> Plan:
-    """Find the strategy of minimum modelled step time for ``graph`` on ``cluster``.
-
-    The search is exact (the paper's dynamic program). Where no ordering keeps
-    its tables within the memory budget (DenseNet's dense concatenations),
-    ``approximate=True`` falls back to :func:`pase.search.approx.improve`, seeded with
-    every baseline strategy: never worse than the best baseline, optimality
-    not guaranteed (``Plan.exact`` is then False).
+@dataclass(frozen=True)
+class PlanOptions:
+    """What :func:`plan` searches over, and under which limits.
 
     Parameters
     ----------
-    graph : Graph
-    cluster : Cluster
-    options : ConfigOptions
-        Which split factors to consider.
-    ordering : str, optional
-        Vertex ordering of the search (default: the search's best).
-    memory_budget_bytes : int, optional
-        Refuse searches whose tables would exceed this.
-    progress : callable(done, total), optional
-        Called as the search advances.
-    model : CostModel, optional
-        Tables already built for this graph, cluster and options.
+    configs : ConfigOptions
+        The split space (which factors each layer may take) and the cost model
+        (``configs.cost_model``: ``"corrected"`` or the paper's).
+    memory : MemoryOptions
+        Optimizer and precision for the memory count.
     memory_limit_bytes : float, None or "cluster"
         Memory per device the strategy must fit in: ``"cluster"`` (default)
         takes ``cluster.memory_bytes`` (no limit when that is ``None``);
         ``None``: no limit.
-    memory_options : MemoryOptions
-        Optimizer and precision for the memory count.
+    ordering : str, optional
+        Vertex ordering of the exact search (default: the search's best of
+        several heuristics; any ordering gives the same optimum).
+    search_budget_bytes : int, optional
+        Memory the exact search may allocate for its tables (default: a share
+        of this machine's free memory); a larger search is handed to the
+        approximate one or refused.
     max_memory_solves : int
         Searches the memory-feasible search may run before it stops and
         reports its gap (``Plan.memory_search``).
@@ -247,14 +227,56 @@ def plan(
     approximate : bool
         Fall back to the approximate search when the exact one is too large
         (default); False raises ``SearchTooLargeError`` instead.
+    """
+
+    configs: ConfigOptions = ConfigOptions()
+    memory: MemoryOptions = MemoryOptions()
+    memory_limit_bytes: float | None | Literal["cluster"] = "cluster"
+    ordering: str | None = None
+    search_budget_bytes: int | None = None
+    max_memory_solves: int = 100
+    memory_gap_tolerance: float = 0.005
+    approximate: bool = True
+
+    def capacity(self, cluster: Cluster) -> float | None:
+        """The memory limit per device, in bytes, that applies on ``cluster`` (None: no limit)."""
+        return cluster.memory_bytes if self.memory_limit_bytes == "cluster" else self.memory_limit_bytes
+
+
+def plan(
+    graph: Graph,
+    cluster: Cluster,
+    options: PlanOptions = PlanOptions(),
+    *,
+    progress: Progress | None = None,
+    model: CostModel | None = None,
+) -> Plan:
+    """Find the strategy of minimum modelled step time for ``graph`` on ``cluster``.
+
+    The search is exact (the paper's dynamic program). Where no ordering keeps
+    its tables within the memory budget (DenseNet's dense concatenations),
+    ``options.approximate`` falls back to :func:`pase.search.approx.improve`,
+    seeded with every baseline strategy: never worse than the best baseline,
+    optimality not guaranteed (``Plan.exact`` is then False).
+
+    Parameters
+    ----------
+    graph : Graph
+    cluster : Cluster
+    options : PlanOptions
+        Split space, cost model, memory limit and search settings.
+    progress : callable(done, total), optional
+        Called as the search advances.
+    model : CostModel, optional
+        Tables already built for this graph, cluster and ``options.configs``.
 
     Raises
     ------
     GraphError
         The graph is invalid.
     SearchTooLargeError
-        The exact search would exceed its memory budget and ``approximate`` is
-        False; nothing was allocated.
+        The exact search would exceed its memory budget and
+        ``options.approximate`` is False; nothing was allocated.
     InsufficientMemoryError
         A memory limit applies and no strategy fits; ``least_bytes`` is the
         least memory any strategy needs.
@@ -271,57 +293,47 @@ def plan(
     >>> sorted(p.strategy)
     ['fc1', 'fc2']
     """
-    model = model or build_cost_model(graph, cluster, options)
-    kwargs = {"memory_budget_bytes": memory_budget_bytes, "progress": progress}
-    if ordering is not None:
-        kwargs["ordering"] = ordering
-    solver = _exact_or_approximate(model, options, approximate)
-    limit = cluster.memory_bytes if memory_limit_bytes == "cluster" else memory_limit_bytes
-    capacity = cluster.memory_bytes if limit is None else limit
+    model = model or build_cost_model(graph, cluster, options.configs)
+    solver = _solver(model, options)
+    kwargs = {"memory_budget_bytes": options.search_budget_bytes, "progress": progress}
+    limit = options.capacity(cluster)
     if limit is None:
         result = solver(model.cost_graph(), **kwargs)
         assignment = {layer.name: int(result.assignment[i]) for i, layer in enumerate(model.layers)}
         chosen = {name: model.configs[name][k:k + 1] for name, k in assignment.items()}
-        memory = build_memory_model(graph, cluster, memory_options, configs=chosen)
-        report = memory.report({name: 0 for name in chosen}, capacity)
+        memory = build_memory_model(graph, cluster, options.memory, configs=chosen)
+        report = memory.report({name: 0 for name in chosen}, cluster.memory_bytes)
         return Plan(graph, cluster, "PaSE", tuple(model.breakdown(assignment)), float(result.cost), result, report,
                     edge_costs_s=model.edge_costs_s(assignment), cost_model=model.options.cost_model)
-    memory = build_memory_model(graph, cluster, memory_options, configs=model.configs)
-    fit = _fit(model, memory, limit, memory_options, max_memory_solves, memory_gap_tolerance, {**kwargs, "solver": solver})
+    memory = build_memory_model(graph, cluster, options.memory, configs=model.configs)
+    fit = _fit(model, memory, limit, options, solver, kwargs)
     assignment = {layer.name: int(fit.assignment[i]) for i, layer in enumerate(model.layers)}
     search = replace(fit.first_search, cost=fit.cost, assignment=fit.assignment, search_time_s=fit.search_time_s)
     return Plan(graph, cluster, "PaSE", tuple(model.breakdown(assignment)), float(fit.cost), search,
                 memory.report(assignment, limit), fit, model.edge_costs_s(assignment), model.options.cost_model)
 
 
-def _exact_or_approximate(model: CostModel, options: ConfigOptions, approximate: bool):
-    """A solver for the model's cost graphs: exact, or seeded local search where exact is too large."""
-    seeds: list = []
+def _solver(model: CostModel, options: PlanOptions) -> Solver:
+    """The exact search, falling back (when allowed) to local search seeded with every applicable baseline."""
+    ordering = options.ordering or DEFAULT_ORDERING
+    if not options.approximate:
+        return exact(ordering)
 
-    def solver(cost_graph, *, progress=None, **kwargs):
-        try:
-            return solve(cost_graph, progress=progress, **kwargs)
-        except SearchTooLargeError:
-            if not approximate:
-                raise
-        if not seeds:
-            for baseline in BASELINES.values():
-                if baseline.applies(model.graph):
-                    for _, strategy in baseline.candidates(model.graph, model.cluster.devices, options):
-                        seeds.append([model.config_index(layer.name, strategy[layer.name]) for layer in model.layers])
-        return improve(cost_graph, seeds, progress=progress)
+    def seeds():
+        return [[model.config_index(layer.name, strategy[layer.name]) for layer in model.layers]
+                for baseline in BASELINES.values() if baseline.applies(model.graph)
+                for _, strategy in baseline.candidates(model.graph, model.cluster.devices, options.configs)]
 
-    return solver
+    return exact_or_approximate(seeds, ordering)
 
 
-def _fit(model: CostModel, memory, limit: float, memory_options: MemoryOptions, max_solves: int,
-         gap_tolerance: float, kwargs) -> MemorySearchResult:
+def _fit(model: CostModel, memory, limit: float, options: PlanOptions, solver: Solver, kwargs) -> MemorySearchResult:
     """The memory-feasible search, with the reserve taken off the capacity and errors in whole-strategy terms."""
-    reserved = memory_options.reserved_bytes
+    reserved = options.memory.reserved_bytes
     try:
         fit = solve_within_memory(model.cost_graph(), memory.resident_vectors(), limit - reserved,
-                                  transient=memory.buffer_vectors(), max_solves=max_solves,
-                                  gap_tolerance=gap_tolerance, **kwargs)
+                                  transient=memory.buffer_vectors(), max_solves=options.max_memory_solves,
+                                  gap_tolerance=options.memory_gap_tolerance, solver=solver, **kwargs)
     except InsufficientMemoryError as exc:
         least = exc.least_bytes + reserved
         raise InsufficientMemoryError(
@@ -335,17 +347,15 @@ def evaluate(
     graph: Graph,
     cluster: Cluster,
     strategy: Mapping[str, tuple[int, ...]],
+    options: PlanOptions = PlanOptions(),
     *,
     label: str = "user",
-    options: ConfigOptions = ConfigOptions(),
-    memory_options: MemoryOptions = MemoryOptions(),
 ) -> Plan:
     """Cost a complete strategy (layer name -> configuration) under the same model as :func:`plan`.
 
-    ``options.cost_model`` names the cost model (the other options do not
-    restrict a given strategy).
-
-    The plan's memory is held against ``cluster.memory_bytes``
+    ``options.configs.cost_model`` names the cost model and ``options.memory``
+    the memory count; the split-space options do not restrict a given
+    strategy. The plan's memory is held against the limit ``options`` names
     (``Plan.fits_memory``); a strategy that does not fit is still costed.
 
     Raises
@@ -365,10 +375,10 @@ def evaluate(
     for layer in graph:
         if layer.name not in strategy:
             raise ConfigurationError(f"strategy gives no configuration for layer {layer.name!r}")
-        configs[layer.name] = np.array([check_config(layer, strategy[layer.name], cluster.devices, options)])
-    model = build_cost_model(graph, cluster, options, configs=configs)
+        configs[layer.name] = np.array([check_config(layer, strategy[layer.name], cluster.devices, options.configs)])
+    model = build_cost_model(graph, cluster, options.configs, configs=configs)
     assignment = {name: 0 for name in configs}
     rows = model.breakdown(assignment)
-    memory = build_memory_model(graph, cluster, memory_options, configs=configs).report(assignment)
+    memory = build_memory_model(graph, cluster, options.memory, configs=configs).report(assignment, options.capacity(cluster))
     return Plan(graph, cluster, label, tuple(rows), model.strategy_cost(rows), memory=memory,
-                edge_costs_s=model.edge_costs_s(assignment), cost_model=options.cost_model)
+                edge_costs_s=model.edge_costs_s(assignment), cost_model=options.configs.cost_model)

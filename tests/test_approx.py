@@ -5,11 +5,12 @@ import itertools
 import numpy as np
 import pytest
 
-from pase.search.approx import improve
+from pase.search.approx import ApproxResult, improve
+from pase.search.solver import exact, exact_or_approximate
 from pase.search.costgraph import CostGraph
 from pase.errors import SearchTooLargeError
 from pase.models import sample
-from pase.planner import plan
+from pase.planner import PlanOptions, plan
 from pase.hardware.cluster import Cluster
 
 
@@ -62,8 +63,28 @@ def test_densenet_falls_back_to_the_approximate_search():
     g = sample("densenet121", batch=32)
     cluster = Cluster(8, 10e12, 16e9)
     with pytest.raises(SearchTooLargeError, match="table entries"):
-        plan(g, cluster, approximate=False)
+        plan(g, cluster, PlanOptions(approximate=False))
     result = plan(g, cluster)
     assert not result.exact
     assert result.to_dict()["exact"] is False
     assert result.search.cost <= min(result.search.seed_costs)
+
+
+def test_the_composed_solver_is_exact_within_budget_and_local_search_beyond_it():
+    rng = np.random.default_rng(7)
+    g = _random_graph(rng, 8, 3, 6)
+    calls = []
+
+    def seeds():
+        calls.append(1)
+        return [[0] * 8, list(rng.integers(0, g.config_counts))]
+
+    solver = exact_or_approximate(seeds)
+    roomy = solver(g)
+    assert roomy.cost == pytest.approx(_brute_force(g), rel=1e-12) and not calls
+    tight = [solver(g, memory_budget_bytes=1) for _ in range(2)]
+    assert all(isinstance(r, ApproxResult) for r in tight)
+    assert all(r.cost <= min(r.seed_costs) * (1 + 1e-12) for r in tight)
+    assert tight[0].seed_costs == tight[1].seed_costs and len(calls) == 1
+    with pytest.raises(SearchTooLargeError):
+        exact()(g, memory_budget_bytes=1)

@@ -267,9 +267,9 @@ def test_check_config_accepts_idle_devices_under_the_paper_model():
 
 @pytest.mark.parametrize("model", ["corrected", "paper"])
 def test_plan_json_layer_costs_add_up_to_the_total_in_both_units(model):
-    from pase.planner import plan
+    from pase.planner import PlanOptions, plan
 
     g = _fc_pair()
-    d = plan(g, Cluster(4, 10e12, B), options=ConfigOptions(cost_model=model)).to_dict()
+    d = plan(g, Cluster(4, 10e12, B), PlanOptions(configs=ConfigOptions(cost_model=model))).to_dict()
     assert sum(l["cost_flop_eq"] for l in d["layers"]) == pytest.approx(d["cost"])
     assert sum(l["compute_s"] + l["intra_comm_s"] + l["edge_comm_s"] for l in d["layers"]) == pytest.approx(d["step_time_s"])

@@ -10,7 +10,7 @@ from pase import ops as L
 from pase.hardware.cluster import Cluster
 from pase.ir.configs import ConfigOptions
 from pase.ir.graph import Graph
-from pase.planner import evaluate, parallelism_kind, plan
+from pase.planner import PlanOptions, evaluate, parallelism_kind, plan
 from ui import figures as F
 from ui.fmt import compact_config, config_str, fmt_bytes, fmt_count, fmt_time
 from ui.graphview import (auto_group_depth, build_graph_view, group_key, groups_of,
@@ -48,7 +48,7 @@ def graph():
 
 @pytest.fixture(scope="module")
 def solved(graph):
-    return plan(graph, CLUSTER, memory_limit_bytes=None)
+    return plan(graph, CLUSTER, PlanOptions(memory_limit_bytes=None))
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +115,7 @@ def test_edge_costs_add_up_to_each_layers_edge_time(solved, data_parallel):
 
 def test_edge_costs_on_a_two_level_cluster(graph):
     two = Cluster(devices=8, peak_flops=10e12, bandwidth_Bps=100e9, devices_per_node=2, inter_bandwidth_Bps=5e9)
-    p = plan(graph, two, memory_limit_bytes=None)
+    p = plan(graph, two, PlanOptions(memory_limit_bytes=None))
     costs = p.edge_costs_s
     for row in p.layers:
         got = sum(t for (_, dst), t in costs.items() if dst == row.name)

@@ -18,7 +18,7 @@ from pase.errors import ConfigurationError, PaseError
 from pase.ir.graph import Graph
 from pase.model.memory import InsufficientMemoryError, MemoryOptions, build_memory_model, saved_tensors
 from pase.search.memory import least_memory, mix, peak_memory, solve_within_memory
-from pase.planner import evaluate, plan
+from pase.planner import PlanOptions, evaluate, plan
 
 FP32 = Cluster(4, 10e12, 16e9, bytes_per_element=4)
 FP16 = Cluster(4, 10e12, 16e9, bytes_per_element=2)
@@ -294,7 +294,7 @@ def _chain():
 def test_no_capacity_means_the_paper_search_unchanged():
     g, cluster = _chain(), Cluster(8, 10e12, 16e9)
     p = plan(g, cluster)
-    off = plan(g, Cluster(8, 10e12, 16e9, memory_bytes=1e3), memory_limit_bytes=None)
+    off = plan(g, Cluster(8, 10e12, 16e9, memory_bytes=1e3), PlanOptions(memory_limit_bytes=None))
     assert p.strategy == off.strategy and p.cost == off.cost
     assert p.memory_search is None and p.fits_memory is None
     assert p.memory_per_device_bytes == p.memory.per_device_bytes > 0
@@ -324,7 +324,7 @@ def test_plan_fits_a_tight_capacity_and_says_when_nothing_fits():
     need = free.memory_per_device_bytes
     assert least < need
     cap = (least + need) / 2
-    tight = plan(g, Cluster(8, 10e12, 16e9, memory_bytes=cap), memory_gap_tolerance=0.0, max_memory_solves=1000)
+    tight = plan(g, Cluster(8, 10e12, 16e9, memory_bytes=cap), PlanOptions(memory_gap_tolerance=0.0, max_memory_solves=1000))
     assert tight.fits_memory and tight.memory_per_device_bytes <= cap
     assert tight.cost > free.cost
     assert tight.memory_search.optimal and tight.memory_search.capacity_bytes == cap

@@ -15,7 +15,7 @@ from pase.ir.graph import Graph
 from pase.model.cost import build_cost_model
 from pase.model.layout import axis_factors, paper_placement, place
 from pase.models import sample
-from pase.planner import evaluate, plan
+from pase.planner import PlanOptions, evaluate, plan
 
 PAPER = ConfigOptions(min_shard=1, cost_model="paper")
 FLAT = Cluster(16, 10e12, 16e9)
@@ -491,12 +491,12 @@ def test_two_nodes_with_a_slower_network_raise_the_step_time():
     flat = Cluster(16, 10e12, 16e9)
     slow = Cluster(16, 10e12, 16e9, devices_per_node=8, inter_bandwidth_Bps=2e9)
     dp = {layer.name: tuple(16 if d == "b" else 1 for d in layer.dims) for layer in g}
-    assert evaluate(g, slow, dp, options=options).step_time_s > evaluate(g, flat, dp, options=options).step_time_s
-    best_flat, best_slow = plan(g, flat, options=options), plan(g, slow, options=options)
+    assert evaluate(g, slow, dp, PlanOptions(configs=options)).step_time_s > evaluate(g, flat, dp, PlanOptions(configs=options)).step_time_s
+    best_flat, best_slow = plan(g, flat, PlanOptions(configs=options)), plan(g, slow, PlanOptions(configs=options))
     assert best_slow.step_time_s > best_flat.step_time_s
     # The two-level plan is costed consistently: its breakdown adds up to its cost.
     assert sum(r.total_s for r in best_slow.layers) == pytest.approx(best_slow.step_time_s, rel=1e-12)
-    again = evaluate(g, slow, best_slow.strategy, options=options)
+    again = evaluate(g, slow, best_slow.strategy, PlanOptions(configs=options))
     assert again.cost == pytest.approx(best_slow.cost, rel=1e-12)
     d = best_slow.to_dict()["cluster"]
     assert (d["nodes"], d["devices_per_node"], d["inter_bandwidth_Bps"]) == (2, 8, 2e9)

@@ -156,10 +156,10 @@ def _cached(kind: str, problem: Problem, compute: Callable[[], object]):
 
 def solve(problem: Problem, progress: Callable[[int, int], None] | None = None) -> Plan:
     """Find (or fetch) the best plan for ``problem``; ``progress(done, total)`` follows the search."""
-    from pase.planner import plan
+    from pase.planner import PlanOptions, plan
 
     return _cached("plans", problem, lambda: plan(load_graph(problem.source), problem.cluster,
-                                                    options=problem.options, progress=progress))
+                                                    PlanOptions(configs=problem.options), progress=progress))
 
 
 def data_parallel_plan(problem: Problem) -> Plan:

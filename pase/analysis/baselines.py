@@ -12,7 +12,7 @@ from typing import Mapping, Sequence
 from pase.hardware.cluster import Cluster
 from pase.ir.configs import ConfigOptions
 from pase.ir.graph import Graph
-from pase.planner import Plan, evaluate
+from pase.planner import Plan, PlanOptions, evaluate
 from pase.strategies.baselines import BASELINES, data_parallel_config
 
 __all__ = ["evaluate_strategy", "baseline_plan", "data_parallel", "applicable_baselines"]
@@ -33,7 +33,7 @@ def evaluate_strategy(
     """
     full = {l.name: data_parallel_config(l, cluster.devices, options) for l in graph}
     full.update({name: tuple(cfg) for name, cfg in strategy.items()})
-    return evaluate(graph, cluster, full, label=label, options=options)
+    return evaluate(graph, cluster, full, PlanOptions(configs=options), label=label)
 
 
 def baseline_plan(name: str, graph: Graph, cluster: Cluster, options: ConfigOptions = ConfigOptions()) -> Plan:
@@ -49,7 +49,7 @@ def baseline_plan(name: str, graph: Graph, cluster: Cluster, options: ConfigOpti
     baseline = BASELINES[name]
     if not baseline.applies(graph):
         raise ValueError(f"baseline {name!r} does not apply to {graph.name!r}")
-    plans = [evaluate(graph, cluster, s, label=label, options=options)
+    plans = [evaluate(graph, cluster, s, PlanOptions(configs=options), label=label)
              for label, s in baseline.candidates(graph, cluster.devices, options)]
     return min(plans, key=lambda p: p.cost)
 

@@ -10,7 +10,7 @@ from pase.hardware.cluster import Cluster
 from pase.ir.configs import ConfigOptions
 from pase.ir.graph import Graph
 from pase.model.memory import InsufficientMemoryError
-from pase.planner import plan
+from pase.planner import PlanOptions, plan
 
 __all__ = ["sweep"]
 
@@ -53,10 +53,10 @@ def sweep(
     records = []
     for i, point in enumerate(grid):
         try:
-            best = plan(graph, point, options=options)
+            best = plan(graph, point, PlanOptions(configs=options))
         except InsufficientMemoryError:
             # Nothing fits at this point: report the unconstrained optimum, flagged by fits_memory.
-            best = plan(graph, point, options=options, memory_limit_bytes=None)
+            best = plan(graph, point, PlanOptions(configs=options, memory_limit_bytes=None))
         others = applicable_baselines(graph, point, options)
         dp_time = others["data parallel"].step_time_s
         for name, p in [("PaSE", best), *others.items()]:

@@ -52,11 +52,12 @@ import heapq
 import time
 from dataclasses import dataclass, field
 from itertools import count
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from pase.search.costgraph import CostGraph
+from pase.search.solver import Solver, exact
 from pase.model.memory import InsufficientMemoryError
 
 __all__ = ["MemorySearchResult", "solve_within_memory", "least_memory", "peak_memory", "mix"]
@@ -229,7 +230,7 @@ def solve_within_memory(
     capacity_bytes: float,
     *,
     transient: Sequence[np.ndarray] | None = None,
-    solver: Callable[..., Any] | None = None,
+    solver: Solver | None = None,
     max_solves: int = 200,
     gap_tolerance: float = 0.0,
     **solve_kwargs,
@@ -245,16 +246,16 @@ def solve_within_memory(
     transient : sequence of 1-D arrays, optional
         Per vertex, bytes per configuration of which only the largest counts
         (default: none).
-    solver : callable, optional
-        ``solver(cost_graph, **solve_kwargs)`` returning an object with
-        ``cost`` and ``assignment`` (default :func:`pase.search.exact.solve`).
+    solver : Solver, optional
+        The search run on every subproblem (:class:`~pase.search.solver.Solver`;
+        default the exact search).
     max_solves : int
         Stop branching after this many searches and report the gap.
     gap_tolerance : float
         Stop as soon as ``(cost - lower_bound) / cost`` is at most this
         (0: prove optimality).
     **solve_kwargs
-        Passed to every search (``ordering``, ``memory_budget_bytes``...).
+        Passed to every search (``progress``, ``memory_budget_bytes``).
 
     Raises
     ------
@@ -263,8 +264,7 @@ def solve_within_memory(
         memory any assignment needs.
     """
     start = time.perf_counter()
-    if solver is None:
-        from pase.search.exact import solve as solver
+    solver = solver or exact()
     n = cost_graph.num_nodes
     res = [np.asarray(m, dtype=float) for m in resident]
     tra = [np.zeros_like(m) for m in res] if transient is None else [np.asarray(t, dtype=float) for t in transient]
