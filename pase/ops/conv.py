@@ -9,7 +9,7 @@ import numpy as np
 from pase.errors import GraphError
 from pase.ir.graph import Layer, TensorSpec
 from pase.ops.registry import (
-    Collective, CollectiveOptions, Flops, block_elements, check_letters, check_sizes, column, halo, no_collectives,
+    Collective, CollectiveOptions, Flops, block_elements, check_fused, check_letters, check_sizes, column, halo, no_collectives,
     params, register, weight_gradient_collectives,
 )
 
@@ -37,7 +37,7 @@ def _conv_saved(layer):
     return frozenset({0}), frozenset({0}) if layer.param_dict.get("pointwise", 0) else frozenset()
 
 
-@register("Conv2D", _conv_flops, _conv_collectives, saved=_conv_saved, spatial_dims=("h", "w"))
+@register("Conv2D", _conv_flops, _conv_collectives, saved=_conv_saved, spatial_dims=("h", "w"), onnx=("Conv",))
 def conv2d(
     name: str, b: int, c: int, height: int, width: int, n: int, r: int, s: int | None = None,
     *, stride: int = 1, pad: int | Sequence[int] = 0, pointwise: int = 0, bias: bool = True,
@@ -56,6 +56,7 @@ def conv2d(
     """
     s = r if s is None else s
     check_sizes(name, b=b, c=c, height=height, width=width, n=n, r=r, s=s, stride=stride)
+    check_fused(name, pointwise, bias)
     pads = (pad, pad) if isinstance(pad, (int, np.integer)) else tuple(pad)
     if len(pads) != 2 or any(isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < 0 for x in pads):
         raise GraphError(f"layer {name!r}: pad must be an integer >= 0 or a (rows, columns) pair of them, got {pad!r}")
@@ -94,7 +95,8 @@ def _pool_saved(layer):
     return (frozenset({0}) if layer.param_dict.get("mode", "max") == "max" else frozenset()), frozenset()
 
 
-@register("Pooling", _pool_flops, _pool_collectives, contraction=False, saved=_pool_saved, spatial_dims=("h", "w"))
+@register("Pooling", _pool_flops, _pool_collectives, contraction=False, saved=_pool_saved, spatial_dims=("h", "w"),
+          onnx=("MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool"))
 def pooling(
     name: str, b: int, c: int, height: int, width: int, kernel: int, stride: int | None = None,
     *, pad: int = 0, mode: str = "max",

@@ -9,7 +9,7 @@ import numpy as np
 from pase.errors import GraphError
 from pase.ir.graph import Layer, TensorSpec
 from pase.ops.registry import (
-    Collective, CollectiveOptions, Flops, block_elements, check_letters, check_sizes, column, halo, no_collectives,
+    Collective, CollectiveOptions, Flops, block_elements, check_fused, check_letters, check_sizes, column, halo, no_collectives,
     params, register, weight_gradient_collectives,
 )
 
@@ -27,7 +27,7 @@ def _fused_output(layer):
     return frozenset(range(len(layer.inputs))), frozenset({0}) if layer.param_dict.get("pointwise", 0) else frozenset()
 
 
-@register("FullyConnected", _fc_flops, saved=_fused_output)
+@register("FullyConnected", _fc_flops, saved=_fused_output, onnx=("Gemm", "MatMul"))
 def fully_connected(name: str, b: int, n: int, c: int, *, pointwise: int = 0, bias: bool = True) -> Layer:
     """Fully connected layer ``y[b, n] = x[b, c] W[n, c] (+ bias[n])`` over ``b n c``.
 
@@ -39,6 +39,7 @@ def fully_connected(name: str, b: int, n: int, c: int, *, pointwise: int = 0, bi
     leaves ``dx`` partial; splitting ``b`` all-reduces ``dW`` and ``dbias``.
     """
     check_sizes(name, b=b, n=n, c=c)
+    check_fused(name, pointwise, bias)
     weights = (TensorSpec((n, c), ("n", "c"), "weight"),)
     if bias:
         weights += (TensorSpec((n,), ("n",), "bias"),)
@@ -85,7 +86,7 @@ def _einsum_saved(layer):
     return keep, frozenset({0}) if layer.param_dict.get("pointwise", 0) else frozenset()
 
 
-@register("Einsum", _einsum_flops, saved=_einsum_saved)
+@register("Einsum", _einsum_flops, saved=_einsum_saved, onnx=("MatMul", "Einsum", "Mul"))
 def einsum(
     name: str,
     equation: str,
@@ -113,6 +114,7 @@ def einsum(
     if missing:
         raise GraphError(f"layer {name!r}: einsum sizes lack letter(s) {missing}")
     check_sizes(name, **{d: sizes[d] for d in dims})
+    check_fused(name, pointwise, bias)
     weights = tuple(weights)
     for w in weights:
         if not 0 <= w < len(operands):

@@ -23,7 +23,8 @@ def _nothing_saved(layer):
     return frozenset(), frozenset()
 
 
-@register("Concat", _zero_flops, no_collectives, contraction=False, saved=_nothing_saved)
+@register("Concat", _zero_flops, no_collectives, contraction=False, saved=_nothing_saved,
+          onnx=("Concat", "Pad", "Expand", "Tile"))
 def concat(name: str, shapes: Sequence[Sequence[int]], dims: Sequence[str], axis: str) -> Layer:
     """Concatenate input tensors along dimension ``axis`` (which is never split).
 
@@ -53,7 +54,8 @@ def concat(name: str, shapes: Sequence[Sequence[int]], dims: Sequence[str], axis
     )
 
 
-@register("Split", _zero_flops, no_collectives, contraction=False, saved=_nothing_saved)
+@register("Split", _zero_flops, no_collectives, contraction=False, saved=_nothing_saved,
+          onnx=("Split", "Slice", "Gather"))
 def split(name: str, shape: Sequence[int], dims: Sequence[str], axis: str, parts: Sequence[int]) -> Layer:
     """Split a tensor along ``axis`` (never split across devices) into ``parts`` sizes.
 
@@ -102,7 +104,8 @@ def _reshape_groups(name, src, dst):
     return groups
 
 
-@register("Reshape", _zero_flops, no_collectives, contraction=False, saved=_nothing_saved)
+@register("Reshape", _zero_flops, no_collectives, contraction=False, saved=_nothing_saved,
+          onnx=("Reshape", "Flatten", "Squeeze", "Unsqueeze"))
 def reshape(name: str, shape: Sequence[int], dims: Sequence[str], out_shape: Sequence[int]) -> Layer:
     """Reshape (flatten, unflatten heads...) a row-major tensor; ``dims`` names the input axes.
 
@@ -131,7 +134,8 @@ def reshape(name: str, shape: Sequence[int], dims: Sequence[str], out_shape: Seq
     )
 
 
-@register("Transpose", _zero_flops, no_collectives, contraction=False, saved=_nothing_saved)
+@register("Transpose", _zero_flops, no_collectives, contraction=False, saved=_nothing_saved,
+          onnx=("Transpose",))
 def transpose(name: str, shape: Sequence[int], dims: Sequence[str], perm: Sequence[int]) -> Layer:
     """Permute axes: output axis ``i`` is input axis ``perm[i]``.
 
@@ -156,7 +160,9 @@ def _reduce_flops(layer, blk):
     return Flops(forward=elements, backward=np.zeros(len(blk)), inputs=(elements,))
 
 
-@register("ReduceMean", _reduce_flops, saved=_nothing_saved)
+@register("ReduceMean", _reduce_flops, saved=_nothing_saved,
+          onnx=("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+                "ReduceLogSumExp", "ReduceSumSquare", "GlobalAveragePool"))
 def reduce_mean(name: str, shape: Sequence[int], dims: Sequence[str], reduce: Sequence[str]) -> Layer:
     """Mean over the dimensions ``reduce`` (dropped from the output).
 

@@ -9,7 +9,7 @@ import numpy as np
 from pase.errors import GraphError
 from pase.ir.graph import Layer, TensorSpec
 from pase.ops.registry import (
-    Collective, CollectiveOptions, Flops, block_elements, check_letters, check_sizes, column, halo, no_collectives,
+    Collective, CollectiveOptions, Flops, block_elements, check_fused, check_letters, check_sizes, column, halo, no_collectives,
     params, register, weight_gradient_collectives,
 )
 
@@ -39,7 +39,8 @@ def _elementwise_saved(layer):
     return frozenset(), frozenset({0}) if layer.param_dict.get("pointwise", 0) else frozenset()
 
 
-@register("Elementwise", _elementwise_flops, no_collectives, contraction=False, saved=_elementwise_saved)
+@register("Elementwise", _elementwise_flops, no_collectives, contraction=False, saved=_elementwise_saved,
+          onnx=("Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Where", "Relu", "Gelu", "Sigmoid", "Tanh"))
 def elementwise(name: str, shape: Sequence[int], dims: Sequence[str], *, inputs: int = 2, pointwise: int = 0) -> Layer:
     """N-ary elementwise op (residual add, gating...) with ``pointwise`` fused ops.
 
@@ -50,8 +51,7 @@ def elementwise(name: str, shape: Sequence[int], dims: Sequence[str], *, inputs:
     shape = tuple(shape)
     dims = check_letters(name, dims, shape)
     check_sizes(name, inputs=inputs)
-    if pointwise < 0:
-        raise GraphError(f"layer {name!r}: pointwise must be >= 0, got {pointwise}")
+    check_fused(name, pointwise)
     return Layer(
         name, "Elementwise", dims, shape,
         inputs=tuple(TensorSpec(shape, dims, f"x{i}") for i in range(inputs)),
@@ -79,7 +79,8 @@ def _bn_collectives(layer, cfg, blk, options=CollectiveOptions()):
     return weight_gradient_collectives(layer, cfg, blk) + [_stats(layer, cfg, over, 2, 2)]
 
 
-@register("BatchNorm", _norm_flops, _bn_collectives, contraction=False)
+@register("BatchNorm", _norm_flops, _bn_collectives, contraction=False,
+          onnx=("BatchNormalization", "InstanceNormalization"))
 def batch_norm(name: str, b: int, c: int, h: int, w: int) -> Layer:
     """Batch normalisation over ``b c h w`` with per-channel scale and shift.
 
@@ -103,7 +104,7 @@ def _ln_collectives(layer, cfg, blk, options=CollectiveOptions()):
     return weight_gradient_collectives(layer, cfg, blk) + [_stats(layer, cfg, (axis,), 2, 2)]
 
 
-@register("LayerNorm", _norm_flops, _ln_collectives, contraction=False)
+@register("LayerNorm", _norm_flops, _ln_collectives, contraction=False, onnx=("LayerNormalization",))
 def layer_norm(name: str, shape: Sequence[int], dims: Sequence[str], axis: str | None = None) -> Layer:
     """Layer normalisation over dimension ``axis`` (default the last) with scale and shift.
 
@@ -138,7 +139,7 @@ def _softmax_collectives(layer, cfg, blk, options=CollectiveOptions()):
 
 
 @register("Softmax", _softmax_flops, _softmax_collectives, contraction=False,
-          saved=lambda layer: (frozenset(), frozenset({0})))
+          saved=lambda layer: (frozenset(), frozenset({0})), onnx=("Softmax", "LogSoftmax"))
 def softmax(name: str, shape: Sequence[int], dims: Sequence[str], axis: str | None = None) -> Layer:
     """Softmax along dimension ``axis`` (default the last).
 
@@ -174,7 +175,7 @@ def _xent_extra(layer, cfg, blk):
 
 
 @register("SoftmaxCrossEntropy", _xent_flops, _softmax_collectives, contraction=False, saved=_xent_saved,
-          saved_extra=_xent_extra)
+          saved_extra=_xent_extra, onnx=("SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"))
 def softmax_cross_entropy(name: str, shape: Sequence[int], dims: Sequence[str] = ("b", "n"), axis: str | None = None) -> Layer:
     """Softmax plus cross-entropy loss against integer labels, classes along ``axis``.
 

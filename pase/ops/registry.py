@@ -20,7 +20,12 @@ its module and its tests only. A spec holds:
 * ``saved(layer)``: which inputs and outputs the backward pass reads (the
   memory model counts them), and ``saved_extra(layer, cfg, block)`` elements it
   keeps besides (softmax probabilities, LSTM gates);
-* ``spatial_dims``: dimensions split only when the options allow (image rows).
+* ``spatial_dims``: dimensions split only when the options allow (image rows);
+* ``onnx``: the ONNX operators :func:`pase.io.onnx.from_onnx` imports as this
+  op (the converters live in :mod:`pase.io.onnx`, which the ops never import);
+* ``params_schema()``: the JSON Schema of the op's ``params`` in the graph
+  format, read off the builder's signature (:func:`pase.io.graph_json.graph_schema`
+  assembles the file format's schema from these).
 
 The contraction rule (GEMM, Einsum, convolution, embedding, reduce): splitting
 a dimension that a tensor does not index leaves *partial sums* of that tensor
@@ -34,6 +39,10 @@ data-parallel all-reduce) always stay inside the layer.
 
 from __future__ import annotations
 
+import inspect
+import types
+import typing
+from collections import abc
 from dataclasses import dataclass, field
 from math import prod
 from typing import Callable, Sequence
@@ -139,17 +148,63 @@ class OpSpec:
     saved: Callable[[Layer], tuple[frozenset[int], frozenset[int]]] = _saves_inputs
     saved_extra: Callable[[Layer, np.ndarray, np.ndarray], np.ndarray] = field(default=_no_extra)
     spatial_dims: tuple[str, ...] = ()
+    onnx: tuple[str, ...] = ()
+
+    @property
+    def summary(self) -> str:
+        """The first line of the builder's docstring."""
+        return (self.build.__doc__ or self.name).strip().splitlines()[0]
+
+    def params_schema(self) -> dict:
+        """JSON Schema (draft 2020-12) of the op's graph-format ``params``: the builder's keywords.
+
+        Each keyword's type comes from the builder's annotation, ``required``
+        lists those without a default, and no other key is allowed. Value
+        checks the schema cannot express (sizes positive, letters distinct)
+        stay with the builder.
+        """
+        hints = typing.get_type_hints(self.build)
+        properties, required = {}, []
+        for param in list(inspect.signature(self.build).parameters.values())[1:]:
+            prop = _json_type(hints[param.name])
+            if param.default is inspect.Parameter.empty:
+                required.append(param.name)
+            else:
+                prop["default"] = list(param.default) if isinstance(param.default, tuple) else param.default
+            properties[param.name] = prop
+        return {"description": f"{self.name}: {self.summary}", "type": "object", "properties": properties,
+                "required": required, "additionalProperties": False}
+
+
+def _json_type(hint) -> dict:
+    """JSON Schema of a builder annotation (int, bool, str, None, unions, sequences, mappings)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is bool:
+        return {"type": "boolean"}
+    if hint is int:
+        return {"type": "integer"}
+    if hint is str:
+        return {"type": "string"}
+    if hint is type(None):
+        return {"type": "null"}
+    if origin in (typing.Union, types.UnionType):
+        return {"anyOf": [_json_type(a) for a in args]}
+    if origin is dict:
+        return {"type": "object", "additionalProperties": _json_type(args[1])}
+    if isinstance(origin, type) and issubclass(origin, abc.Sequence):
+        return {"type": "array", "items": _json_type(args[0])}
+    raise TypeError(f"no JSON Schema for builder annotation {hint!r}")
 
 
 OPS: dict[str, OpSpec] = {}
 
 
 def register(name, flops, collectives=None, *, contraction=True, saved=_saves_inputs, saved_extra=_no_extra,
-             spatial_dims=()):
+             spatial_dims=(), onnx=()):
     """Decorator registering a builder as op ``name`` with its rules (:class:`OpSpec`)."""
     def wrap(build):
         OPS[name] = OpSpec(name, build, flops, collectives or weight_gradient_collectives, contraction,
-                           saved, saved_extra, spatial_dims)
+                           saved, saved_extra, spatial_dims, tuple(onnx))
         return build
 
     return wrap
@@ -216,6 +271,14 @@ def check_sizes(name: str, **sizes) -> None:
     for key, value in sizes.items():
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
             raise GraphError(f"layer {name!r}: {key} must be a positive integer, got {value!r}")
+
+
+def check_fused(name: str, pointwise: int, bias: bool = False) -> None:
+    """Raise GraphError naming ``name`` unless ``pointwise`` is an integer >= 0 and ``bias`` a bool."""
+    if isinstance(pointwise, bool) or not isinstance(pointwise, (int, np.integer)) or pointwise < 0:
+        raise GraphError(f"layer {name!r}: pointwise (fused ops) must be an integer >= 0, got {pointwise!r}")
+    if not isinstance(bias, (bool, np.bool_)):
+        raise GraphError(f"layer {name!r}: bias must be true or false, got {bias!r}")
 
 
 def check_letters(name: str, dims: Sequence[str], shape: Sequence[int]) -> tuple[str, ...]:

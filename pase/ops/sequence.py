@@ -24,7 +24,7 @@ def _embedding_flops(layer, blk):
     return Flops(forward=b * s * d, backward=b * s * d, inputs=(np.zeros(len(blk)),))
 
 
-@register("Embedding", _embedding_flops)
+@register("Embedding", _embedding_flops, onnx=("Gather",))
 def embedding(name: str, b: int, s: int, d: int, v: int) -> Layer:
     """Embedding lookup ``y[b, s, d] = W[ids[b, s], d]`` over ``b s d v``.
 
@@ -78,7 +78,7 @@ def _lstm_extra(layer, cfg, blk):
     return 6.0 * l * b * s * e  # gates i f g o, cell and hidden state
 
 
-@register("LSTM", _lstm_flops, _lstm_collectives, contraction=False, saved_extra=_lstm_extra)
+@register("LSTM", _lstm_flops, _lstm_collectives, contraction=False, saved_extra=_lstm_extra, onnx=("LSTM",))
 def lstm(name: str, l: int, b: int, s: int, d: int, e: int) -> Layer:
     """A whole ``l``-layer LSTM as one vertex over ``l b s d e`` (the paper's form).
 
