@@ -1,10 +1,10 @@
 """Compare: the found strategy beside data parallelism, the expert strategies and your own plan."""
 
-import json
-
 import streamlit as st
 
+from pase.analysis.baselines import evaluate_strategy
 from pase.errors import PaseError
+from pase.io.strategy_json import loads_strategy
 from ui import state
 from ui.figures import layer_compare_figure, totals_figure
 from ui.fmt import fmt_time
@@ -41,25 +41,17 @@ plans = {PASE: plan, **baselines}
 with st.expander("Add your own plan", icon=":material/upload_file:"):
     st.markdown(
         "A JSON object mapping layer names to configurations, e.g. `{\"fc6\": [1, 8, 1]}`, or a strategy file "
-        "downloaded from the explorer. Layers it leaves out are data parallel."
+        "downloaded from the explorer (or written by `pase solve --json`); docs/plan-format.md describes both. "
+        "Layers it leaves out are data parallel."
     )
     own = st.file_uploader("Strategy file (.json)", type=["json"], key="cmp_user_plan")
     if own is not None:
         try:
-            from pase.analysis.baselines import evaluate_strategy
-
-            try:
-                data = json.loads(own.getvalue())
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise ValueError(f"not valid JSON: {exc}") from None
-            if isinstance(data, dict) and isinstance(data.get("layers"), list):
-                data = {r["name"]: r["config"] for r in data["layers"] if isinstance(r, dict) and "name" in r}
-            if not isinstance(data, dict):
-                raise ValueError("the file must hold a JSON object")
-            user = evaluate_strategy(graph, problem.cluster, data, options=problem.options, label="your plan")
+            user = evaluate_strategy(graph, problem.cluster, loads_strategy(own.getvalue()), options=problem.options,
+                                     label="your plan")
             plans["your plan"] = user
             st.success(f"Your plan: {fmt_time(user.step_time_s)} per step.")
-        except (PaseError, ValueError, TypeError, KeyError) as exc:
+        except PaseError as exc:
             st.error(f"Cannot use this plan: {exc}")
 
 st.subheader("Step time")

@@ -3,15 +3,15 @@
 import pandas as pd
 import streamlit as st
 
+from pase.errors import PaseError
 from pase.hardware.cluster import PRESETS
 from pase.ir.configs import ConfigOptions
-from pase.errors import PaseError
+from pase.models.teaching import GEMM_DIMS, small_graph
 from pase.planner import PlanOptions, parallelism_kind, plan
 from ui import state
 from ui.figures import dependent_sets_figure, gemm_cube_figure, gemm_tensors_figure, search_step_figure
 from ui.fmt import compact_config, config_str, fmt_count, fmt_time
-from ui.learnkit import (GEMM_DIMS, ORDERING_FUNCS, gemm_communication, gemm_cost, gemm_costs, small_graph,
-                         small_layout, walk)
+from ui.learnkit import ORDERING_FUNCS, gemm_communication, gemm_cost, gemm_costs, small_layout, walk
 
 SPLITS = [1, 2, 4, 8]
 SIZES = [64, 128, 256, 512, 1024, 2048, 4096]

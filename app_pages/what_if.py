@@ -67,20 +67,15 @@ key = ("sweep", problem, tuple(devices), vary, tuple(values))
 store = state.stores()["sweeps"]
 records = store.get(key)
 if st.button("Run sweep", type="primary", key="wi_run", icon=":material/play_arrow:") and records is None:
-    from pase.analysis.sweep import sweep
+    from pase.analysis.sweep import batch_sweep, sweep
 
     bar = st.progress(0.0, text="Sweeping...")
     progress = state.throttled_progress(bar, "Points solved", 0.0)
     try:
-        records = []
         if vary == "batch":
-            params = dict(problem.source.params)
-            for i, batch in enumerate(values):
-                source = state.GraphSource("sample", problem.source.name, tuple({**params, "batch": int(batch)}.items()))
-                g = state.load_graph(source)
-                part = sweep(g, devices, cluster, options=problem.options,
-                             progress=lambda d, t, i=i: progress(i * t + d, t * len(values)))
-                records += [{**r, "batch": int(batch)} for r in part]
+            records = batch_sweep(lambda batch: state.load_graph(problem.source.with_params(batch=batch)),
+                                  [int(v) for v in values], devices, cluster, options=problem.options,
+                                  progress=progress)
         else:
             kwargs = {}
             if vary == "bandwidth_Bps":
@@ -121,8 +116,7 @@ if vary is not None:
     st.caption(f"At {vary_label} = {first / unit[0]:g}.")
 configs = {r["devices"]: r["configs"] for r in pase_records}
 if vary == "batch":
-    graph = state.load_graph(state.GraphSource("sample", problem.source.name,
-                                               tuple({**dict(problem.source.params), "batch": int(first)}.items())))
+    graph = state.load_graph(problem.source.with_params(batch=int(first)))
 layers = [(layer.name, layer.dims) for layer in graph.layers]
 # On one device everything is replicated; kinds are compared from two devices up.
 kinds_change = [

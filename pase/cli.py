@@ -13,15 +13,16 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from pase.analysis.baselines import applicable_baselines
-from pase.analysis.sweep import sweep
+from pase.analysis.baselines import applicable_baselines, evaluate_strategy
+from pase.analysis.sweep import batch_sweep, sweep
+from pase.errors import ClusterError, ConfigurationError, GraphError, PaseError
 from pase.hardware.cluster import PRESETS, Cluster
-from pase.ir.configs import COST_MODELS, ConfigOptions, config_counts
-from pase.errors import ClusterError, GraphError, PaseError
-from pase.ir.graph import Graph
 from pase.io.graph_json import load_model_file
+from pase.io.strategy_json import load_strategy
+from pase.ir.configs import COST_MODELS, ConfigOptions, config_counts
+from pase.ir.graph import Graph
 from pase.models import SAMPLES, sample
-from pase.planner import PlanOptions, parallelism_kind, plan
+from pase.planner import Plan, PlanOptions, parallelism_kind, plan
 
 __all__ = ["main"]
 
@@ -33,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Find per-layer parallelization strategies for DNN training (PaSE).",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_solve, _add_show, _add_sweep, _add_solve_instance):
+    for add in (_add_solve, _add_evaluate, _add_show, _add_sweep, _add_solve_instance):
         add(sub)
     return parser
 
@@ -146,6 +147,26 @@ def _add_solve(sub) -> None:
     p.set_defaults(func=_solve)
 
 
+def _print_layers(result: Plan) -> None:
+    """The per-layer table and the step-time totals of ``result`` (shared by solve and evaluate)."""
+    rows = [["layer", "op", "dims", "configuration", "parallelism", "time (ms)"]]
+    for r in result.layers:
+        rows.append([r.name, r.op, " ".join(r.dims), "(" + ", ".join(map(str, r.config)) + ")",
+                     parallelism_kind(r.dims, r.config), f"{r.total_s * 1e3:.3f}"])
+    print(_table(rows))
+    t = result.totals_s()
+    print(f"\n{result.graph.name} on {result.cluster}")
+    print(f"estimated step time {result.step_time_s * 1e3:.2f} ms (compute {t['compute_s'] * 1e3:.2f}, "
+          f"intra-layer communication {t['intra_comm_s'] * 1e3:.2f}, edge communication {t['edge_comm_s'] * 1e3:.2f})")
+
+
+def _print_memory(result: Plan) -> None:
+    if result.memory_capacity_bytes is not None:
+        fits = "" if result.fits_memory else ": does NOT fit"
+        print(f"memory per device {result.memory_per_device_bytes / 1e9:.2f} GB of "
+              f"{result.memory_capacity_bytes / 1e9:.2f} GB{fits}")
+
+
 def _solve(args) -> int:
     graph, cluster, options = _load_model(args), _cluster(args), _options(args)
     result = plan(graph, cluster, PlanOptions(configs=options, ordering=args.ordering))
@@ -159,24 +180,55 @@ def _solve(args) -> int:
         }
         print(json.dumps(out, indent=1))
         return 0
-    rows = [["layer", "op", "dims", "configuration", "parallelism", "time (ms)"]]
-    for r in result.layers:
-        rows.append([r.name, r.op, " ".join(r.dims), "(" + ", ".join(map(str, r.config)) + ")",
-                     parallelism_kind(r.dims, r.config), f"{r.total_s * 1e3:.3f}"])
-    print(_table(rows))
-    t = result.totals_s()
-    print(f"\n{graph.name} on {result.cluster}")
-    print(f"estimated step time {result.step_time_s * 1e3:.2f} ms (compute {t['compute_s'] * 1e3:.2f}, "
-          f"intra-layer communication {t['intra_comm_s'] * 1e3:.2f}, edge communication {t['edge_comm_s'] * 1e3:.2f})")
+    _print_layers(result)
     print(f"search {result.search.search_time_s:.3f} s, largest dependent set {result.search.max_dependent_set}")
     if not result.exact:
         print("approximate: no ordering keeps the exact search in memory, so windows of layers were optimised "
               "exactly starting from every baseline (never worse than the best baseline; optimality not guaranteed)")
-    if result.memory_capacity_bytes is not None:
-        print(f"memory per device {result.memory_per_device_bytes / 1e9:.2f} GB of {result.memory_capacity_bytes / 1e9:.2f} GB")
+    _print_memory(result)
     for name, b in baselines.items():
         fits = {None: "", True: ", fits memory", False: ", does NOT fit memory"}[b.fits_memory]
         print(f"  vs {b.label}: {b.step_time_s * 1e3:.2f} ms{fits}, PaSE is {result.speedup_over(b):.2f}x faster")
+    return 0
+
+
+# -- pase evaluate ---------------------------------------------------------------------
+
+
+def _add_evaluate(sub) -> None:
+    p = sub.add_parser("evaluate", help="cost a given strategy (a saved plan) for a model on a cluster",
+                       description="Cost the strategy of a plan file for MODEL on the cluster the options describe, "
+                                   "e.g. a plan saved by `pase solve --json` or the app, on other hardware. Layers "
+                                   "the plan leaves out are data parallel. docs/plan-format.md describes the file.")
+    _add_model_options(p)
+    _add_cluster_options(p)
+    p.add_argument("--plan", required=True, metavar="PLAN.json",
+                   help="strategy file: a plan (pase solve --json, the app's download) or {layer: [factors...]}")
+    p.add_argument("--json", action="store_true", help="print the evaluated plan as one JSON object")
+    p.set_defaults(func=_evaluate)
+
+
+def _strategy(args) -> tuple[dict[str, tuple[int, ...]], str]:
+    """The strategy ``pase evaluate`` costs (layer name -> configuration, possibly partial) and its label."""
+    path = Path(args.plan)
+    return load_strategy(path), path.name
+
+
+def _evaluate(args) -> int:
+    graph, cluster, options = _load_model(args), _cluster(args), _options(args)
+    strategy, label = _strategy(args)
+    try:
+        result = evaluate_strategy(graph, cluster, strategy, options=options, label=label)
+    except (GraphError, ConfigurationError) as exc:
+        raise type(exc)(f"{label}: {exc}") from None
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=1))
+        return 0
+    _print_layers(result)
+    given = sum(1 for layer in graph if layer.name in strategy)
+    print(f"{given} of {len(graph)} layers configured by {label}" +
+          ("" if given == len(graph) else f"; the other {len(graph) - given} data parallel"))
+    _print_memory(result)
     return 0
 
 
@@ -188,27 +240,41 @@ def _add_sweep(sub) -> None:
     _add_model_options(p, many_devices=True)
     p.add_argument("--bandwidths", type=float, nargs="+", help="link bandwidths to sweep, GB/s")
     p.add_argument("--tflops-list", type=float, nargs="+", help="peak TFLOP/s values to sweep")
+    p.add_argument("--batches", type=int, nargs="+", help="batch sizes to sweep (sample and ONNX models)")
     _add_cluster_options(p)
     p.add_argument("--json", action="store_true", help="print the records as a JSON list")
     p.set_defaults(func=_sweep)
 
 
 def _sweep(args) -> int:
-    graph = _load_model(args)
-    args_cluster = argparse.Namespace(**{**vars(args), "devices": args.devices[0]})
-    records = sweep(
-        graph, args.devices, _cluster(args_cluster), options=_options(args),
+    cluster = _cluster(argparse.Namespace(**{**vars(args), "devices": args.devices[0]}))
+    grid = dict(
         bandwidths_Bps=[b * 1e9 for b in args.bandwidths] if args.bandwidths else None,
         peak_flops=[f * 1e12 for f in args.tflops_list] if args.tflops_list else None,
+        options=_options(args),
         progress=None if args.json else lambda done, total: print(f"  solved {done}/{total}", file=sys.stderr),
     )
+    if args.batches is None:
+        records = sweep(_load_model(args), args.devices, cluster, **grid)
+    else:
+        if args.batch is not None:
+            raise GraphError("give the batch sizes with --batches, or one with --batch, not both")
+        path = Path(args.model)
+        if args.model not in SAMPLES and path.suffix.lower() != ".onnx" and path.exists():
+            raise GraphError("--batches applies to sample models and ONNX models; a graph file fixes its own "
+                             "batch size")
+        records = batch_sweep(lambda batch: _load_model(argparse.Namespace(**{**vars(args), "batch": batch})),
+                              args.batches, args.devices, cluster, **grid)
     if args.json:
         print(json.dumps(records, indent=1))
         return 0
-    rows = [["devices", "GB/s", "TFLOP/s", "strategy", "step time (ms)", "speedup over DP"]]
+    by_batch = args.batches is not None
+    rows = [(["batch"] if by_batch else []) + ["devices", "GB/s", "TFLOP/s", "strategy", "step time (ms)",
+                                                 "speedup over DP"]]
     for r in records:
-        rows.append([str(r["devices"]), f"{r['bandwidth_Bps'] / 1e9:g}", f"{r['peak_flops'] / 1e12:g}", r["label"],
-                     f"{r['step_time_s'] * 1e3:.2f}", f"{r['speedup_over_dp']:.2f}"])
+        rows.append(([str(r["batch"])] if by_batch else []) + [
+            str(r["devices"]), f"{r['bandwidth_Bps'] / 1e9:g}", f"{r['peak_flops'] / 1e12:g}", r["label"],
+            f"{r['step_time_s'] * 1e3:.2f}", f"{r['speedup_over_dp']:.2f}"])
     print(_table(rows))
     return 0
 

@@ -209,6 +209,62 @@ def test_compare_page_accepts_a_user_plan():
     assert at.error and "Cannot use this plan" in at.error[0].value
 
 
+def test_compare_page_recosts_a_downloaded_plan_to_the_same_step_time():
+    at = choose_sample(new_app(), "alexnet", devices=8)
+    at.switch_page("app_pages/compare.py").run()
+    solve(at, "solve_compare")
+    from ui.state import cached_plan
+
+    found = cached_plan(at.session_state["_problem"])
+    # What the explorer's "Strategy (JSON)" download and `pase solve --json` write.
+    at.file_uploader(key="cmp_user_plan").upload("alexnet-p8-strategy.json", json.dumps(found.to_dict()).encode(),
+                                                 "application/json").run()
+    no_exception(at)
+    assert not at.error, [e.value for e in at.error]
+    totals = at.dataframe[0].value.set_index("strategy")
+    assert totals.loc["your plan", "step_ms"] == pytest.approx(totals.loc["PaSE", "step_ms"], rel=1e-9)
+
+
+@pytest.mark.parametrize("content,match", [
+    (b"{not json", "not valid JSON"),
+    (b'{"fc6": [1, 2.5, 1]}', "layer 'fc6': split factor 2.5"),
+    (b'{"nosuchlayer": [1, 8, 1]}', "nosuchlayer"),
+])
+def test_compare_page_names_what_is_wrong_with_a_plan_file(content, match):
+    at = choose_sample(new_app(), "alexnet", devices=8)
+    at.switch_page("app_pages/compare.py").run()
+    solve(at, "solve_compare")
+    at.file_uploader(key="cmp_user_plan").upload("plan.json", content, "application/json").run()
+    no_exception(at)
+    assert at.error and "Cannot use this plan" in at.error[0].value and match in at.error[0].value
+    assert "your plan" not in set(at.dataframe[0].value["strategy"])
+
+
+def test_what_if_batch_sweep_plots_one_series_per_batch():
+    at = choose_sample(new_app(), "alexnet")
+    at.switch_page("app_pages/what_if.py").run()
+    at.multiselect(key="wi_devices").set_value([2, 4]).run()
+    at.selectbox(key="wi_vary").set_value("batch size").run()
+    at.text_input(key="wi_values_batch").set_value("32, 64").run()
+    at.button(key="wi_run").click().run()
+    no_exception(at)
+    assert not at.error, [e.value for e in at.error]
+    spec = json.loads(charts(at, "wi_sweep")[0].proto.spec)
+    names = {t.get("name", "") for t in spec["data"]}
+    assert {"PaSE @ 32 batch", "PaSE @ 64 batch"} <= names, names
+    assert charts(at, "wi_splits")
+
+
+def test_what_if_batch_size_is_for_sample_graphs_only():
+    at = new_app()
+    at.radio(key="in_graph_kind").set_value("Upload").run()
+    at.file_uploader(key="in_upload").upload("tiny.json", EXAMPLE, "application/json").run()
+    at.switch_page("app_pages/what_if.py").run()
+    at.selectbox(key="wi_vary").set_value("batch size").run()
+    no_exception(at)
+    assert any("only vary for sample graphs" in w.value for w in at.warning)
+
+
 def test_what_if_sweep_plots_step_time_and_splits():
     at = choose_sample(new_app(), "alexnet")
     at.switch_page("app_pages/what_if.py").run()

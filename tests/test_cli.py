@@ -1,11 +1,13 @@
-"""The pase command: solve, show, sweep; errors exit 2 with one line."""
+"""The pase command: solve, evaluate, show, sweep; errors exit 2 with one line."""
 
 import json
+import re
 import subprocess
 import sys
 
 import pytest
 
+import pase
 from pase.cli import main
 from pase.models import SAMPLES
 
@@ -56,9 +58,112 @@ def test_sweep_json_has_every_point(capsys):
     assert all(r["speedup_over_dp"] >= 1 - 1e-9 for r in records if r["strategy"] == "PaSE")
 
 
+def test_sweep_batches_records_every_batch(capsys):
+    code, out, _ = run(capsys, "sweep", "alexnet", "--devices", "2", "4", "--batches", "32", "64", "--json")
+    assert code == 0
+    records = json.loads(out)
+    assert {(r["batch"], r["devices"]) for r in records} == {(32, 2), (32, 4), (64, 2), (64, 4)}
+    # Each batch's numbers are those of a plain sweep of the model at that batch.
+    code, out, _ = run(capsys, "sweep", "alexnet", "--devices", "2", "4", "--batch", "64", "--json")
+    alone = json.loads(out)
+    assert [{k: v for k, v in r.items() if k != "batch"} for r in records if r["batch"] == 64] == alone
+
+
+def test_sweep_batches_text_has_a_batch_column(capsys):
+    code, out, err = run(capsys, "sweep", "rnnlm", "--devices", "2", "--batches", "16", "32")
+    assert code == 0
+    assert out.split()[0] == "batch" and "solved 2/2" in err
+
+
+# -- pase evaluate -----------------------------------------------------------------------------------
+
+
+def solved_plan(capsys, tmp_path, *argv) -> tuple[dict, str]:
+    """``pase solve --json`` with ``argv``, saved to a file: (its JSON, the file's path)."""
+    code, out, _ = run(capsys, "solve", *argv, "--json")
+    assert code == 0
+    path = tmp_path / "plan.json"
+    path.write_text(out)
+    return json.loads(out), str(path)
+
+
+@pytest.mark.parametrize("argv", [
+    ["alexnet", "--devices", "8"],
+    ["transformer", "--devices", "16", "--cluster", "dgx-a100", "--batch", "16"],
+    ["rnnlm", "--devices", "8", "--cost-model", "paper", "--bandwidth", "4"],
+])
+def test_a_solved_plan_evaluated_on_the_same_cluster_reproduces_its_step_time(capsys, tmp_path, argv):
+    solved, path = solved_plan(capsys, tmp_path, *argv)
+    code, out, err = run(capsys, "evaluate", *argv, "--plan", path, "--json")
+    assert code == 0, err
+    evaluated = json.loads(out)
+    assert evaluated["step_time_s"] == pytest.approx(solved["step_time_s"], rel=1e-9)
+    assert [(l["name"], l["config"]) for l in evaluated["layers"]] == [(l["name"], l["config"]) for l in solved["layers"]]
+    assert evaluated["label"] == "plan.json" and evaluated["devices"] == solved["devices"]
+
+
+def test_a_plan_recosted_on_other_hardware_matches_pase_evaluate(capsys, tmp_path):
+    solved, path = solved_plan(capsys, tmp_path, "alexnet", "--devices", "8")
+    code, out, _ = run(capsys, "evaluate", "alexnet", "--devices", "16", "--cluster", "dgx-a100", "--plan", path,
+                       "--json")
+    assert code == 0
+    strategy = {l["name"]: tuple(l["config"]) for l in solved["layers"]}
+    expected = pase.evaluate(pase.sample("alexnet"), pase.preset("dgx-a100", devices=16), strategy)
+    assert json.loads(out)["step_time_s"] == pytest.approx(expected.step_time_s, rel=1e-12)
+
+
+def test_evaluate_prints_the_solve_table_and_says_which_layers_are_data_parallel(capsys, tmp_path):
+    path = tmp_path / "mine.json"
+    path.write_text('{"fc6": [1, 8, 1]}')
+    code, out, _ = run(capsys, "evaluate", "alexnet", "--devices", "8", "--plan", str(path))
+    assert code == 0
+    assert out.split()[:6] == ["layer", "op", "dims", "configuration", "parallelism", "time"]
+    assert "fc6" in out and "(1, 8, 1)" in out and "estimated step time" in out
+    assert "1 of 13 layers configured by mine.json; the other 12 data parallel" in out
+
+
+@pytest.mark.parametrize(
+    "content,match",
+    [
+        ("{not json", "bad.json: not valid JSON"),
+        ('{"fc6": [1, 2.5, 1]}', "bad.json: layer 'fc6': split factor 2.5"),
+        ('{"fc6": [1, 8, 1], "fc6": [8, 1, 1]}', "bad.json: key 'fc6' appears twice"),
+        ('{"nosuchlayer": [1, 8, 1]}', "bad.json: .*nosuchlayer"),
+        ('{"fc6": [1, 3, 1]}', "bad.json: layer 'fc6': n = 4096 cannot be split 3 ways"),
+        ('{"fc6": [1, 8]}', "bad.json: layer 'fc6'.* has 2 factors"),
+        ("[" * 100_000, "bad.json: not valid JSON: nested too deeply"),
+    ],
+)
+def test_a_bad_plan_file_exits_2_with_one_line_naming_the_problem(capsys, tmp_path, content, match):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    code, out, err = run(capsys, "evaluate", "alexnet", "--devices", "8", "--plan", str(path))
+    assert code == 2 and not out
+    assert re.search(match, err) and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_graph_file_given_as_the_plan_says_so(capsys):
+    code, _, err = run(capsys, "evaluate", "alexnet", "--devices", "8", "--plan", "sample_graphs/alexnet.json")
+    assert code == 2 and "that is a graph file" in err
+
+
+def test_a_bad_plan_file_from_the_shell_gives_no_traceback(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text('{"fc6": [1, NaN, 1]}')
+    proc = subprocess.run([sys.executable, "-m", "pase", "evaluate", "alexnet", "--devices", "8", "--plan", str(path)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("pase: error: bad.json: layer 'fc6': split factor nan")
+    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
+
+
 @pytest.mark.parametrize(
     "argv,match",
     [
+        (["evaluate", "alexnet", "--devices", "8", "--plan", "no/such/plan.json"], "cannot read"),
+        (["sweep", "sample_graphs/alexnet.json", "--devices", "2", "--batches", "32"], "--batches applies to sample"),
+        (["sweep", "alexnet", "--devices", "2", "--batches", "0", "32"], "batch sizes must be positive integers, got 0"),
+        (["sweep", "alexnet", "--devices", "2", "--batch", "8", "--batches", "32"], "not both"),
         (["solve", "nosuchmodel", "--devices", "8"], "neither a sample"),
         (["solve", "alexnet", "--devices", "0"], "devices"),
         (["solve", "alexnet", "--devices", "8", "--bandwidth", "0"], "bandwidth"),

@@ -15,8 +15,8 @@ from ui import figures as F
 from ui.fmt import compact_config, config_str, fmt_bytes, fmt_count, fmt_time
 from ui.graphview import (auto_group_depth, build_graph_view, group_key, groups_of,
                           layered_layout)
-from ui.learnkit import (ORDERING_FUNCS, connected_set, gemm_communication, gemm_cost, gemm_costs, small_graph,
-                         walk)
+from pase.models.teaching import small_graph
+from ui.learnkit import ORDERING_FUNCS, connected_set, gemm_communication, gemm_cost, gemm_costs, walk
 from ui.tables import comparison_table, differing_layers, strategy_table, totals_table
 
 CLUSTER = Cluster(devices=4, peak_flops=10e12, bandwidth_Bps=16e9, name="test")

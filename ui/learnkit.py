@@ -1,7 +1,9 @@
-"""Material for the Learn page: a GEMM layer, a small branchy graph, and orderings walked step by step.
+"""Material for the Learn page: a GEMM's costs and words, and orderings walked step by step.
 
-Plain functions over :mod:`pase` (no Streamlit): the numbers come from the
-cost model and :mod:`pase.search.ordering`; this module only names and arranges them.
+Plain functions over :mod:`pase` (no Streamlit): the graphs come from
+:mod:`pase.models.teaching` (re-exported here for the page), the numbers from
+the cost model and :mod:`pase.search.ordering`; this module only names and
+arranges them.
 """
 
 from __future__ import annotations
@@ -11,40 +13,24 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 
-from pase import ops as L
 from pase.hardware.cluster import Cluster
 from pase.ir.configs import ConfigOptions, config_counts
-from pase.model.cost import LayerCost, build_cost_model
 from pase.ir.graph import Graph, Layer
+from pase.model.cost import LayerCost, build_cost_model
+from pase.models.teaching import GEMM_DIMS, gemm_graph
 from pase.search.ordering import adjacency, breadth_first, elimination_steps, generate_seq
 
 __all__ = [
-    "GEMM_DIMS",
-    "gemm_layer",
-    "gemm_graph",
     "gemm_options",
     "gemm_costs",
+    "gemm_cost",
     "gemm_communication",
-    "small_graph",
     "Step",
     "ORDERING_FUNCS",
     "walk",
     "connected_set",
+    "small_layout",
 ]
-
-# The paper's Fig. 1 letters: C[i, j] = sum_k A[i, k] B[k, j]; B is the weight.
-GEMM_DIMS = ("i", "j", "k")
-
-
-def gemm_layer(i: int, j: int, k: int, name: str = "gemm") -> Layer:
-    """``C[i, j] = sum_k A[i, k] B[k, j]`` as pase's Einsum, B a weight (dims i, k, j)."""
-    return L.einsum(name, "ik,kj->ij", {"i": i, "j": j, "k": k}, weights=(1,))
-
-
-def gemm_graph(i: int, j: int, k: int) -> Graph:
-    g = Graph("gemm")
-    g.add_layer(gemm_layer(i, j, k))
-    return g
 
 
 def gemm_options() -> ConfigOptions:
@@ -90,21 +76,6 @@ def gemm_communication(splits: tuple[int, int, int]) -> list[str]:
     if not out:
         out.append("**Nothing split**: one device does the whole product; nothing to communicate, nothing to share.")
     return out
-
-
-def small_graph(batch: int = 64, width: int = 64) -> Graph:
-    """A branchy 8-layer graph in the spirit of the paper's Fig. 2: one input feeding three
-    branches (one of them two layers deep) that meet in a concatenation, then a classifier."""
-    g = Graph("small")
-    g.add_layer(L.fully_connected("in", b=batch, n=width, c=width))
-    for name in ("a", "b", "c"):
-        g.add_layer(L.fully_connected(name, b=batch, n=width, c=width), ["in"])
-    g.add_layer(L.fully_connected("a2", b=batch, n=width, c=width), ["a"])
-    g.add_layer(L.concat("cat", [(batch, width)] * 3, ("b", "n"), "n"), ["a2", "b", "c"])
-    g.add_layer(L.fully_connected("fc", b=batch, n=16, c=3 * width), ["cat"])
-    g.add_layer(L.softmax_cross_entropy("loss", (batch, 16), ("b", "n")), ["fc"])
-    g.validate()
-    return g
 
 
 @dataclass(frozen=True)

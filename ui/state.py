@@ -14,7 +14,7 @@ import hashlib
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Hashable
 
 import streamlit as st
@@ -55,6 +55,10 @@ class GraphSource:
             args = ", ".join(f"{k}={v}" for k, v in self.params)
             return f"{self.name}({args})"
         return f"{self.name} (uploaded)"
+
+    def with_params(self, **params: int) -> "GraphSource":
+        """The same sample with ``params`` (``batch=32``...) set; the others kept, in their order."""
+        return replace(self, params=tuple({**dict(self.params), **params}.items()))
 
     @staticmethod
     def for_upload(filename: str, data: bytes) -> "GraphSource":

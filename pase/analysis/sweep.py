@@ -1,18 +1,26 @@
-"""Sweeps: PaSE's plan and every applicable baseline at each point of a grid of clusters."""
+"""Sweeps: PaSE's plan and every applicable baseline at each point of a grid of clusters.
+
+:func:`sweep` varies the cluster (devices, bandwidth, FLOP rate) for one
+graph; :func:`batch_sweep` also varies the batch size, building the graph once
+per batch.
+"""
 
 from __future__ import annotations
 
 from dataclasses import replace
+from numbers import Integral
 from typing import Callable, Sequence
 
 from pase.analysis.baselines import applicable_baselines
+from pase.errors import GraphError
 from pase.hardware.cluster import Cluster
 from pase.ir.configs import ConfigOptions
 from pase.ir.graph import Graph
 from pase.model.memory import InsufficientMemoryError
 from pase.planner import PlanOptions, plan
 
-__all__ = ["sweep"]
+__all__ = ["sweep", "batch_sweep"]
+
 
 def sweep(
     graph: Graph,
@@ -71,4 +79,56 @@ def sweep(
             records.append(record)
         if progress is not None:
             progress(i + 1, len(grid))
+    return records
+
+
+def batch_sweep(
+    build_graph: Callable[[int], Graph],
+    batches: Sequence[int],
+    devices: Sequence[int],
+    cluster: Cluster,
+    *,
+    bandwidths_Bps: Sequence[float] | None = None,
+    peak_flops: Sequence[float] | None = None,
+    options: ConfigOptions = ConfigOptions(),
+    progress: Callable[[int, int], None] | None = None,
+) -> list[dict]:
+    """:func:`sweep` at every batch size: the graph ``build_graph(batch)`` over the same cluster grid.
+
+    Returns the records of :func:`sweep`, batch by batch in the order of
+    ``batches``, each with a ``batch`` field. ``progress(done, total)`` counts
+    points over all batches (``total`` = batches x grid points).
+
+    Raises
+    ------
+    GraphError
+        ``batches`` is empty or holds a value that is not a positive integer
+        (checked before anything is built or solved), or ``build_graph``
+        refuses a batch.
+    ClusterError, SearchTooLargeError
+        As :func:`sweep`.
+
+    Examples
+    --------
+    >>> from pase.models import sample
+    >>> from pase.hardware.cluster import preset
+    >>> records = batch_sweep(lambda b: sample("rnnlm", batch=b, vocab=1000, hidden=64, seq=8), [16, 32], [2],
+    ...                       preset("paper-model", devices=2))
+    >>> sorted({(r["batch"], r["devices"]) for r in records})
+    [(16, 2), (32, 2)]
+    """
+    if not batches:
+        raise GraphError("a batch sweep needs at least one batch size")
+    bad = [b for b in batches if isinstance(b, bool) or not isinstance(b, Integral) or b <= 0]
+    if bad:
+        raise GraphError(f"batch sizes must be positive integers, got {bad[0]!r}")
+    batches = [int(b) for b in batches]
+    records = []
+    for i, batch in enumerate(batches):
+        # Each batch's sweep reports its own (done, total); offset it into the count over all batches.
+        point_progress = None if progress is None else (
+            lambda done, total, i=i: progress(i * total + done, total * len(batches)))
+        part = sweep(build_graph(batch), devices, cluster, bandwidths_Bps=bandwidths_Bps, peak_flops=peak_flops,
+                     options=options, progress=point_progress)
+        records += [{**r, "batch": batch} for r in part]
     return records

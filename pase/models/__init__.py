@@ -19,6 +19,9 @@ Name, network, vertices and parameters with the default sizes:
 * ``densenet121``: DenseNet-121, batch 128; 306, 7,978,856.
 * ``gpt``: GPT-2-medium-like decoder, 24 layers, model 1024, 16 heads,
   sequence 1024, vocabulary 50257, batch 32; 318, 406,286,336.
+
+:mod:`pase.models.teaching` holds the small graphs the app's Learn page draws
+(one GEMM, a branchy 8-layer graph); they are not samples.
 """
 
 from __future__ import annotations
