@@ -156,15 +156,21 @@ def test_an_onnx_upload_is_solved():
 
 def test_a_search_too_large_is_reported_not_raised(monkeypatch):
     import pase.planner
+    import ui.jobs
     from pase.errors import SearchTooLargeError
 
-    def too_large(*args, **kwargs):
-        raise SearchTooLargeError("the search would hold 1e30 table entries; use fewer devices")
+    run = ui.jobs.run
+
+    def refuse_searches(fn, *args, **kwargs):
+        # What the worker sends back when the search refuses (the worker's own path is tested in test_jobs).
+        if fn is pase.planner.plan:
+            raise SearchTooLargeError("the search would hold 1e30 table entries; use fewer devices")
+        return run(fn, *args, **kwargs)
 
     # Six devices: a problem no other test solves, so nothing is cached.
     at = choose_sample(new_app(), "alexnet", devices=6)
     with monkeypatch.context() as m:
-        m.setattr(pase.planner, "plan", too_large)
+        m.setattr(ui.jobs, "run", refuse_searches)
         solve(at)
     assert at.error and "SearchTooLargeError" in at.error[0].value and "fewer devices" in at.error[0].value
     assert not at.metric

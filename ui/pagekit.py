@@ -35,7 +35,8 @@ def solve_button(problem: state.Problem, *, key: str = "solve", label: str = "So
         return cached
     bar = st.progress(0.0, text="Building cost tables...")
     try:
-        return state.solve(problem, progress=state.throttled_progress(bar, "Search step"))
+        return state.solve(problem, progress=state.throttled_progress(bar, "Search step"),
+                           waiting=lambda: bar.progress(0.0, text="Waiting for a free worker (the server is busy)..."))
     except PaseError as exc:
         st.error(f"{type(exc).__name__}: {exc}", icon=":material/error:")
         return None

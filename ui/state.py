@@ -4,8 +4,10 @@ A :class:`Problem` (graph source, cluster, search options) is a frozen,
 hashable value; solved plans, baselines and sweeps are kept per problem in
 small LRU stores created once per server process with
 ``st.cache_resource``, so asking the same question again (on any page, in
-any browser tab) is instant. The stores hold pase objects as they are (no
-pickling); Plans are immutable.
+any browser tab) is instant. The stores hold pase objects as they are; Plans
+are immutable. Every graph is built, and every search run, in a worker
+process (:mod:`ui.jobs`). An upload's bytes stay in its session, so another
+session filling the shared caches never loses it.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from pase.hardware.cluster import Cluster
 from pase.ir.configs import ConfigOptions
 from pase.ir.graph import Graph
 from pase.io.graph_json import load_model_file
-from pase.planner import Plan
+from pase.planner import Plan, PlanOptions
+from ui import jobs
 
 __all__ = [
     "GraphSource",
@@ -128,17 +131,24 @@ def load_graph(source: GraphSource, data: bytes | None = None) -> Graph:
         The sample parameters or the uploaded file are invalid (the message says why).
     """
     store = stores()["graphs"]
+    if source.kind == "upload":
+        uploads = st.session_state.setdefault("_uploads", {})
+        if data is not None:
+            # Only the latest upload of a session is kept; its bytes rebuild the graph if evicted.
+            uploads.clear()
+            uploads[source.digest] = data
+        data = uploads.get(source.digest)
     graph = store.get(source)
     if graph is not None:
         return graph
     if source.kind == "sample":
         from pase.models import sample
 
-        graph = sample(source.name, **dict(source.params))
+        graph = jobs.run(sample, source.name, what=f"building sample {source.name}", **dict(source.params))
     else:
         if data is None:
-            raise KeyError(f"the upload {source.name!r} is no longer cached; upload it again")
-        graph = load_model_file(data, source.name)
+            raise jobs.JobError(f"the upload {source.name!r} is no longer held by this session; upload it again")
+        graph = jobs.run(load_model_file, data, source.name, what=f"reading {source.name}")
     store.put(source, graph)
     return graph
 
@@ -158,27 +168,34 @@ def _cached(kind: str, problem: Problem, compute: Callable[[], object]):
     return found
 
 
-def solve(problem: Problem, progress: Callable[[int, int], None] | None = None) -> Plan:
-    """Find (or fetch) the best plan for ``problem``; ``progress(done, total)`` follows the search."""
-    from pase.planner import PlanOptions, plan
+def solve(problem: Problem, progress: Callable[[int, int], None] | None = None,
+          waiting: Callable[[], None] | None = None) -> Plan:
+    """Find (or fetch) the best plan for ``problem`` in a worker process.
 
-    return _cached("plans", problem, lambda: plan(load_graph(problem.source), problem.cluster,
-                                                    PlanOptions(configs=problem.options), progress=progress))
+    ``progress(done, total)`` follows the search; ``waiting()`` is called while every worker is busy.
+    """
+    from pase.planner import plan
+
+    options = PlanOptions(configs=problem.options, search_budget_bytes=jobs.SEARCH_BUDGET_BYTES)
+    return _cached("plans", problem, lambda: jobs.run(plan, load_graph(problem.source), problem.cluster, options,
+                                                        progress=progress, waiting=waiting, what="the search"))
 
 
 def data_parallel_plan(problem: Problem) -> Plan:
-    """Data parallelism for ``problem`` under the same cost model (cached)."""
+    """Data parallelism for ``problem`` under the same cost model (cached; costed in a worker)."""
     from pase.analysis.baselines import data_parallel
 
-    return _cached("dp", problem, lambda: data_parallel(load_graph(problem.source), problem.cluster, problem.options))
+    return _cached("dp", problem, lambda: jobs.run(data_parallel, load_graph(problem.source), problem.cluster,
+                                                     problem.options, what="costing data parallelism"))
 
 
 def baseline_plans(problem: Problem) -> dict[str, Plan]:
-    """Every baseline that applies to the problem's graph, name -> best Plan (cached)."""
+    """Every baseline that applies to the problem's graph, name -> best Plan (cached; costed in a worker)."""
     from pase.analysis.baselines import applicable_baselines
 
-    return _cached("baselines", problem,
-                   lambda: applicable_baselines(load_graph(problem.source), problem.cluster, problem.options))
+    return _cached("baselines", problem, lambda: jobs.run(applicable_baselines, load_graph(problem.source),
+                                                            problem.cluster, problem.options,
+                                                            what="costing the baselines"))
 
 
 def current_problem() -> tuple[Problem | None, str | None]:

@@ -109,6 +109,10 @@ class InsufficientMemoryError(PaseError):
         self.capacity_bytes = capacity_bytes
         self.least_bytes = least_bytes
 
+    def __reduce__(self):
+        # Rebuilt with all three arguments (the app's worker processes pickle errors).
+        return type(self), (str(self), self.capacity_bytes, self.least_bytes)
+
 
 @dataclass(frozen=True)
 class MemoryOptions:

@@ -143,3 +143,50 @@ def test_click_to_graph_time_inception3_p8(page, app_url, artifacts):
     print(f"\nclick-to-graph, inception3 p=8: median {median:.2f} s over {TIMING_RUNS} runs {record['runs_s']}")
     shoot(page, artifacts / "browser-inception3-p8.png")
     assert median < TIMING_LIMIT_S, record
+
+
+def choose_sample(page, name: str) -> None:
+    page.get_by_label("Sample graph").click()
+    page.get_by_role("option", name=name, exact=True).click()
+    page.wait_for_timeout(300)
+    wait_idle(page)
+
+
+def step_time_shown(page) -> str:
+    metric = page.locator('[data-testid="stMetric"]').filter(has_text="Estimated step time")
+    return metric.locator('[data-testid="stMetricValue"]').inner_text().strip()
+
+
+def test_two_sessions_solving_at_once_each_see_their_own_result(chromium, app_url):
+    """A long search in one browser session does not hold up another's, and neither sees the other's plan."""
+    from pase.hardware.cluster import preset
+    from pase.models import sample
+    from pase.planner import plan
+    from ui.fmt import fmt_time
+
+    contexts = [chromium.new_context(viewport={"width": 1500, "height": 1100}) for _ in range(2)]
+    try:
+        slow, fast = (c.new_page() for c in contexts)
+        for pg in (slow, fast):
+            pg.set_default_timeout(180_000)
+            open_page(pg, app_url)
+        choose_sample(slow, "gpt")
+        set_number(slow, "Devices p", "128")
+        choose_sample(fast, "alexnet")
+        set_number(fast, "Devices p", "2")
+        slow.get_by_role("button", name="Solve").click()
+        slow.wait_for_timeout(500)
+        fast.get_by_role("button", name="Solve").click()
+        fast.wait_for_selector(STRATEGY_POINTS, state="attached")
+        # The short search finished while the long one still runs in the other session.
+        assert slow.locator(STRATEGY_POINTS).count() == 0
+        slow.wait_for_selector(STRATEGY_POINTS, state="attached")
+        for pg in (slow, fast):
+            wait_idle(pg)
+            assert_no_exception(pg, "a session solving beside another")
+        cluster = preset("paper-model", devices=128)
+        assert step_time_shown(slow) == fmt_time(plan(sample("gpt"), cluster).step_time_s)
+        assert step_time_shown(fast) == fmt_time(plan(sample("alexnet"), preset("paper-model", devices=2)).step_time_s)
+    finally:
+        for c in contexts:
+            c.close()

@@ -1,0 +1,77 @@
+"""The app's worker processes (ui/jobs.py): results and errors come back, limits hold, the server survives."""
+
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from pase.errors import GraphError
+from pase.hardware.cluster import Cluster
+from pase.io.graph_json import dumps_graph
+from pase.model.memory import InsufficientMemoryError
+from pase.models import sample
+from pase.planner import PlanOptions, plan
+from ui import jobs, state
+
+CLUSTER = Cluster(8, 10e12, 16e9)
+
+
+def test_a_plan_computed_in_a_worker_is_the_plan_computed_here():
+    graph = sample("alexnet")
+    steps = []
+    there = jobs.run(plan, graph, CLUSTER, PlanOptions(), progress=lambda done, total: steps.append((done, total)))
+    here = plan(graph, CLUSTER)
+    assert there.step_time_s == here.step_time_s and there.strategy == here.strategy
+    assert steps and steps[-1][0] == steps[-1][1]
+
+
+def test_an_error_raised_in_the_worker_arrives_with_its_class_and_attributes():
+    with pytest.raises(InsufficientMemoryError) as caught:
+        jobs.run(plan, sample("alexnet"), CLUSTER, PlanOptions(memory_limit_bytes=1.0))
+    assert caught.value.least_bytes > 1.0 and "least any strategy needs" in str(caught.value)
+    with pytest.raises(GraphError, match="unknown sample"):
+        jobs.run(sample, "no-such-model")
+
+
+def test_a_job_past_the_memory_limit_is_an_error_naming_the_limit():
+    with pytest.raises(jobs.JobError, match="GB of memory this server allows"):
+        jobs.run(np.ones, 10**12, what="a huge array")
+
+
+def test_a_worker_that_dies_is_reported_and_the_next_job_runs():
+    with pytest.raises(jobs.JobError, match="stopped unexpectedly"):
+        jobs.run(os._exit, 3, what="a dying job")
+    assert jobs.run(sum, [1, 2, 3]) == 6
+
+
+def test_a_job_past_the_time_limit_is_stopped(monkeypatch):
+    monkeypatch.setattr(jobs, "JOB_TIME_S", 0.5)
+    start = time.monotonic()
+    with pytest.raises(jobs.JobError, match="ran longer"):
+        jobs.run(time.sleep, 30, what="a slow job")
+    assert time.monotonic() - start < 10
+    assert not [p for p in __import__("multiprocessing").active_children() if p.is_alive()]
+
+
+def test_jobs_beyond_the_worker_count_wait_for_a_free_worker(monkeypatch):
+    monkeypatch.setattr(jobs, "_slots", threading.BoundedSemaphore(1))
+    first = threading.Thread(target=jobs.run, args=(time.sleep, 1.5))
+    first.start()
+    time.sleep(0.3)
+    waits = []
+    assert jobs.run(sum, [1, 2], waiting=lambda: waits.append(1)) == 3
+    first.join()
+    assert waits
+
+
+def test_an_upload_survives_other_sessions_filling_the_shared_cache():
+    data = dumps_graph(sample("alexnet", batch=16)).encode()
+    source = state.GraphSource.for_upload("mine.json", data)
+    first = state.load_graph(source, data)
+    graphs = state.stores()["graphs"]
+    for i in range(graphs.maxsize + 2):
+        graphs.put(("another session's upload", i), object())
+    again = state.load_graph(source)
+    assert [layer.name for layer in again] == [layer.name for layer in first]
