@@ -199,8 +199,58 @@ def test_impossible_clusters_are_refused(kwargs, match):
         Cluster(**{**base, **kwargs})
 
 
-def test_presets_have_published_figures():
-    assert set(PRESETS) >= {"paper-1080ti", "paper-2080ti", "dgx1-v100", "dgx-a100", "dgx-h100"}
+# Published figures, with their sources, in the units the presets use: FLOP/s per device, bytes
+# per second one device sends one way, bytes of memory (decimal GB, as NVIDIA states them).
+GB, TFLOPS = 1e9, 1e12
+EDR_Bps, HDR_Bps, NDR_Bps = 100e9 / 8, 200e9 / 8, 400e9 / 8  # InfiniBand EDR/HDR/NDR: 100/200/400 Gb/s per port
+PCIE3_X16_Bps = 16 * 8e9 * 128 / 130 / 8  # PCIe 3.0: 8 GT/s per lane, 128b/130b coding: 15.75 GB/s one way
+PUBLISHED = {
+    # GeForce GTX 1080 Ti (NVIDIA product page): 3584 CUDA cores at 1582 MHz boost, 2 FLOPs per FMA
+    # -> 11.34 TFLOP/s fp32; 11 GB GDDR5X. Peer-to-peer over PCIe 3.0 x16; nodes on one EDR adapter.
+    "paper-1080ti": dict(flops=2 * 3584 * 1582e6, bpe=4, memory=11 * GB, link_max=PCIE3_X16_Bps,
+                         network=EDR_Bps / 8),
+    # GeForce RTX 2080 Ti (NVIDIA reference specification): 4352 CUDA cores at 1545 MHz boost
+    # -> 13.45 TFLOP/s fp32; 11 GB GDDR6. No peer-to-peer: staged through host memory over PCIe 3.0.
+    "paper-2080ti": dict(flops=2 * 4352 * 1545e6, bpe=4, memory=11 * GB, link_max=PCIE3_X16_Bps,
+                         network=EDR_Bps / 8),
+    # DGX-1 with V100 (NVIDIA V100 and DGX-1 datasheets): V100 SXM2 125 TFLOP/s tensor (fp16), 32 GB
+    # HBM2, NVLink 2 300 GB/s bidirectional = 150 GB/s per direction; 4 x EDR per node of 8 GPUs.
+    "dgx1-v100": dict(flops=125 * TFLOPS, bpe=2, memory=32 * GB, link=300 * GB / 2, network=4 * EDR_Bps / 8),
+    # DGX A100 (NVIDIA A100 and DGX A100 datasheets): A100 SXM4 312 TFLOP/s dense bf16/fp16, 80 GB
+    # HBM2e, NVLink 3 600 GB/s bidirectional = 300 GB/s per direction; 8 x HDR (one per GPU).
+    "dgx-a100": dict(flops=312 * TFLOPS, bpe=2, memory=80 * GB, link=600 * GB / 2, network=HDR_Bps),
+    # DGX H100 (NVIDIA H100 and DGX H100 datasheets): H100 SXM5 989 TFLOP/s dense bf16 (1979 with
+    # sparsity), 80 GB HBM3, NVLink 4 900 GB/s bidirectional = 450 GB/s per direction; 8 x NDR.
+    "dgx-h100": dict(flops=989 * TFLOPS, bpe=2, memory=80 * GB, link=900 * GB / 2, network=NDR_Bps),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_presets_have_published_figures(name):
+    c, spec = PRESETS[name], PUBLISHED[name]
+    assert c.name == name and (c.devices, c.node_size) == (8, 8)  # one node of 8 devices
+    # Marketing peaks are rounded to 3 figures (11.34 -> 11.3, 13.45 -> 13.4).
+    assert c.peak_flops == pytest.approx(spec["flops"], rel=5e-3)
+    assert c.bytes_per_element == spec["bpe"]
+    assert c.memory_bytes == pytest.approx(spec["memory"])
+    if "link" in spec:
+        assert c.bandwidth_Bps == pytest.approx(spec["link"])
+    else:
+        # An achieved PCIe figure: below the link's theoretical one-way rate.
+        assert c.bandwidth_Bps < spec["link_max"]
+    assert c.network_bandwidth_Bps == pytest.approx(spec["network"])
+    # Across nodes the same 8 devices share the node's adapters: 16 devices make 2 nodes.
+    two = preset(name, 16)
+    assert (two.nodes, two.mesh.shape) == (2, (2, 8))
+    assert [a.bandwidth_Bps for a in two.mesh.axes] == pytest.approx([spec["network"], c.bandwidth_Bps])
+
+
+def test_every_preset_is_checked_and_unknown_ones_are_refused():
+    assert set(PRESETS) == set(PUBLISHED) | {"paper-model"}
+    # The paper's cost-model setting: 10 TFLOP/s and 16 GB/s, r = 625 FLOPs per byte, fp32, flat, no memory.
+    model = PRESETS["paper-model"]
+    assert (model.peak_flops, model.bandwidth_Bps, model.flops_per_byte) == (10e12, 16e9, 625.0)
+    assert (model.bytes_per_element, model.memory_bytes, model.is_flat) == (4, None, True)
     assert preset("dgx-h100", 16).devices == 16
     with pytest.raises(ClusterError, match="unknown cluster preset"):
         preset("tpu")

@@ -33,6 +33,22 @@ def _edge_s(graph, cluster, strategy, options=ConfigOptions()):
     return float(table[0, 0])
 
 
+def _directions(graph, cluster, strategy, src="fc1", dst="fc2"):
+    """(forward, backward) seconds of the edge src -> dst: the tensor from the producer's output layout
+    to the consumer's input layout, and its gradient from the consumer's input-gradient layout to
+    the producer's output layout (pending sums read as replicated)."""
+    from pase.model.layout import redistribute_s, tensor_layout
+
+    model = build_cost_model(graph, cluster, configs={k: np.array([v]) for k, v in strategy.items()})
+    a, b = graph.layer(src), graph.layer(dst)
+    pa, pb = model.placements[src], model.placements[dst]
+    forward = redistribute_s(tensor_layout(a, a.outputs[0], pa, partial=True),
+                             tensor_layout(b, b.inputs[0], pb, partial=False), cluster.mesh, BPE)
+    backward = redistribute_s(tensor_layout(b, b.inputs[0], pb, partial=True),
+                              tensor_layout(a, a.outputs[0], pa, partial=False), cluster.mesh, BPE)
+    return float(forward[0, 0]), float(backward[0, 0])
+
+
 def _row_parallel_then_norm():
     """Megatron's row-parallel linear (the reduction f split) feeding a LayerNorm."""
     g = Graph("rowparallel")
@@ -79,10 +95,12 @@ def _two_fc(n=64, c=32, b=16):
 
 def test_replicated_to_sharded_moves_nothing_forward_and_gathers_the_gradient_back():
     g, t = _two_fc()
-    seconds = _edge_s(g, _flat(), {"fc1": (1, 1, 1), "fc2": (4, 1, 1)})
+    strategy = {"fc1": (1, 1, 1), "fc2": (4, 1, 1)}
+    seconds = _edge_s(g, _flat(), strategy)
     # Forward 0: every device already holds the whole tensor. Backward: fc1 (replicated) needs
     # the whole gradient, which fc2 leaves sharded by batch: an all-gather.
     assert seconds == pytest.approx(3 / 4 * t / BW)
+    assert _directions(g, _flat(), strategy) == (0.0, pytest.approx(3 / 4 * t / BW))
 
 
 def test_sharded_to_replicated_is_an_all_gather_and_its_gradient_a_local_slice():
@@ -188,3 +206,67 @@ def test_a_configuration_that_does_not_tile_the_mesh_is_refused_with_the_fix():
     with pytest.raises(ConfigurationError, match="do not tile a mesh of 4.*paper"):
         _edge_s(g, _flat(), {"fc1": (3, 1, 1), "fc2": (1, 1, 1)})
     assert _edge_s(g, _flat(), {"fc1": (3, 1, 1), "fc2": (1, 1, 1)}, ConfigOptions(cost_model="paper")) > 0
+
+
+def test_a_producer_with_several_consumers_pays_each_edge_by_its_consumers_layout():
+    b, c = 16, 32
+    g = Graph("fanout")
+    g.add_layer(L.fully_connected("fc1", b=b, n=c, c=c, bias=False))
+    for name in ("same", "replicated", "model", "replicated_again"):
+        g.add_layer(L.fully_connected(name, b=b, n=64, c=c, bias=False), inputs=["fc1"])
+    t = b * c * BPE  # fc1's output, read by all four
+    strategy = {"fc1": (4, 1, 1), "same": (4, 1, 1), "replicated": (1, 1, 1), "model": (1, 4, 1),
+                "replicated_again": (1, 1, 1)}
+    model = build_cost_model(g, _flat(), configs={k: np.array([v]) for k, v in strategy.items()})
+    expected = {
+        # The same batch shards both ways: nothing moves.
+        ("fc1", "same"): 0.0,
+        # Forward, an all-gather of the batch shards: each device receives the 3 quarters it lacks;
+        # backward, the replicated gradient is sliced locally.
+        ("fc1", "replicated"): 3 / 4 * t / BW,
+        # Forward the same all-gather (the out-channel split needs the whole input on every device);
+        # backward each device holds a partial sum of the whole input gradient, reduce-scattered into
+        # fc1's batch shards: each device sends 3 quarters.
+        ("fc1", "model"): 3 / 4 * t / BW + 3 / 4 * t / BW,
+        # A second consumer wanting the same layout pays again (the pairwise model cannot share one
+        # transfer between two edges, as pase.model.layout documents).
+        ("fc1", "replicated_again"): 3 / 4 * t / BW,
+    }
+    costs = model.edge_costs_s({name: 0 for name in strategy})
+    assert costs.keys() == expected.keys()
+    for edge, seconds in expected.items():
+        assert costs[edge] == pytest.approx(seconds, abs=1e-18), edge
+    # Each edge is charged to its consumer, and the search sees four separate edge matrices.
+    rows = {r.name: r for r in model.breakdown({name: 0 for name in strategy})}
+    assert rows["fc1"].edge_comm_s == 0
+    for (_, dst), seconds in expected.items():
+        assert rows[dst].edge_comm_s == pytest.approx(seconds, abs=1e-18)
+    cg = model.cost_graph()
+    index = model.index
+    assert sorted((u, v) for u, v, _ in cg.edges) == sorted((index["fc1"], index[d]) for _, d in expected)
+    assert cg.cost_of([0] * len(strategy)) == pytest.approx(
+        sum(model.layer_cost_vector(n)[0] for n in strategy) + model.cluster.peak_flops * sum(expected.values()))
+
+
+def test_an_edge_whose_gradient_moves_less_than_its_activation():
+    g, t = _two_fc()
+    # fc1 splits its reduction c 4 ways: each device holds a partial sum of the whole output.
+    # fc2 splits the batch 2 ways (on 4 devices: 2 replicas of each half).
+    strategy = {"fc1": (1, 1, 4), "fc2": (2, 1, 1)}
+    cluster = _flat()
+    # Forward: each device needs its half of the batch fully summed. A ring reduce-scatter over the
+    # 4 devices (each sends 3/4 of t) leaves every device a summed quarter; each pair then swaps
+    # quarters to rebuild its half (t/4 each): t in all.
+    forward = (3 / 4 * t + 1 / 4 * t) / BW
+    # Backward: fc2 leaves the gradient split by batch halves; fc1 (partial over c, so every device
+    # holds the whole output) needs all of it: an all-gather between the two halves, t/2 each.
+    backward = (1 / 2 * t) / BW
+    assert forward != backward
+    assert _edge_s(g, cluster, strategy) == pytest.approx(forward + backward)
+    assert _directions(g, cluster, strategy) == (pytest.approx(forward), pytest.approx(backward))
+    # The paper's rule takes the backward volume equal to the forward one: fc1 has already
+    # all-reduced its output inside the layer, and since fc2 cuts it into more pieces than fc1 does
+    # the rule counts nothing held, so fc2's half block (t/2) moves forward and again backward.
+    paper = build_cost_model(g, cluster, ConfigOptions(cost_model="paper"),
+                             configs={k: np.array([v]) for k, v in strategy.items()})
+    assert paper.edge_tables[0][1][0, 0] == pytest.approx(2 * (t / 2) / BW)
