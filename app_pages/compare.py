@@ -7,7 +7,7 @@ from pase.errors import PaseError
 from pase.io.strategy_json import loads_strategy
 from ui import state
 from ui.figures import layer_compare_figure, totals_figure
-from ui.fmt import fmt_time
+from ui.fmt import fmt_time, md
 from ui.pagekit import require_problem, solve_button
 from ui.tables import comparison_table, differing_layers, totals_table
 
@@ -22,7 +22,7 @@ st.caption("The found strategy beside data parallelism and the expert strategies
 
 problem = require_problem()
 graph = state.load_graph(problem.source)
-st.markdown(f"**{graph.name}** ({problem.source}) on **{problem.cluster}**")
+st.markdown(f"**{md(graph.name)}** ({md(problem.source)}) on **{md(problem.cluster)}**")
 
 plan = solve_button(problem, key="solve_compare", label="Solve")
 if plan is None:
@@ -33,7 +33,7 @@ try:
     with st.spinner("Costing the baselines..."):
         baselines = state.baseline_plans(problem)
 except PaseError as exc:
-    st.error(f"The baselines could not be costed: {exc}")
+    st.error(f"The baselines could not be costed: {md(exc)}")
     st.stop()
 
 plans = {PASE: plan, **baselines}
@@ -52,7 +52,7 @@ with st.expander("Add your own plan", icon=":material/upload_file:"):
             plans["your plan"] = user
             st.success(f"Your plan: {fmt_time(user.step_time_s)} per step.")
         except PaseError as exc:
-            st.error(f"Cannot use this plan: {exc}")
+            st.error(f"Cannot use this plan: {md(exc)}")
 
 st.subheader("Step time")
 speedups = {name: plan.speedup_over(p) for name, p in plans.items() if name != PASE}

@@ -8,7 +8,7 @@ from pase.ir.configs import config_counts
 from pase.errors import PaseError
 from ui import state
 from ui.figures import SORT_KEYS, cost_breakdown_figure, memory_figure, strategy_graph_figure
-from ui.fmt import fmt_count, fmt_time
+from ui.fmt import fmt_count, fmt_time, md
 from ui.graphview import auto_group_depth, build_graph_view, group_key, groups_of
 from ui.pagekit import headline, require_problem, solve_button
 from ui.tables import strategy_table
@@ -29,7 +29,7 @@ if counts is None:
     counts = config_counts(graph, c.devices, problem.options)
     state.stores()["misc"].put(counts_key, counts)
 st.markdown(
-    f"**{graph.name}** ({problem.source}): {len(graph)} layers, {len(graph.edges)} edges, "
+    f"**{md(graph.name)}** ({md(problem.source)}): {len(graph)} layers, {len(graph.edges)} edges, "
     f"{graph.parameter_count / 1e6:,.1f}M parameters · **{c}**, {c.bytes_per_element} bytes per element · "
     f"up to {max(counts.values())} configurations per layer ({fmt_count(sum(counts.values()))} in all)"
 )
@@ -71,7 +71,7 @@ if found is not None:
     highlight = view.node_of_layer(found).key
     if plan is not None:
         row = next(r for r in plan.layers if r.name == found)
-        st.caption(f"**{found}**: configuration {row.config} over {' '.join(row.dims)}; "
+        st.caption(f"**{md(found)}**: configuration {row.config} over {' '.join(row.dims)}; "
                    f"total {fmt_time(row.total_s)} (compute {fmt_time(row.compute_s)}, "
                    f"intra-layer {fmt_time(row.intra_comm_s)}, edge {fmt_time(row.edge_comm_s)}).")
 fig = strategy_graph_figure(view, highlight=highlight)
@@ -97,7 +97,7 @@ with summary:
         dp = state.data_parallel_plan(problem)
     except PaseError as exc:
         dp = None
-        st.warning(f"Data parallelism could not be costed: {exc}")
+        st.warning(f"Data parallelism could not be costed: {md(exc)}")
     headline(plan, dp)
     totals = plan.totals_s()
     total = sum(totals.values()) or 1.0

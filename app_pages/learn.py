@@ -10,7 +10,7 @@ from pase.models.teaching import GEMM_DIMS, small_graph
 from pase.planner import PlanOptions, parallelism_kind, plan
 from ui import state
 from ui.figures import dependent_sets_figure, gemm_cube_figure, gemm_tensors_figure, search_step_figure
-from ui.fmt import compact_config, config_str, fmt_count, fmt_time
+from ui.fmt import compact_config, config_str, fmt_count, fmt_time, md
 from ui.learnkit import ORDERING_FUNCS, gemm_communication, gemm_cost, gemm_costs, small_layout, walk
 
 SPLITS = [1, 2, 4, 8]
@@ -146,7 +146,7 @@ for name, key in (("GenerateSeq", "generateseq"), ("breadth-first", "bfs")):
     try:
         results[name] = plan(small, small_cluster, PlanOptions(configs=options, ordering=key, memory_limit_bytes=None))
     except PaseError as exc:
-        st.error(f"{name}: {exc}")
+        st.error(f"{name}: {md(exc)}")
 if len(results) == 2:
     a, b = results["GenerateSeq"], results["breadth-first"]
     st.markdown(
@@ -170,7 +170,7 @@ if real is None:
     with st.spinner(f"Walking both orderings over {len(graph)} layers..."):
         real = {name: walk(graph, p, problem.options, name, connected=False) for name in ORDERING_FUNCS}
     store.put(key, real)
-st.markdown(f"**{graph.name}** at p = {p}: the size of the dependent set D(i) at every step i, and the table "
+st.markdown(f"**{md(graph.name)}** at p = {p}: the size of the dependent set D(i) at every step i, and the table "
             "the step builds. Breadth-first makes the search exponentially larger on branchy networks; the paper's "
             "breadth-first runs out of memory on InceptionV3 and the Transformer.")
 st.plotly_chart(dependent_sets_figure({n: [len(s.dependent) for s in w] for n, w in real.items()}),

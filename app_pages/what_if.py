@@ -3,6 +3,8 @@
 import streamlit as st
 
 from pase.errors import PaseError
+from pase.limits import MAX_BANDWIDTH_BPS, MAX_BATCH, MAX_PEAK_FLOPS, MIN_BANDWIDTH_BPS, MIN_PEAK_FLOPS
+from pase.ops import training_flops
 from pase.planner import parallelism_kind
 from ui import state
 from ui.figures import split_changes_figure, sweep_figure
@@ -15,6 +17,13 @@ VARY = {
     "link bandwidth (GB/s)": "bandwidth_Bps",
     "peak TFLOP/s": "peak_flops",
     "batch size": "batch",
+}
+# What each varied quantity's values may be: (unit scale, lowest, highest in the hardware's units, unit), the
+# bounds of pase.hardware.cluster.Cluster and of `pase sweep --bandwidths/--tflops-list/--batches`.
+BOUNDS = {
+    "bandwidth_Bps": (1e9, MIN_BANDWIDTH_BPS, MAX_BANDWIDTH_BPS, "GB/s"),
+    "peak_flops": (1e12, MIN_PEAK_FLOPS, MAX_PEAK_FLOPS, "TFLOP/s"),
+    "batch": (1, 1, MAX_BATCH, ""),
 }
 # Heatmap rows: above this many layers, show modules (their first layer stands for them) or only changes.
 MAX_ROWS = 80
@@ -48,18 +57,25 @@ if vary is not None:
         }[vary]
         text = c3.text_input(vary_label, value=default, key=f"wi_values_{vary}",
                              help="Comma-separated values.")
+        scale, low, high, unit = BOUNDS[vary]
         try:
             values = sorted({float(v) for v in text.replace(";", ",").split(",") if v.strip()})
-            if not values or any(v <= 0 for v in values):
-                raise ValueError
-            if vary == "batch" and any(v != int(v) for v in values):
-                raise ValueError
         except ValueError:
-            st.error(f"'{text}' is not a list of positive numbers" + (" (whole numbers)" if vary == "batch" else ""))
+            values = []
+        # In range first (False for NaN and infinity), so that int() below only sees finite values.
+        if not values or not all(low <= v * scale <= high and (vary != "batch" or v == int(v)) for v in values):
+            kind = "whole numbers" if vary == "batch" else "numbers"
+            st.error(f"'{text}' is not a comma-separated list of {kind} from {low / scale:g} to {high / scale:g}"
+                     f"{' ' + unit if unit else ''}; type e.g. {default}")
             st.stop()
 
 if not devices:
     st.info("Choose at least one device count.")
+    st.stop()
+if all(training_flops(layer) == 0 for layer in graph):
+    # Every step would take 0 s: speedups over data parallelism are undefined (as `pase sweep` says).
+    st.error("This graph does no work: its layers only move data, so every step time is 0 s and speedups over "
+             "data parallelism are undefined; sweep a model with computing layers.")
     st.stop()
 devices = sorted(devices)
 

@@ -2,13 +2,18 @@
 
 Each sub-command is registered by an ``_add_<name>`` function that builds its
 parser and sets ``func``; a handler returns the process exit status. Errors of
-pase (:class:`pase.errors.PaseError`) print one line on stderr and exit 2.
+pase (:class:`pase.errors.PaseError`) and of the command line (an unknown
+option, a number out of range) print one line on stderr and exit 2. Every
+number an option takes is bounded (:mod:`pase.limits`), names printed from
+files are escaped, and ``--json`` output is strict JSON (no NaN or Infinity).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -21,15 +26,28 @@ from pase.io.graph_json import load_model_file
 from pase.io.strategy_json import load_strategy
 from pase.ir.configs import COST_MODELS, ConfigOptions, config_counts
 from pase.ir.graph import Graph
+from pase.limits import (
+    MAX_BANDWIDTH_BPS, MAX_BATCH, MAX_DEVICES, MAX_DIM, MAX_INSTANCE_BYTES, MAX_MEMORY_BYTES, MAX_PEAK_FLOPS,
+    MIN_BANDWIDTH_BPS, MIN_MEMORY_BYTES, MIN_PEAK_FLOPS,
+)
 from pase.models import SAMPLES, sample
+from pase.ops import training_flops
 from pase.planner import Plan, PlanOptions, parallelism_kind, plan
+from pase.search.exact import DEFAULT_ORDERING, ORDERINGS
 
 __all__ = ["main"]
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line on stderr and exit status 2, like pase's own errors."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {_printable(message)} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of every sub-command."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="pase",
         description="Find per-layer parallelization strategies for DNN training (PaSE).",
     )
@@ -40,27 +58,128 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
-    args = build_parser().parse_args(argv)
+    """Run the CLI with ``argv`` (default ``sys.argv[1:]``); return the exit status.
+
+    0: done; 2: bad input (a usage error or a :class:`~pase.errors.PaseError`),
+    told in one line on stderr; 1: stdout was closed by its reader (``pase
+    show gpt -p 64 | head -1``), which ends the command quietly. ``--help``
+    returns 0 after printing the help.
+    """
     try:
-        return args.func(args)
-    except PaseError as exc:
-        print(f"pase: error: {exc}", file=sys.stderr)
-        return 2
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as exc:  # --help, or a usage error already told on stderr
+            status = exc.code if isinstance(exc.code, int) else 2
+        else:
+            try:
+                status = args.func(args)
+            except PaseError as exc:
+                print(f"pase: error: {_printable(str(exc))}", file=sys.stderr)
+                status = 2
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler below, rather than at exit
+        return status
+    except BrokenPipeError:
+        return _stdout_closed()
+
+
+def _stdout_closed() -> int:
+    """Status 1 after the reader of stdout went away, with stdout sent to /dev/null.
+
+    As the Python documentation advises for SIGPIPE: the interpreter flushes
+    stdout again at exit, which would fail and print a second error, so the
+    descriptor is pointed at /dev/null first. The status is 1, not 0, because
+    the output was cut short (as ``pipefail`` shells expect); nothing is
+    printed, as for any program whose reader stopped reading.
+    """
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # a captured stream (tests) has no descriptor to redirect
+        return 1
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+    return 1
+
+
+def _printable(text: str) -> str:
+    """``text`` with every non-printable character escaped as in ``repr`` (``\\x1b``, ``\\n``, ``\\u202e``).
+
+    Names come from files anyone can write: escaping keeps escape sequences
+    and control characters from reaching the terminal, and keeps a message
+    on one line.
+
+    >>> _printable("conv\\x1b[2J\\n1")
+    'conv\\\\x1b[2J\\\\n1'
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _print_json(data: object) -> None:
+    """Print ``data`` as strict JSON: a NaN or an infinity is a bug, never printed as invalid JSON."""
+    print(json.dumps(data, indent=1, allow_nan=False))
 
 
 # -- shared options --------------------------------------------------------------------
 
 
+def _whole(what: str, low: int, high: int):
+    """An argparse type: a whole number from ``low`` to ``high``; the message says what is expected."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:  # "1e30", "8.5", "eight", or more digits than int() reads
+            value = None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected {what}: a whole number from {low} to {high}, "
+                                             f"got {_short(text)}")
+        return value
+    return parse
+
+
+def _amount(what: str, scale: float, low: float, high: float, unit: str, *, zero: str | None = None):
+    """An argparse type: a number whose value times ``scale`` lies in ``[low, high]`` (the hardware's units).
+
+    The value is returned as given, in ``unit``; ``zero`` (a meaning, e.g. "no limit") also admits 0.
+    """
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if zero is not None and value == 0:
+            return 0.0
+        if not low <= value * scale <= high:  # False for NaN
+            also = "" if zero is None else f", or 0 for {zero}"
+            raise argparse.ArgumentTypeError(f"expected {what} from {low / scale:g} to {high / scale:g} {unit}"
+                                             f"{also}, got {_short(text)}")
+        return value
+    return parse
+
+
+def _short(text: str, limit: int = 40) -> str:
+    """``repr(text)`` cut to ``limit`` characters, for messages about what was typed."""
+    text = repr(text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_DEVICES = _whole("a device count", 1, MAX_DEVICES)
+_BATCH = _whole("a batch size", 1, MAX_BATCH)
+_TFLOPS = _amount("peak TFLOP/s per device", 1e12, MIN_PEAK_FLOPS, MAX_PEAK_FLOPS, "TFLOP/s")
+_GBPS = _amount("a bandwidth", 1e9, MIN_BANDWIDTH_BPS, MAX_BANDWIDTH_BPS, "GB/s")
+
+
 def _add_model_options(p: argparse.ArgumentParser, *, many_devices: bool = False) -> None:
     p.add_argument("model", help="a sample name (alexnet, inception3, resnet101, rnnlm, transformer, densenet121, gpt) or a model file (.json in pase's format, or .onnx)")
     if many_devices:
-        p.add_argument("--devices", "-p", type=int, nargs="+", required=True, help="device counts, e.g. 4 8 16 32 64")
+        p.add_argument("--devices", "-p", type=_DEVICES, nargs="+", required=True,
+                       help=f"device counts (1 to {MAX_DEVICES}), e.g. 4 8 16 32 64")
     else:
-        p.add_argument("--devices", "-p", type=int, required=True, help="number of devices")
-    p.add_argument("--batch", type=int, help="batch size (sample models only)")
+        p.add_argument("--devices", "-p", type=_DEVICES, required=True, help=f"number of devices (1 to {MAX_DEVICES})")
+    p.add_argument("--batch", type=_BATCH, help=f"batch size, 1 to {MAX_BATCH} (sample and ONNX models only)")
     p.add_argument("--powers-of-two", action="store_true", help="only split factors 1, 2, 4, 8...")
-    p.add_argument("--min-shard", type=int, default=ConfigOptions().min_shard,
+    p.add_argument("--min-shard", type=_whole("a shard size", 1, MAX_DIM), default=ConfigOptions().min_shard,
                    help="smallest block a split may leave along a dimension (default %(default)s)")
     p.add_argument("--spatial-split", action="store_true", help="let convolutions split image rows/columns")
     p.add_argument("--cost-model", choices=COST_MODELS, default=ConfigOptions().cost_model,
@@ -71,19 +190,28 @@ def _add_model_options(p: argparse.ArgumentParser, *, many_devices: bool = False
 
 
 def _add_cluster_options(p: argparse.ArgumentParser) -> None:
+    gbps = f"{MIN_BANDWIDTH_BPS / 1e9:g} to {MAX_BANDWIDTH_BPS / 1e9:g}"
     p.add_argument("--cluster", choices=sorted(PRESETS), default="paper-model",
                    help="hardware preset (default %(default)s: 10 TFLOP/s, 16 GB/s)")
-    p.add_argument("--tflops", type=float, help="peak TFLOP/s per device (overrides the preset)")
-    p.add_argument("--bandwidth", type=float, help="link bandwidth in GB/s (overrides the preset)")
-    p.add_argument("--bytes-per-element", type=int, help="4 for fp32, 2 for fp16/bf16 (overrides the preset)")
-    p.add_argument("--memory-gb", type=float,
-                   help="memory per device in GB (1e9 bytes); the strategy must fit (overrides the preset)")
-    p.add_argument("--nodes", type=int, help="nodes the devices are spread over (devices per node = devices / nodes)")
-    p.add_argument("--devices-per-node", type=int, help="devices in one node (overrides the preset)")
-    p.add_argument("--intra-bandwidth", type=float,
-                   help="link bandwidth inside a node in GB/s per device (same as --bandwidth)")
-    p.add_argument("--inter-bandwidth", type=float,
-                   help="network bandwidth between nodes in GB/s per device (overrides the preset)")
+    p.add_argument("--tflops", type=_TFLOPS,
+                   help=f"peak TFLOP/s per device, {MIN_PEAK_FLOPS / 1e12:g} to {MAX_PEAK_FLOPS / 1e12:g} "
+                        "(overrides the preset)")
+    p.add_argument("--bandwidth", type=_GBPS, help=f"link bandwidth in GB/s, {gbps} (overrides the preset)")
+    p.add_argument("--bytes-per-element", type=int, choices=(1, 2, 4, 8),
+                   help="4 for fp32, 2 for fp16/bf16 (overrides the preset)")
+    p.add_argument("--memory-gb", type=_amount("memory per device", 1e9, MIN_MEMORY_BYTES, MAX_MEMORY_BYTES, "GB",
+                                               zero="no limit"),
+                   help=f"memory per device in GB (1e9 bytes), {MIN_MEMORY_BYTES / 1e9:g} to "
+                        f"{MAX_MEMORY_BYTES / 1e9:g}; the strategy must fit; 0: no limit, as in the app "
+                        "(overrides the preset)")
+    p.add_argument("--nodes", type=_whole("a node count", 1, MAX_DEVICES),
+                   help="nodes the devices are spread over (devices per node = devices / nodes)")
+    p.add_argument("--devices-per-node", type=_whole("a node size", 1, MAX_DEVICES),
+                   help="devices in one node (overrides the preset)")
+    p.add_argument("--intra-bandwidth", type=_GBPS,
+                   help=f"link bandwidth inside a node in GB/s per device, {gbps} (same as --bandwidth)")
+    p.add_argument("--inter-bandwidth", type=_GBPS,
+                   help=f"network bandwidth between nodes in GB/s per device, {gbps} (overrides the preset)")
 
 
 def _load_model(args) -> Graph:
@@ -91,7 +219,8 @@ def _load_model(args) -> Graph:
         return sample(args.model, **({} if args.batch is None else {"batch": args.batch}))
     path = Path(args.model)
     if not path.exists():
-        raise GraphError(f"{args.model!r} is neither a sample ({', '.join(SAMPLES)}) nor an existing file")
+        raise GraphError(f"{args.model!r} is neither a sample ({', '.join(SAMPLES)}) nor an existing file; "
+                         "give a sample name or the path of a model file")
     if args.batch is not None and path.suffix.lower() != ".onnx":
         raise GraphError("--batch applies to sample models and ONNX models; a graph file fixes its own batch size")
     return load_model_file(path, batch=args.batch)
@@ -112,16 +241,18 @@ def _cluster(args) -> Cluster:
     if args.bytes_per_element is not None:
         changes["bytes_per_element"] = args.bytes_per_element
     if getattr(args, "memory_gb", None) is not None:
-        changes["memory_bytes"] = args.memory_gb * 1e9
+        changes["memory_bytes"] = args.memory_gb * 1e9 or None  # 0: no limit
     if getattr(args, "intra_bandwidth", None) is not None:
         changes["bandwidth_Bps"] = args.intra_bandwidth * 1e9
     if getattr(args, "inter_bandwidth", None) is not None:
         changes["inter_bandwidth_Bps"] = args.inter_bandwidth * 1e9
     nodes, per_node = getattr(args, "nodes", None), getattr(args, "devices_per_node", None)
     if nodes is not None:
-        if nodes < 1 or args.devices % nodes or (per_node is not None and nodes * per_node != args.devices):
-            raise ClusterError(f"--nodes {nodes} does not divide {args.devices} devices"
-                               + ("" if per_node is None else f" into nodes of {per_node}"))
+        if per_node is not None and nodes * per_node != args.devices:
+            raise ClusterError(f"--nodes {nodes} of --devices-per-node {per_node} make {nodes * per_node} devices, "
+                               f"not {args.devices}; give one of the two")
+        if args.devices % nodes:
+            raise ClusterError(f"--nodes {nodes} does not divide {args.devices} devices; give a divisor")
         per_node = args.devices // nodes
     if per_node is not None:
         changes["devices_per_node"] = per_node
@@ -131,6 +262,8 @@ def _cluster(args) -> Cluster:
 
 
 def _table(rows: list[list[str]]) -> str:
+    """``rows`` as aligned columns, every cell escaped (names come from files)."""
+    rows = [[_printable(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
@@ -142,8 +275,9 @@ def _add_solve(sub) -> None:
     p = sub.add_parser("solve", help="find the best strategy for a model on a cluster")
     _add_model_options(p)
     _add_cluster_options(p)
-    p.add_argument("--ordering", help="search ordering (default: the best available)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--ordering", choices=ORDERINGS, help="search ordering (default: the best available)")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object (a baseline's speedup is null where PaSE takes 0 s and it does not)")
     p.set_defaults(func=_solve)
 
 
@@ -155,7 +289,7 @@ def _print_layers(result: Plan) -> None:
                      parallelism_kind(r.dims, r.config), f"{r.total_s * 1e3:.3f}"])
     print(_table(rows))
     t = result.totals_s()
-    print(f"\n{result.graph.name} on {result.cluster}")
+    print(f"\n{_printable(result.graph.name)} on {result.cluster}")
     print(f"estimated step time {result.step_time_s * 1e3:.2f} ms (compute {t['compute_s'] * 1e3:.2f}, "
           f"intra-layer communication {t['intra_comm_s'] * 1e3:.2f}, edge communication {t['edge_comm_s'] * 1e3:.2f})")
 
@@ -167,6 +301,12 @@ def _print_memory(result: Plan) -> None:
               f"{result.memory_capacity_bytes / 1e9:.2f} GB{fits}")
 
 
+def _speedup(result: Plan, baseline: Plan) -> float | None:
+    """``result.speedup_over(baseline)``, None where it is infinite (PaSE takes 0 s, the baseline more)."""
+    s = result.speedup_over(baseline)
+    return s if math.isfinite(s) else None
+
+
 def _solve(args) -> int:
     graph, cluster, options = _load_model(args), _cluster(args), _options(args)
     result = plan(graph, cluster, PlanOptions(configs=options, ordering=args.ordering))
@@ -174,13 +314,17 @@ def _solve(args) -> int:
     if args.json:
         out = result.to_dict()
         out["baselines"] = {
-            name: {"label": b.label, "cost": b.cost, "step_time_s": b.step_time_s, "speedup": result.speedup_over(b),
+            name: {"label": b.label, "cost": b.cost, "step_time_s": b.step_time_s, "speedup": _speedup(result, b),
                    "memory_per_device_bytes": b.memory_per_device_bytes, "fits_memory": b.fits_memory}
             for name, b in baselines.items()
         }
-        print(json.dumps(out, indent=1))
+        _print_json(out)
         return 0
     _print_layers(result)
+    if result.step_time_s == 0:
+        print(f"note: {_printable(graph.name)} does no work: its layers only move data "
+              f"({_printable(', '.join(sorted({layer.op for layer in graph})))}) and this strategy moves nothing "
+              "between devices, so a step takes 0 s (a speedup over a baseline that takes 0 s too is 1)")
     print(f"search {result.search.search_time_s:.3f} s, largest dependent set {result.search.max_dependent_set}")
     if not result.exact:
         print("approximate: no ordering keeps the exact search in memory, so windows of layers were optimised "
@@ -188,7 +332,9 @@ def _solve(args) -> int:
     _print_memory(result)
     for name, b in baselines.items():
         fits = {None: "", True: ", fits memory", False: ", does NOT fit memory"}[b.fits_memory]
-        print(f"  vs {b.label}: {b.step_time_s * 1e3:.2f} ms{fits}, PaSE is {result.speedup_over(b):.2f}x faster")
+        speedup = _speedup(result, b)
+        faster = "PaSE takes no time" if speedup is None else f"PaSE is {speedup:.2f}x faster"
+        print(f"  vs {b.label}: {b.step_time_s * 1e3:.2f} ms{fits}, {faster}")
     return 0
 
 
@@ -222,11 +368,11 @@ def _evaluate(args) -> int:
     except (GraphError, ConfigurationError) as exc:
         raise type(exc)(f"{label}: {exc}") from None
     if args.json:
-        print(json.dumps(result.to_dict(), indent=1))
+        _print_json(result.to_dict())
         return 0
     _print_layers(result)
     given = sum(1 for layer in graph if layer.name in strategy)
-    print(f"{given} of {len(graph)} layers configured by {label}" +
+    print(f"{given} of {len(graph)} layers configured by {_printable(label)}" +
           ("" if given == len(graph) else f"; the other {len(graph) - given} data parallel"))
     _print_memory(result)
     return 0
@@ -238,12 +384,21 @@ def _evaluate(args) -> int:
 def _add_sweep(sub) -> None:
     p = sub.add_parser("sweep", help="step time and speedup over data parallelism across device counts")
     _add_model_options(p, many_devices=True)
-    p.add_argument("--bandwidths", type=float, nargs="+", help="link bandwidths to sweep, GB/s")
-    p.add_argument("--tflops-list", type=float, nargs="+", help="peak TFLOP/s values to sweep")
-    p.add_argument("--batches", type=int, nargs="+", help="batch sizes to sweep (sample and ONNX models)")
+    p.add_argument("--bandwidths", type=_GBPS, nargs="+", help="link bandwidths to sweep, GB/s")
+    p.add_argument("--tflops-list", type=_TFLOPS, nargs="+", help="peak TFLOP/s values to sweep")
+    p.add_argument("--batches", type=_BATCH, nargs="+", help="batch sizes to sweep (sample and ONNX models)")
     _add_cluster_options(p)
     p.add_argument("--json", action="store_true", help="print the records as a JSON list")
     p.set_defaults(func=_sweep)
+
+
+def _working(graph: Graph) -> Graph:
+    """``graph``, or ``GraphError`` when no layer computes anything: a sweep's speedups over data parallelism
+    divide by step times, which are 0 s for data movement alone."""
+    if all(training_flops(layer) == 0 for layer in graph):
+        raise GraphError(f"{graph.name!r} does no work: its layers only move data, so every step time is 0 s and "
+                         "speedups over data parallelism are undefined; sweep a model with computing layers")
+    return graph
 
 
 def _sweep(args) -> int:
@@ -255,7 +410,7 @@ def _sweep(args) -> int:
         progress=None if args.json else lambda done, total: print(f"  solved {done}/{total}", file=sys.stderr),
     )
     if args.batches is None:
-        records = sweep(_load_model(args), args.devices, cluster, **grid)
+        records = sweep(_working(_load_model(args)), args.devices, cluster, **grid)
     else:
         if args.batch is not None:
             raise GraphError("give the batch sizes with --batches, or one with --batch, not both")
@@ -263,10 +418,10 @@ def _sweep(args) -> int:
         if args.model not in SAMPLES and path.suffix.lower() != ".onnx" and path.exists():
             raise GraphError("--batches applies to sample models and ONNX models; a graph file fixes its own "
                              "batch size")
-        records = batch_sweep(lambda batch: _load_model(argparse.Namespace(**{**vars(args), "batch": batch})),
+        records = batch_sweep(lambda batch: _working(_load_model(argparse.Namespace(**{**vars(args), "batch": batch}))),
                               args.batches, args.devices, cluster, **grid)
     if args.json:
-        print(json.dumps(records, indent=1))
+        _print_json(records)
         return 0
     by_batch = args.batches is not None
     rows = [(["batch"] if by_batch else []) + ["devices", "GB/s", "TFLOP/s", "strategy", "step time (ms)",
@@ -296,7 +451,7 @@ def _show(args) -> int:
         dims = " ".join(f"{d}={n}" for d, n in zip(layer.dims, layer.sizes))
         rows.append([layer.name, layer.op, dims, str(counts[layer.name])])
     print(_table(rows))
-    print(f"\n{graph.name}: {len(graph)} layers, {graph.parameter_count / 1e6:.1f}M parameters, "
+    print(f"\n{_printable(graph.name)}: {len(graph)} layers, {graph.parameter_count / 1e6:.1f}M parameters, "
           f"{sum(counts.values())} configurations on {args.devices} devices (largest {max(counts.values())})")
     return 0
 
@@ -305,10 +460,9 @@ def _show(args) -> int:
 
 
 def _add_solve_instance(sub) -> None:
-    from pase.search.exact import DEFAULT_ORDERING, ORDERINGS
-
     p = sub.add_parser("solve-instance", help="solve a solver-level instance file (the ../shared/instances format)")
-    p.add_argument("file", help="instance file: JSON, gzip-compressed or not")
+    p.add_argument("file", help="instance file: JSON, gzip-compressed or not (at most "
+                                f"{MAX_INSTANCE_BYTES / 2**20:.0f} MiB uncompressed)")
     p.add_argument("--ordering", choices=ORDERINGS, default=DEFAULT_ORDERING,
                    help="vertex ordering of the search (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
@@ -336,7 +490,7 @@ def _solve_instance(args) -> int:
             "total_work": result.total_work,
             "pruned_configs": result.pruned_configs,
             "peak_table_bytes": result.peak_table_bytes,
-        }))
+        }, allow_nan=False))
         return 0
     rows = [["node", "op", "configuration", "index"]]
     for v, a in enumerate(result.assignment.tolist()):
@@ -344,7 +498,7 @@ def _solve_instance(args) -> int:
         config = node["configs"][a] if node["configs"] is not None else "-"
         rows.append([str(v), str(node["op"] or "-"), str(config), str(a)])
     print(_table(rows))
-    print(f"\n{meta['name'] or args.file}: {cost_graph.num_nodes} nodes, {len(cost_graph.edges)} edges, "
+    print(f"\n{_printable(meta['name'] or args.file)}: {cost_graph.num_nodes} nodes, {len(cost_graph.edges)} edges, "
           f"{sum(cost_graph.config_counts)} configurations")
     print(f"optimal cost {result.cost:.12g}")
     print(f"search {result.search_time_s:.3f} s with ordering {args.ordering}: largest dependent set "

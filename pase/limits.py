@@ -1,11 +1,15 @@
-"""Size limits shared by every reader: what a file, a graph or a tensor may be at most.
+"""Size limits shared by every reader and search: what a file, a graph, a tensor or a search may be at most.
 
 Uploads come from users of a shared app server, so every reader refuses
-absurd input with these bounds before it allocates for it.
+absurd input with these bounds before it allocates for it, and the planner
+refuses a cluster or a search beyond them before it enumerates or tabulates.
 """
 
 __all__ = ["MAX_FILE_BYTES", "MAX_ONNX_BYTES", "MAX_LAYERS", "MAX_NODES", "MAX_DIM", "MAX_TENSOR_ELEMENTS",
-           "MAX_FOLD_ELEMENTS", "MAX_LAYER_INPUTS"]
+           "MAX_FOLD_ELEMENTS", "MAX_LAYER_INPUTS", "MAX_INSTANCE_BYTES", "MAX_DEVICES", "MAX_BATCH",
+           "MIN_PEAK_FLOPS", "MAX_PEAK_FLOPS", "MIN_BANDWIDTH_BPS", "MAX_BANDWIDTH_BPS", "MIN_MEMORY_BYTES",
+           "MAX_MEMORY_BYTES", "MAX_LATENCY_S", "MAX_SEARCH_DEVICES", "MAX_LAYER_CONFIGS",
+           "MAX_DEPENDENT_SET"]
 
 # A pase graph file larger than this is refused before parsing (the largest sample is ~1 MB).
 MAX_FILE_BYTES = 20 * 2**20
@@ -23,3 +27,34 @@ MAX_TENSOR_ELEMENTS = 2**48
 MAX_FOLD_ELEMENTS = 2**24
 # Most input slots a layer may declare (an Elementwise layer's ``inputs``).
 MAX_LAYER_INPUTS = 4096
+# An instance file (``pase solve-instance``), compressed or not, and its uncompressed
+# contents, are refused past this size (the largest shared instance, transformer p=64,
+# is 213 MB uncompressed).
+MAX_INSTANCE_BYTES = 256 * 2**20
+# Devices, and the batch size of a sample model, that the CLI and the app accept. At
+# batch MAX_BATCH every sample's tensors stay below MAX_TENSOR_ELEMENTS, so no cost
+# overflows (at 10**15 one did: "a cost is negative").
+MAX_DEVICES = 4096
+MAX_BATCH = 2**20
+# Physically plausible hardware figures (:class:`pase.hardware.cluster.Cluster`), bounds
+# included: peak FLOP/s of one device (a microcontroller to beyond any accelerator),
+# bytes per second of a link (a modem to beyond any interconnect), bytes of memory of one
+# device, and seconds of latency of one collective step.
+MIN_PEAK_FLOPS, MAX_PEAK_FLOPS = 1e6, 1e18
+MIN_BANDWIDTH_BPS, MAX_BANDWIDTH_BPS = 1e3, 1e15
+MIN_MEMORY_BYTES, MAX_MEMORY_BYTES = 1e3, 1e15
+MAX_LATENCY_S = 1.0
+
+# Devices the configuration enumeration (pase.ir.configs) accepts, whatever built the
+# cluster (2**20 = 1,048,576; MAX_DEVICES above is the app's tighter bound). Past this
+# the device mesh has more prime digits than placement tracks and configuration counts
+# explode; plan for a group of the cluster (one data-parallel replica) instead.
+MAX_SEARCH_DEVICES = 2**20
+# Configurations of one layer, counted before they are listed (pase.ir.configs). A
+# transformer at 1024 devices has at most about 2,600; one edge between two layers of
+# this many would take 80 GB.
+MAX_LAYER_CONFIGS = 100_000
+# Largest dependent set the exact search tabulates: a step's arrays have one axis per
+# vertex of the set plus one for the vertex eliminated, and numpy 1.26 (the oldest numpy
+# pase supports) allows 32 axes. Denser graphs go to the approximate search.
+MAX_DEPENDENT_SET = 31

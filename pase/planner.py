@@ -135,7 +135,14 @@ class Plan:
         return None if self.memory is None else self.memory.fits
 
     def speedup_over(self, other: "Plan") -> float:
-        """How many times faster this plan's step is than ``other``'s."""
+        """How many times faster this plan's step is than ``other``'s: ``other.step_time_s / self.step_time_s``.
+
+        A graph whose layers do no work (data movement only) can take 0 s a
+        step: two zero step times are equally fast, a speedup of 1.0, and a
+        zero step time against a positive one is infinite (``float("inf")``).
+        """
+        if self.step_time_s == 0:
+            return 1.0 if other.step_time_s == 0 else float("inf")
         return other.step_time_s / self.step_time_s
 
     def to_dict(self) -> dict:

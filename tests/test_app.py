@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,11 @@ PAGES = ["app_pages/explorer.py", "app_pages/compare.py", "app_pages/what_if.py"
 TIMEOUT_S = 120
 EXAMPLE = (ROOT / "docs" / "example-graph.json").read_bytes()
 
+
+
+def shown(element) -> str:
+    """An element's markdown as the reader sees it: the app escapes user text with backslashes."""
+    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", element.value)
 
 def new_app() -> AppTest:
     at = AppTest.from_file(APP, default_timeout=TIMEOUT_S)
@@ -117,7 +123,7 @@ def test_bad_upload_shows_an_error_and_the_app_keeps_working():
     no_exception(at)
     at.file_uploader(key="in_upload").upload("broken.json", b"{not json", "application/json").run()
     no_exception(at)
-    assert at.error and "not valid JSON" in at.error[0].value
+    assert at.error and "not valid JSON" in shown(at.error[0])
     assert at.number_input(key="in_devices").value == 8, "the other inputs are kept"
 
     # A file in the right format whose graph is wrong: the message names the problem.
@@ -125,7 +131,7 @@ def test_bad_upload_shows_an_error_and_the_app_keeps_working():
     bad["layers"][1]["inputs"] = ["nowhere"]
     at.file_uploader(key="in_upload").clear().upload("bad.json", json.dumps(bad).encode(), "application/json").run()
     no_exception(at)
-    assert at.error and "nowhere" in at.error[0].value
+    assert at.error and "nowhere" in shown(at.error[0])
 
     # A good file works after the bad ones.
     at.file_uploader(key="in_upload").clear().upload("tiny.json", EXAMPLE, "application/json").run()
@@ -172,7 +178,7 @@ def test_a_search_too_large_is_reported_not_raised(monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(ui.jobs, "run", refuse_searches)
         solve(at)
-    assert at.error and "SearchTooLargeError" in at.error[0].value and "fewer devices" in at.error[0].value
+    assert at.error and "SearchTooLargeError" in shown(at.error[0]) and "fewer devices" in shown(at.error[0])
     assert not at.metric
     # The app still answers afterwards, with the user's inputs kept.
     assert at.selectbox(key="in_sample").value == "alexnet"
@@ -212,7 +218,7 @@ def test_compare_page_accepts_a_user_plan():
     at.file_uploader(key="cmp_user_plan").clear().upload("plan.json", json.dumps({"fc6": [3, 1, 1]}).encode(),
                                                          "application/json").run()
     no_exception(at)
-    assert at.error and "Cannot use this plan" in at.error[0].value
+    assert at.error and "Cannot use this plan" in shown(at.error[0])
 
 
 def test_compare_page_recosts_a_downloaded_plan_to_the_same_step_time():
@@ -242,7 +248,7 @@ def test_compare_page_names_what_is_wrong_with_a_plan_file(content, match):
     solve(at, "solve_compare")
     at.file_uploader(key="cmp_user_plan").upload("plan.json", content, "application/json").run()
     no_exception(at)
-    assert at.error and "Cannot use this plan" in at.error[0].value and match in at.error[0].value
+    assert at.error and "Cannot use this plan" in shown(at.error[0]) and match in shown(at.error[0])
     assert "your plan" not in set(at.dataframe[0].value["strategy"])
 
 
@@ -308,8 +314,6 @@ def test_no_file_of_the_broken_corpus_breaks_the_app():
     Files of other types (a pickle...) never reach the app: its uploader accepts only
     pase.io.graph_json.MODEL_SUFFIXES, which Streamlit enforces.
     """
-    import re
-
     from pase.io.graph_json import MODEL_SUFFIXES
 
     corpus = ROOT / "tests" / "corpus"
@@ -323,7 +327,7 @@ def test_no_file_of_the_broken_corpus_breaks_the_app():
                                                          "application/octet-stream").run()
         no_exception(at)
         assert at.error, name
-        assert re.search(pattern, at.error[0].value, re.I), (name, at.error[0].value)
+        assert re.search(pattern, shown(at.error[0]), re.I), (name, shown(at.error[0]))
         assert at.number_input(key="in_devices").value == 8, "the other inputs are kept"
 
 
@@ -333,3 +337,28 @@ def test_an_approximate_strategy_says_so():
     assert not at.error, [e.value for e in at.error]
     assert any("optimality is not guaranteed" in w.value for w in at.warning)
     assert charts(at, "graph_chart")
+
+
+def test_hostile_names_are_shown_literally_never_interpreted():
+    """A graph or layer name with markdown, HTML or terminal escapes is text on every element that shows it."""
+    from pase import ops
+    from pase.io.graph_json import dumps_graph
+    from pase.ir.graph import Graph
+
+    graph_name = "![x](http://host/x.png) :red[alarm] **bold**\x1b[31m"
+    layer_name = "<a href='http://host/'>fc</a><br>"
+    g = Graph(graph_name)
+    g.add_layer(ops.fully_connected(layer_name, b=64, n=256, c=256))
+    g.add_layer(ops.fully_connected("fc2", b=64, n=16, c=256), inputs=[layer_name])
+    at = new_app()
+    at.radio(key="in_graph_kind").set_value("Upload").run()
+    at.file_uploader(key="in_upload").upload("hostile.json", dumps_graph(g).encode(), "application/json").run()
+    solve(at)
+    texts = [e for kind in ("markdown", "caption") for e in at.get(kind)]
+    showing = [e for e in texts if "alarm" in e.value]
+    assert showing, "the graph's name is shown somewhere"
+    for e in showing:
+        assert "![x](" not in e.value and ":red[" not in e.value and "**bold**" not in e.value and "\x1b" not in e.value
+        assert "![x](http://host/x.png) :red[alarm] **bold**\\x1b[31m" in shown(e)
+    figures = "".join(c.proto.spec for c in at.get("plotly_chart"))
+    assert "href" in figures and "<a href" not in figures and "&lt;a href" in figures

@@ -162,7 +162,8 @@ def test_a_bad_plan_file_from_the_shell_gives_no_traceback(tmp_path):
     [
         (["evaluate", "alexnet", "--devices", "8", "--plan", "no/such/plan.json"], "cannot read"),
         (["sweep", "sample_graphs/alexnet.json", "--devices", "2", "--batches", "32"], "--batches applies to sample"),
-        (["sweep", "alexnet", "--devices", "2", "--batches", "0", "32"], "batch sizes must be positive integers, got 0"),
+        (["sweep", "alexnet", "--devices", "2", "--batches", "0", "32"],
+         "argument --batches: expected a batch size: a whole number from 1 to 1048576, got '0'"),
         (["sweep", "alexnet", "--devices", "2", "--batch", "8", "--batches", "32"], "not both"),
         (["solve", "nosuchmodel", "--devices", "8"], "neither a sample"),
         (["solve", "alexnet", "--devices", "0"], "devices"),

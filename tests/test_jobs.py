@@ -1,5 +1,6 @@
 """The app's worker processes (ui/jobs.py): results and errors come back, limits hold, the server survives."""
 
+import multiprocessing
 import os
 import threading
 import time
@@ -52,7 +53,7 @@ def test_a_job_past_the_time_limit_is_stopped(monkeypatch):
     with pytest.raises(jobs.JobError, match="ran longer"):
         jobs.run(time.sleep, 30, what="a slow job")
     assert time.monotonic() - start < 10
-    assert not [p for p in __import__("multiprocessing").active_children() if p.is_alive()]
+    assert not [p for p in multiprocessing.active_children() if p.is_alive()]
 
 
 def test_jobs_beyond_the_worker_count_wait_for_a_free_worker(monkeypatch):
@@ -75,3 +76,18 @@ def test_an_upload_survives_other_sessions_filling_the_shared_cache():
         graphs.put(("another session's upload", i), object())
     again = state.load_graph(source)
     assert [layer.name for layer in again] == [layer.name for layer in first]
+
+
+def test_an_exception_from_the_heartbeat_stops_the_worker():
+    # Streamlit stops a script (Cancel, leaving the page) by raising from its next call: the heartbeat.
+    class Stopped(Exception):
+        pass
+
+    def stop():
+        raise Stopped
+
+    start = time.monotonic()
+    with pytest.raises(Stopped):
+        jobs.run(time.sleep, 30, heartbeat=stop)
+    assert time.monotonic() - start < 10
+    assert not [p for p in multiprocessing.active_children() if p.is_alive()]

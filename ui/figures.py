@@ -17,7 +17,7 @@ from plotly.subplots import make_subplots
 from pase.model.cost import LayerCost
 from pase.model.memory import MemoryReport
 from pase.planner import parallelism_kind
-from ui.fmt import compact_config, config_str, fmt_time
+from ui.fmt import compact_config, config_str, fmt_time, plotly_text
 from ui.graphview import KINDS, GraphView
 
 __all__ = [
@@ -211,7 +211,7 @@ def cost_breakdown_figure(
     rows = sort_layers(rows, sort_by)
     if limit is not None:
         rows = rows[:limit]
-    names = [r.name for r in rows]
+    names = [plotly_text(r.name) for r in rows]
     fig = go.Figure()
     for label, attr in (("compute", "compute_s"), ("intra-layer comm", "intra_comm_s"), ("edge comm", "edge_comm_s")):
         values = [getattr(r, attr) * 1e3 for r in rows]
@@ -305,10 +305,12 @@ def layer_compare_figure(
         by_name = {r.name: r for r in plans[label]}
         rows = [by_name[n] for n in names]
         fig.add_trace(go.Bar(
-            y=names, x=[r.total_s * 1e3 for r in rows], orientation="h", name=label,
+            y=[plotly_text(n) for n in names], x=[r.total_s * 1e3 for r in rows], orientation="h",
+            name=plotly_text(label),
             marker_color=palette[i % len(palette)],
             customdata=[[config_str(r.config), compact_config(r.dims, r.config)] for r in rows],
-            hovertemplate="<b>%{y}</b><br>" + label + ": %{customdata[1]} %{customdata[0]}<br>%{x:.4g} ms<extra></extra>",
+            hovertemplate="<b>%{y}</b><br>" + plotly_text(label) + ": %{customdata[1]} %{customdata[0]}<br>%{x:.4g} ms"
+                          "<extra></extra>",
         ))
     fig.update_layout(
         barmode="group", height=int(max(300, (10 + 8 * len(labels)) * len(names) + 120)),
@@ -376,7 +378,7 @@ def split_changes_figure(
             label = compact_config(dims, cfg)
             zrow.append(kinds_index[kind])
             trow.append(f"<b>{label}</b>" if prev is not None and kind != prev else label)
-            hrow.append(f"{name} at p={p}: {config_str(cfg)} {label} ({kind})")
+            hrow.append(f"{plotly_text(name)} at p={p}: {config_str(cfg)} {label} ({kind})")
             prev = kind
         z.append(zrow)
         text.append(trow)
@@ -387,7 +389,7 @@ def split_changes_figure(
         scale += [[i / n, KIND_COLORS[k]], [(i + 1) / n, KIND_COLORS[k]]]
     x = [str(p) for p in devices]
     fig = go.Figure(go.Heatmap(
-        z=z, x=x, y=[name for name, _ in layers], text=text, texttemplate="%{text}", textfont=dict(size=10, color="white"),
+        z=z, x=x, y=[plotly_text(name) for name, _ in layers], text=text, texttemplate="%{text}", textfont=dict(size=10, color="white"),
         hovertext=hover, hoverinfo="text", colorscale=scale, zmin=-0.5, zmax=n - 0.5, xgap=2, ygap=1,
         colorbar=dict(tickvals=list(range(n)), ticktext=list(kinds), title="kind"),
     ))

@@ -1,10 +1,46 @@
-"""Short human-readable strings for times, configurations and sizes (chart labels, tables)."""
+"""Short human-readable strings for times, configurations and sizes (chart labels, tables), and
+escaping of user-supplied text (graph and layer names, messages that quote them) for markdown and
+plotly."""
 
 from __future__ import annotations
 
+import html as _html
+import string
 from typing import Sequence
 
-__all__ = ["fmt_time", "fmt_count", "fmt_bytes", "config_str", "compact_config", "dims_str"]
+__all__ = ["fmt_time", "fmt_count", "fmt_bytes", "config_str", "compact_config", "dims_str", "visible", "md",
+           "plotly_text"]
+
+# Markdown gives meaning to every ASCII punctuation character somewhere (emphasis, links, images,
+# Streamlit's :directives[...] and :emoji:); CommonMark lets each be escaped with a backslash.
+_MD_ESCAPES = {ord(c): "\\" + c for c in string.punctuation}
+
+
+def visible(text: object) -> str:
+    r"""``str(text)`` with control characters (newlines, terminal escapes) shown as ``\x1b``-style escapes.
+
+    >>> visible("fc1\x1b[31m")
+    'fc1\\x1b[31m'
+    """
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
+def md(text: object) -> str:
+    r"""``text`` shown literally inside Streamlit markdown: punctuation escaped, control characters visible.
+
+    >>> md("![x](http://host/x.png)")
+    '\\!\\[x\\]\\(http\\:\\/\\/host\\/x\\.png\\)'
+    """
+    return visible(text).translate(_MD_ESCAPES)
+
+
+def plotly_text(text: object) -> str:
+    """``text`` shown literally in plotly labels and hover text (which read ``<b>``, ``<br>``, ``<a>``).
+
+    >>> plotly_text("<b>fc</b>")
+    '&lt;b&gt;fc&lt;/b&gt;'
+    """
+    return _html.escape(visible(text), quote=False)
 
 
 def fmt_time(seconds: float) -> str:

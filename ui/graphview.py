@@ -21,7 +21,7 @@ import numpy as np
 
 from pase.ir.graph import Graph
 from pase.planner import Plan, parallelism_kind
-from ui.fmt import compact_config, config_str, dims_str, fmt_time
+from ui.fmt import compact_config, config_str, dims_str, fmt_time, plotly_text
 
 __all__ = [
     "KINDS",
@@ -156,7 +156,7 @@ def layered_layout(g: nx.DiGraph, x_gap: float = 1.0) -> dict[str, tuple[float, 
 
 def _layer_hover(row, kind: str) -> str:
     return "<br>".join([
-        f"<b>{row.name}</b> ({row.op})",
+        f"<b>{plotly_text(row.name)}</b> ({row.op})",
         f"dims: {dims_str(row.dims, row.sizes)}",
         f"config: {config_str(row.config)} = {compact_config(row.dims, row.config)} ({kind}, {row.devices} devices)",
         f"compute: {fmt_time(row.compute_s)}",
@@ -180,7 +180,7 @@ def _group_node(key: str, rows: list, kinds: list[str]) -> NodeInfo:
     splits = ", ".join(f"{c}×{n}" for c, n in sorted(counts.items(), key=lambda kv: -kv[1])[:6])
     kinds_txt = ", ".join(f"{k} {kinds.count(k)}" for k in KINDS if k in kind_set)
     hover = "<br>".join([
-        f"<b>{key}</b>: group of {len(rows)} layers",
+        f"<b>{plotly_text(key)}</b>: group of {len(rows)} layers",
         f"splits: {splits}" + (" ..." if len(counts) > 6 else ""),
         f"kinds: {kinds_txt}",
         f"compute: {fmt_time(compute)}",
@@ -192,7 +192,7 @@ def _group_node(key: str, rows: list, kinds: list[str]) -> NodeInfo:
 
 
 def _structure_hover(layer, configs: int | None) -> str:
-    lines = [f"<b>{layer.name}</b> ({layer.op})", f"dims: {dims_str(layer.dims, layer.sizes)}"]
+    lines = [f"<b>{plotly_text(layer.name)}</b> ({layer.op})", f"dims: {dims_str(layer.dims, layer.sizes)}"]
     if configs is not None:
         lines.append(f"{configs} configurations")
     return "<br>".join(lines)
@@ -281,7 +281,7 @@ def build_graph_view(
                 node = NodeInfo(key, (key,), "unsolved", "", _structure_hover(layer, count), 0.0, 0.0, 0.0)
             else:
                 ops = sorted({by_name[m].op for m in ms})
-                hover = f"<b>{key}</b>: group of {len(ms)} layers<br>ops: {', '.join(ops[:8])}"
+                hover = f"<b>{plotly_text(key)}</b>: group of {len(ms)} layers<br>ops: {', '.join(ops[:8])}"
                 node = NodeInfo(key, tuple(ms), "unsolved", "", hover, 0.0, 0.0, 0.0)
         elif single:
             r = rows[key]

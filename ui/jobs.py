@@ -111,12 +111,15 @@ def _worker(conn, fn, args, kwargs, memory_bytes, wants_progress):
 
 
 def run(fn: Callable, *args, progress: Callable[[int, int], None] | None = None,
-        waiting: Callable[[], None] | None = None, what: str = "the job", **kwargs):
+        waiting: Callable[[], None] | None = None, heartbeat: Callable[[], None] | None = None,
+        what: str = "the job", **kwargs):
     """``fn(*args, **kwargs)`` computed in a worker process; its result, or its error raised here.
 
     ``fn`` and its arguments must pickle (a module-level function, pase values). With
     ``progress``, ``fn`` is called with a ``progress(done, total)`` keyword whose reports reach
-    ``progress`` here. ``waiting()`` is called (every 0.2 s) while all workers are busy.
+    ``progress`` here. ``waiting()`` is called (every 0.2 s) while all workers are busy, and
+    ``heartbeat()`` every 0.5 s while the job runs: a page passes a call that touches Streamlit,
+    so that a click elsewhere (Cancel) stops the script, and with it the worker, promptly.
 
     Raises
     ------
@@ -130,12 +133,12 @@ def run(fn: Callable, *args, progress: Callable[[int, int], None] | None = None,
         if waiting is not None:
             waiting()
     try:
-        return _run(fn, args, kwargs, progress, what)
+        return _run(fn, args, kwargs, progress, heartbeat, what)
     finally:
         _slots.release()
 
 
-def _run(fn, args, kwargs, progress, what):
+def _run(fn, args, kwargs, progress, heartbeat, what):
     ctx = _get_context()
     ours, theirs = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_worker, args=(theirs, fn, args, kwargs, JOB_MEMORY_BYTES, progress is not None),
@@ -143,8 +146,12 @@ def _run(fn, args, kwargs, progress, what):
     proc.start()
     theirs.close()
     deadline = time.monotonic() + JOB_TIME_S
+    beat = time.monotonic()
     try:
         while True:
+            if heartbeat is not None and time.monotonic() - beat > 0.5:
+                beat = time.monotonic()
+                heartbeat()
             if ours.poll(0.1):
                 try:
                     kind, *payload = ours.recv()

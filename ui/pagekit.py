@@ -7,7 +7,7 @@ import streamlit as st
 from pase.errors import PaseError
 from pase.planner import Plan
 from ui import state
-from ui.fmt import fmt_count, fmt_time
+from ui.fmt import fmt_count, fmt_time, md
 
 __all__ = ["require_problem", "solve_button", "headline"]
 
@@ -17,9 +17,9 @@ def require_problem() -> state.Problem:
     problem, why = state.current_problem()
     if problem is None:
         if why and (why.startswith("Cannot") or "error" in why.lower()):
-            st.error(why, icon=":material/error:")
+            st.error(md(why), icon=":material/error:")
         else:
-            st.info(why or "Choose a graph in the sidebar.", icon=":material/info:")
+            st.info(md(why) if why else "Choose a graph in the sidebar.", icon=":material/info:")
         st.stop()
     return problem
 
@@ -27,21 +27,30 @@ def require_problem() -> state.Problem:
 def solve_button(problem: state.Problem, *, key: str = "solve", label: str = "Solve") -> Plan | None:
     """The primary action: run the search with a progress bar. Returns the plan (cached or new) or None."""
     cached = state.cached_plan(problem)
+    cancelled = st.session_state.get(f"{key}_cancel")
     clicked = st.button(label, type="primary", key=key, icon=":material/play_arrow:",
                         help="Find the strategy of least estimated step time (the paper's search).")
     if not clicked:
+        if cancelled and cached is None:
+            st.info("Search cancelled.", icon=":material/stop_circle:")
         return cached
     if cached is not None:
         return cached
     bar = st.progress(0.0, text="Building cost tables...")
+    # Clicking Cancel reruns the page, which stops this script at its next heartbeat and kills the worker.
+    cancel = st.empty()
+    cancel.button("Cancel", key=f"{key}_cancel", icon=":material/stop:", help="Stop the search.")
+    beat = st.empty()
     try:
         return state.solve(problem, progress=state.throttled_progress(bar, "Search step"),
-                           waiting=lambda: bar.progress(0.0, text="Waiting for a free worker (the server is busy)..."))
+                           waiting=lambda: bar.progress(0.0, text="Waiting for a free worker (the server is busy)..."),
+                           heartbeat=beat.empty)
     except PaseError as exc:
-        st.error(f"{type(exc).__name__}: {exc}", icon=":material/error:")
+        st.error(f"{type(exc).__name__}: {md(exc)}", icon=":material/error:")
         return None
     finally:
         bar.empty()
+        cancel.empty()
 
 
 def headline(plan: Plan, dp: Plan | None) -> None:

@@ -14,6 +14,10 @@ import streamlit as st
 from pase.hardware.cluster import PRESETS, Cluster
 from pase.ir.configs import ConfigOptions
 from pase.errors import PaseError
+from pase.limits import (
+    MAX_BANDWIDTH_BPS, MAX_BATCH, MAX_DEVICES, MAX_MEMORY_BYTES, MAX_PEAK_FLOPS, MIN_BANDWIDTH_BPS, MIN_PEAK_FLOPS,
+)
+from ui.fmt import md
 from ui.state import GraphSource, Problem, load_graph, set_current_problem
 
 __all__ = ["problem_sidebar", "sample_parameters", "DEFAULT_SAMPLE", "DEFAULT_PRESET"]
@@ -73,7 +77,7 @@ def _graph_source(sb) -> tuple[GraphSource | None, bytes | None, str | None]:
         params = sample_parameters(name)
         values = {}
         if "batch" in params:
-            values["batch"] = int(sb.number_input("Batch size", min_value=1, max_value=1 << 20, value=params["batch"],
+            values["batch"] = int(sb.number_input("Batch size", min_value=1, max_value=MAX_BATCH, value=params["batch"],
                                                   step=1, key=f"in_{name}_batch"))
         others = [k for k in params if k != "batch"]
         if others:
@@ -96,11 +100,13 @@ def _cluster(sb) -> Cluster:
     presets = [*PRESETS, CUSTOM]
     sb.selectbox("Cluster preset", presets, key="in_preset", on_change=_apply_preset,
                  help="Fills in device speed, links, nodes and memory; edit them below.")
-    devices = int(sb.number_input("Devices p", min_value=1, max_value=4096, step=1, key="in_devices"))
+    devices = int(sb.number_input("Devices p", min_value=1, max_value=MAX_DEVICES, step=1, key="in_devices"))
     c1, c2 = sb.columns(2)
-    tflops = c1.number_input("TFLOP/s per device", min_value=0.001, max_value=1e6, step=1.0, format="%g",
-                             key="in_tflops", on_change=_to_custom)
-    bandwidth = c2.number_input("Link GB/s", min_value=0.001, max_value=1e6, step=1.0, format="%g",
+    # The bounds are the Cluster's (pase.limits), as in the CLI's --tflops, --bandwidth and --memory-gb.
+    tflops = c1.number_input("TFLOP/s per device", min_value=MIN_PEAK_FLOPS / 1e12, max_value=MAX_PEAK_FLOPS / 1e12,
+                             step=1.0, format="%g", key="in_tflops", on_change=_to_custom)
+    bandwidth = c2.number_input("Link GB/s", min_value=MIN_BANDWIDTH_BPS / 1e9, max_value=MAX_BANDWIDTH_BPS / 1e9,
+                                step=1.0, format="%g",
                                 key="in_bandwidth", on_change=_to_custom,
                                 help="Bytes per second one device sends to another (inside its node).")
     bpe = sb.selectbox("Bytes per element", [4, 2, 1, 8], key="in_bpe",
@@ -109,12 +115,14 @@ def _cluster(sb) -> Cluster:
     with sb.expander("Nodes and memory"):
         node = int(st.number_input("Devices per node", min_value=0, max_value=4096, step=1, key="in_node",
                                    on_change=_to_custom, help="0: all devices in one node (the paper's flat model)."))
-        network = st.number_input("Network GB/s per device", min_value=0.001, max_value=1e6, step=1.0, format="%g",
+        network = st.number_input("Network GB/s per device", min_value=MIN_BANDWIDTH_BPS / 1e9,
+                                  max_value=MAX_BANDWIDTH_BPS / 1e9, step=1.0, format="%g",
                                   key="in_network", on_change=_to_custom,
                                   help="Bytes per second one device sends to other nodes.")
-        memory = st.number_input("Memory per device (GB)", min_value=0.0, max_value=1e5, step=1.0, format="%g",
-                                 key="in_memory", on_change=_to_custom,
-                                 help="0: unknown, no memory limit. Otherwise only strategies that fit are chosen.")
+        memory = st.number_input("Memory per device (GB)", min_value=0.0, max_value=MAX_MEMORY_BYTES / 1e9, step=1.0,
+                                 format="%g", key="in_memory", on_change=_to_custom,
+                                 help="0: unknown, no memory limit (as `pase --memory-gb 0`). Otherwise only "
+                                      "strategies that fit are chosen.")
     return Cluster(
         devices=devices, peak_flops=float(tflops) * 1e12, bandwidth_Bps=float(bandwidth) * 1e9,
         bytes_per_element=int(bpe), memory_bytes=float(memory) * 1e9 if memory > 0 else None,
@@ -157,7 +165,7 @@ def problem_sidebar() -> Problem | None:
         what = "the uploaded file" if source.kind == "upload" else f"sample {source.name}"
         set_current_problem(None, f"Cannot use {what}: {exc}")
         return None
-    sb.caption(f"**{graph.name}**: {len(graph)} layers, {len(graph.edges)} edges, "
+    sb.caption(f"**{md(graph.name)}**: {len(graph)} layers, {len(graph.edges)} edges, "
                f"{graph.parameter_count / 1e6:,.1f}M parameters")
     problem = Problem(source, cluster, options)
     set_current_problem(problem)

@@ -169,16 +169,17 @@ def _cached(kind: str, problem: Problem, compute: Callable[[], object]):
 
 
 def solve(problem: Problem, progress: Callable[[int, int], None] | None = None,
-          waiting: Callable[[], None] | None = None) -> Plan:
+          waiting: Callable[[], None] | None = None, heartbeat: Callable[[], None] | None = None) -> Plan:
     """Find (or fetch) the best plan for ``problem`` in a worker process.
 
-    ``progress(done, total)`` follows the search; ``waiting()`` is called while every worker is busy.
+    ``progress(done, total)`` follows the search; ``waiting()`` and ``heartbeat()`` as in :func:`ui.jobs.run`.
     """
     from pase.planner import plan
 
     options = PlanOptions(configs=problem.options, search_budget_bytes=jobs.SEARCH_BUDGET_BYTES)
     return _cached("plans", problem, lambda: jobs.run(plan, load_graph(problem.source), problem.cluster, options,
-                                                        progress=progress, waiting=waiting, what="the search"))
+                                                        progress=progress, waiting=waiting, heartbeat=heartbeat,
+                                                        what="the search"))
 
 
 def data_parallel_plan(problem: Problem) -> Plan:

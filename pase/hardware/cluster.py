@@ -20,11 +20,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from math import ceil, gcd, prod
+from numbers import Real
 
 from pase.errors import ClusterError
 from pase.hardware.mesh import DeviceMesh, MeshAxis
+from pase.limits import (
+    MAX_BANDWIDTH_BPS, MAX_MEMORY_BYTES, MAX_PEAK_FLOPS, MIN_BANDWIDTH_BPS, MIN_MEMORY_BYTES,
+    MIN_PEAK_FLOPS,
+)
 
 __all__ = ["Cluster", "PRESETS", "preset"]
+
+
+def _check_count(field: str, value: object) -> None:
+    """``ClusterError`` unless ``value`` is a whole number >= 1 (what the search accepts is its own bound)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ClusterError(f"{field} must be a whole number >= 1, got {value!r}")
+
+
+def _check_range(field: str, value: object, low: float, high: float, unit: str, hint: str = "") -> None:
+    """``ClusterError`` unless ``value`` is a real number in ``[low, high]`` (``unit`` names its unit)."""
+    ok = isinstance(value, Real) and not isinstance(value, bool) and low <= value <= high  # False for NaN
+    if not ok:
+        raise ClusterError(f"{field} must be from {low:g} to {high:g} {unit}, got {value!r}{hint}")
 
 
 @dataclass(frozen=True)
@@ -64,7 +82,14 @@ class Cluster:
     Raises
     ------
     ClusterError
-        A value is not positive.
+        A figure is not physically plausible: devices (or devices per node)
+        not a whole number >= 1, peak FLOP/s outside ``MIN_PEAK_FLOPS ..
+        MAX_PEAK_FLOPS``, a bandwidth (an explicit mesh axis's too) outside
+        ``MIN_BANDWIDTH_BPS .. MAX_BANDWIDTH_BPS`` bytes/s, memory outside
+        ``MIN_MEMORY_BYTES .. MAX_MEMORY_BYTES`` bytes (see
+        :mod:`pase.limits`), NaN or infinity anywhere, or an element size
+        other than 1, 2, 4 or 8 bytes. The message names the field, the
+        value, the accepted range and its unit.
 
     Examples
     --------
@@ -91,24 +116,26 @@ class Cluster:
     mesh_axes: tuple[MeshAxis, ...] | None = None
 
     def __post_init__(self):
-        if isinstance(self.devices, bool) or not isinstance(self.devices, int) or self.devices < 1:
-            raise ClusterError(f"devices must be a whole number >= 1, got {self.devices!r}")
-        for field in ("peak_flops", "bandwidth_Bps"):
-            value = getattr(self, field)
-            if not value > 0 or value == float("inf"):
-                raise ClusterError(f"{field} must be a positive finite number, got {value!r}")
-        if self.bytes_per_element not in (1, 2, 4, 8):
+        _check_count("devices", self.devices)
+        _check_range("peak_flops", self.peak_flops, MIN_PEAK_FLOPS, MAX_PEAK_FLOPS, "FLOP/s")
+        _check_range("bandwidth_Bps", self.bandwidth_Bps, MIN_BANDWIDTH_BPS, MAX_BANDWIDTH_BPS, "bytes/s")
+        if isinstance(self.bytes_per_element, bool) or self.bytes_per_element not in (1, 2, 4, 8):
             raise ClusterError(f"bytes_per_element must be 1, 2, 4 or 8, got {self.bytes_per_element!r}")
-        if self.memory_bytes is not None and not self.memory_bytes > 0:
-            raise ClusterError(f"memory_bytes must be positive, got {self.memory_bytes!r}")
-        dpn = self.devices_per_node
-        if dpn is not None and (isinstance(dpn, bool) or not isinstance(dpn, int) or dpn < 1):
-            raise ClusterError(f"devices_per_node must be a whole number >= 1, got {dpn!r}")
-        inter = self.inter_bandwidth_Bps
-        if inter is not None and (not inter > 0 or inter == float("inf")):
-            raise ClusterError(f"inter_bandwidth_Bps must be a positive finite number, got {inter!r}")
+        if self.memory_bytes is not None:
+            _check_range("memory_bytes", self.memory_bytes, MIN_MEMORY_BYTES, MAX_MEMORY_BYTES, "bytes",
+                         "; leave it unset (None) when unknown")
+        if self.devices_per_node is not None:
+            _check_count("devices_per_node", self.devices_per_node)
+        if self.inter_bandwidth_Bps is not None:
+            _check_range("inter_bandwidth_Bps", self.inter_bandwidth_Bps, MIN_BANDWIDTH_BPS, MAX_BANDWIDTH_BPS,
+                         "bytes/s")
         if self.mesh_axes is not None:
             object.__setattr__(self, "mesh_axes", tuple(self.mesh_axes))
+            for a in self.mesh_axes:
+                # A MeshAxis alone may carry unit bandwidths (formulas are checked with them); a
+                # cluster's axes are hardware.
+                _check_range(f"mesh axis {a.name!r} bandwidth_Bps", a.bandwidth_Bps, MIN_BANDWIDTH_BPS,
+                             MAX_BANDWIDTH_BPS, "bytes/s")
             sizes = [a.size for a in self.mesh_axes]
             if prod(sizes) != self.devices:
                 raise ClusterError(f"mesh axes {sizes} hold {prod(sizes)} devices, not the cluster's {self.devices}; "

@@ -38,6 +38,7 @@ from math import prod
 import numpy as np
 
 from pase.errors import ClusterError
+from pase.limits import MAX_LATENCY_S
 
 __all__ = ["MeshAxis", "DeviceMesh"]
 
@@ -56,9 +57,20 @@ class MeshAxis:
         Bytes per second one device sends across this axis when every device
         does so at once (a node's network bandwidth divided by its devices).
     latency_s : float
-        Seconds per step of a collective across this axis.
+        Seconds per step of a collective across this axis, from 0 to
+        :data:`pase.limits.MAX_LATENCY_S`.
     efficiency : float
         Fraction of ``bandwidth_Bps`` a collective reaches, in (0, 1].
+
+    Raises
+    ------
+    ClusterError
+        A size below 1, a bandwidth that is not a positive finite number, a
+        latency outside ``0 .. MAX_LATENCY_S`` seconds, or an efficiency
+        outside (0, 1]; NaN is refused everywhere. The axis alone is a
+        formula's input and may have any positive bandwidth (1 byte/s in
+        tests); a :class:`~pase.hardware.cluster.Cluster` holds its axes to
+        physically plausible bandwidths.
     """
 
     name: str
@@ -71,9 +83,11 @@ class MeshAxis:
         if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 1:
             raise ClusterError(f"mesh axis {self.name!r}: size must be a whole number >= 1, got {self.size!r}")
         if not 0 < self.bandwidth_Bps < float("inf"):
-            raise ClusterError(f"mesh axis {self.name!r}: bandwidth must be a positive finite number, got {self.bandwidth_Bps!r}")
-        if not 0 <= self.latency_s < float("inf"):
-            raise ClusterError(f"mesh axis {self.name!r}: latency must be >= 0 seconds, got {self.latency_s!r}")
+            raise ClusterError(f"mesh axis {self.name!r}: bandwidth must be a positive finite number of bytes/s, "
+                               f"got {self.bandwidth_Bps!r}")
+        if not 0 <= self.latency_s <= MAX_LATENCY_S:
+            raise ClusterError(f"mesh axis {self.name!r}: latency must be from 0 to {MAX_LATENCY_S:g} seconds, "
+                               f"got {self.latency_s!r}")
         if not 0 < self.efficiency <= 1:
             raise ClusterError(f"mesh axis {self.name!r}: efficiency must be in (0, 1], got {self.efficiency!r}")
 

@@ -28,6 +28,7 @@ import json
 from pathlib import Path
 
 from pase.errors import FormatError
+from pase.io.graph_json import read_limited
 from pase.limits import MAX_DIM, MAX_FILE_BYTES, MAX_LAYERS
 
 __all__ = ["FORMAT", "VERSION", "strategy_from_dict", "loads_strategy", "load_strategy"]
@@ -168,17 +169,13 @@ def load_strategy(path: str | Path) -> dict[str, tuple[int, ...]]:
     Raises
     ------
     FormatError
-        The file cannot be read, is too large or is malformed.
+        The file is missing, a directory, unreadable, larger than
+        ``MAX_FILE_BYTES`` (read in bounded chunks by
+        :func:`pase.io.graph_json.read_limited`, so a device or a pipe is
+        refused too) or malformed.
     """
     path = Path(path)
-    try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise FormatError(f"{path.name} is {size / 2**20:.1f} MiB; at most {MAX_FILE_BYTES / 2**20:.0f} MiB "
-                              "is accepted")
-        data = path.read_bytes()
-    except OSError as exc:
-        raise FormatError(f"cannot read {path}: {exc.strerror}") from None
+    data = read_limited(path, MAX_FILE_BYTES, what="plan file")
     try:
         return loads_strategy(data)
     except FormatError as exc:

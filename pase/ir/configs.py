@@ -6,19 +6,30 @@ product, the number of devices the layer uses, is at most ``p``. Under the
 corrected cost model that product also divides ``p``: a layer runs on a
 sub-mesh that tiles the device mesh and is replicated over the rest
 (:mod:`pase.model.layout`); the paper's model lets the other devices idle.
+
+A layer's configurations are counted (:func:`count_configs`, a product over
+its dimensions, never a list) before they are listed, so a layer of many
+dimensions on many devices is refused (``pase.limits.MAX_LAYER_CONFIGS``)
+before it takes memory, and so is a cluster above
+``pase.limits.MAX_SEARCH_DEVICES``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from math import gcd
 
 import numpy as np
 
 from pase.errors import ConfigurationError
 from pase.ir.graph import Graph, Layer
+from pase.limits import MAX_LAYER_CONFIGS, MAX_SEARCH_DEVICES
 from pase.ops import OPS
 
-__all__ = ["COST_MODELS", "ConfigOptions", "split_factors", "layer_configs", "config_counts", "check_config"]
+__all__ = ["COST_MODELS", "ConfigOptions", "split_factors", "count_configs", "layer_configs", "config_counts",
+           "check_config"]
 
 # "corrected": layouts on the device mesh with pending sums, computed backward volumes and the
 # audit's fixes (pase.model.cost); "paper": the paper's equation 1 and its prototype's edge rule.
@@ -74,22 +85,105 @@ class ConfigOptions:
         return self.cost_model == "paper" if self.sync_batchnorm is None else self.sync_batchnorm
 
 
+def _check_devices(devices: int) -> None:
+    """``ConfigurationError`` unless ``devices`` is a whole number from 1 to ``MAX_SEARCH_DEVICES``."""
+    if isinstance(devices, bool) or not isinstance(devices, (int, np.integer)) or devices < 1:
+        raise ConfigurationError(f"the device count must be a whole number >= 1, got {devices!r}")
+    if devices > MAX_SEARCH_DEVICES:
+        raise ConfigurationError(
+            f"a cluster of {devices:,} devices is more than pase plans for (at most {MAX_SEARCH_DEVICES:,} = 2**20 "
+            "devices); plan for a group of the cluster, such as the devices of one data-parallel replica")
+
+
+@lru_cache(maxsize=4096)
+def _divisors(n: int) -> tuple[int, ...]:
+    """Divisors of ``n >= 1``, ascending, by trial division (at most ``sqrt(n)`` steps: 46,341 for ``MAX_DIM``)."""
+    primes: dict[int, int] = {}
+    f = 2
+    while f * f <= n:
+        while n % f == 0:
+            primes[f] = primes.get(f, 0) + 1
+            n //= f
+        f += 1 if f == 2 else 2
+    if n > 1:
+        primes[n] = primes.get(n, 0) + 1
+    divisors = [1]
+    for prime, power in primes.items():
+        divisors = [d * prime**e for d in divisors for e in range(power + 1)]
+    return tuple(sorted(divisors))
+
+
 def split_factors(layer: Layer, dim: str, devices: int, options: ConfigOptions = ConfigOptions()) -> list[int]:
     """Split factors the options allow for dimension ``dim`` of ``layer`` on ``devices`` devices, ascending.
 
-    A factor divides the dimension's split base, leaves blocks of at least
-    ``options.min_shard`` and is at most ``devices``; 1 is always allowed.
+    A factor divides the dimension's split base (and, under the corrected
+    model, ``devices``), leaves blocks of at least ``options.min_shard`` and
+    is at most ``devices``; 1 is always allowed. Only divisors are tried, so
+    this is fast whatever the sizes.
+
+    Raises
+    ------
+    ConfigurationError
+        ``devices`` is not a whole number from 1 to ``MAX_SEARCH_DEVICES``.
     """
+    _check_devices(devices)
     i = layer.dims.index(dim)
     size, base = layer.sizes[i], layer.split_base[i]
     if not options.spatial_split and dim in OPS[layer.op].spatial_dims:
         return [1]
+    candidates = _divisors(gcd(base, int(devices)) if options.tiles_mesh else base)
     return [
-        f for f in range(1, min(base, devices) + 1)
-        if base % f == 0 and (f == 1 or size // f >= options.min_shard)
+        f for f in candidates
+        if f <= devices and (f == 1 or size // f >= options.min_shard)
         and (not options.powers_of_two or f & (f - 1) == 0)
-        and (not options.tiles_mesh or devices % f == 0)
     ]
+
+
+def count_configs(layer: Layer, devices: int, options: ConfigOptions = ConfigOptions()) -> int:
+    """How many configurations :func:`layer_configs` would list, counted without listing them.
+
+    Counts, dimension by dimension, the prefixes of factors by the devices
+    they use: a few hundred numbers at most under the corrected model (the
+    divisors of ``devices``), however many configurations there are.
+
+    Raises
+    ------
+    ConfigurationError
+        ``devices`` is not a whole number from 1 to ``MAX_SEARCH_DEVICES``.
+
+    Examples
+    --------
+    >>> from pase import ops as layers
+    >>> count_configs(layers.elementwise("e", [2] * 20, "abcdefghijklmnopqrst"), 1024)
+    616666
+    """
+    _check_devices(devices)
+    ways = {1: 1}  # devices a prefix uses -> prefixes that use that many
+    for d in layer.dims:
+        factors = split_factors(layer, d, devices, options)
+        extended: dict[int, int] = defaultdict(int)
+        for used, n in ways.items():
+            for f in factors:
+                if used * f > devices:
+                    break  # factors ascend
+                if not options.tiles_mesh or devices % (used * f) == 0:
+                    extended[used * f] += n
+        ways = extended
+    return sum(ways.values())
+
+
+def _too_many_configs(layer: Layer, count: int, devices: int, options: ConfigOptions) -> str:
+    """The refusal of a layer with ``count`` configurations, with what would bring it under the limit."""
+    message = (f"layer {layer.name!r} ({layer.op} over {len(layer.dims)} dimensions {' '.join(layer.dims)}) has "
+               f"{count:,} configurations on {devices:,} devices, more than the {MAX_LAYER_CONFIGS:,} pase lists "
+               "for one layer; use fewer devices, only powers of two (ConfigOptions(powers_of_two=True), "
+               "--powers-of-two), a larger minimum shard size (min_shard, --min-shard) or a layer with fewer "
+               "dimensions")
+    if not options.powers_of_two:
+        fewer = count_configs(layer, devices, replace(options, powers_of_two=True))
+        if fewer <= MAX_LAYER_CONFIGS:
+            message += f" (with powers of two only it has {fewer:,})"
+    return message
 
 
 def layer_configs(layer: Layer, devices: int, options: ConfigOptions = ConfigOptions()) -> np.ndarray:
@@ -98,6 +192,14 @@ def layer_configs(layer: Layer, devices: int, options: ConfigOptions = ConfigOpt
     Row 0 is the unsplit configuration (all ones); rows are in lexicographic
     order of the factors.
 
+    Raises
+    ------
+    ConfigurationError
+        The layer has more than ``MAX_LAYER_CONFIGS`` configurations (counted
+        before any is listed; the message gives the count and what to
+        change), or ``devices`` is not a whole number from 1 to
+        ``MAX_SEARCH_DEVICES``.
+
     Examples
     --------
     >>> from pase import ops as layers
@@ -105,6 +207,9 @@ def layer_configs(layer: Layer, devices: int, options: ConfigOptions = ConfigOpt
     >>> layer_configs(fc, 2, ConfigOptions(min_shard=1)).tolist()
     [[1, 1, 1], [1, 1, 2], [1, 2, 1], [2, 1, 1]]
     """
+    count = count_configs(layer, devices, options)
+    if count > MAX_LAYER_CONFIGS:
+        raise ConfigurationError(_too_many_configs(layer, count, devices, options))
     # Extend prefixes one dimension at a time, dropping any whose product already
     # exceeds the devices; ascending factors keep the rows in lexicographic order.
     rows: list[tuple[tuple[int, ...], int]] = [((), 1)]
@@ -116,8 +221,12 @@ def layer_configs(layer: Layer, devices: int, options: ConfigOptions = ConfigOpt
 
 
 def config_counts(graph: Graph, devices: int, options: ConfigOptions = ConfigOptions()) -> dict[str, int]:
-    """Number of configurations of every layer (what drives search time)."""
-    return {layer.name: len(layer_configs(layer, devices, options)) for layer in graph}
+    """Number of configurations of every layer (what drives search time), counted without listing them.
+
+    A count may exceed ``MAX_LAYER_CONFIGS``: such a layer is refused when
+    its configurations are listed (:func:`layer_configs`).
+    """
+    return {layer.name: count_configs(layer, devices, options) for layer in graph}
 
 
 def check_config(layer: Layer, config, devices: int, options: ConfigOptions = ConfigOptions()) -> tuple[int, ...]:
@@ -129,8 +238,10 @@ def check_config(layer: Layer, config, devices: int, options: ConfigOptions = Co
         Wrong length, a factor that is not a positive divisor of its
         dimension (or of a dimension that may not be split), a product
         above ``devices``, or, under the corrected model, a product that does
-        not divide ``devices``.
+        not divide ``devices``; or ``devices`` is not from 1 to
+        ``MAX_SEARCH_DEVICES``.
     """
+    _check_devices(devices)
     config = tuple(int(f) for f in config)
     if len(config) != len(layer.dims):
         raise ConfigurationError(

@@ -33,7 +33,11 @@ that pricing (``ConfigOptions.cost_model``):
 Both count max pooling's backward as one FLOP per output.
 
 :func:`build_cost_model` computes every table; :meth:`CostModel.cost_graph`
-hands them to the search as plain arrays.
+hands them to the search as plain arrays. Before it allocates any, it adds up
+what the tables, their copy in FLOP-equivalents and the scratch of computing
+them will take, and refuses a model over its budget; each table is computed
+in blocks of source configurations, so the scratch stays under
+``_EDGE_SCRATCH_BYTES`` however large the table.
 """
 
 from __future__ import annotations
@@ -53,11 +57,26 @@ from pase.model.layout import (
 )
 from pase.ops import OPS, Collective, CollectiveOptions, block_elements, collectives, partial_collectives, training_flops
 from pase.search.costgraph import CostGraph
+from pase.search.exact import default_memory_budget_bytes
 
 __all__ = ["CostModel", "LayerCost", "build_cost_model", "collective_s", "layer_compute_flops"]
 
-# Refuse to build cost tables above this many bytes: they are the search's input.
+# Refuse to build cost tables above this many bytes (or above the default search budget,
+# a share of the free memory, when that is less): they are the search's input.
 DEFAULT_TABLE_BUDGET_BYTES = 4 * 2**30
+# Scratch of computing one edge table: the blocks of source configurations are sized to
+# stay within it.
+_EDGE_SCRATCH_BYTES = 64 * 2**20
+
+
+def _edge_entry_bytes(axes: int, mesh_axes: int) -> int:
+    """Bytes of temporaries per table entry while an edge table is computed, the result included.
+
+    Both models build a few ``(K_src, K_dst)`` arrays per tensor axis and per
+    mesh axis; measured peaks (tracemalloc) stay below this bound on tables
+    of 1 to 6 tensor axes on meshes of 1 to 3 axes.
+    """
+    return 8 * (6 * axes + 4 * mesh_axes + 16)
 
 
 def collective_s(c: Collective, k: np.ndarray, mesh: DeviceMesh, bytes_per_element: int) -> np.ndarray:
@@ -155,13 +174,18 @@ class CostModel:
     def cost_graph(self) -> CostGraph:
         """The search's input: node cost vectors and edge cost matrices in FLOP-equivalents.
 
-        Several tensors between the same two layers add into one matrix.
+        Several tensors between the same two layers add into one matrix. A
+        table that repeated blocks share is scaled once and shared (the arrays
+        are read-only), so the copy takes no more than the model's own tables.
         """
         index = self.index
+        scaled: dict[int, np.ndarray] = {}
         merged: dict[tuple[int, int], np.ndarray] = {}
         for edge, table in self.edge_tables:
+            if id(table) not in scaled:
+                scaled[id(table)] = self.cluster.peak_flops * table
             key = (index[edge.src], index[edge.dst])
-            merged[key] = merged.get(key, 0.0) + self.cluster.peak_flops * table
+            merged[key] = scaled[id(table)] if key not in merged else merged[key] + scaled[id(table)]
         return CostGraph(
             node_costs=tuple(self.layer_cost_vector(layer.name) for layer in self.layers),
             edges=tuple((u, v, m) for (u, v), m in merged.items()),
@@ -273,22 +297,29 @@ def build_cost_model(
     options: ConfigOptions = ConfigOptions(),
     *,
     configs: Mapping[str, np.ndarray] | None = None,
-    table_budget_bytes: int = DEFAULT_TABLE_BUDGET_BYTES,
+    table_budget_bytes: int | None = None,
 ) -> CostModel:
     """Enumerate configurations and compute every cost table of ``graph`` on ``cluster``.
 
     ``configs`` replaces the enumeration (layer name -> int array of rows), to
-    cost given strategies whatever the options allow.
+    cost given strategies whatever the options allow. ``table_budget_bytes``
+    bounds the memory of the edge tables: the model's own (one per distinct
+    table: repeated blocks share theirs), the copy :meth:`CostModel.cost_graph`
+    makes in FLOP-equivalents, and the scratch of computing them. Default:
+    ``DEFAULT_TABLE_BUDGET_BYTES`` (4 GiB) or, if less,
+    :func:`~pase.search.exact.default_memory_budget_bytes`.
 
     Raises
     ------
     GraphError
         The graph is invalid (see :meth:`Graph.validate`).
     ConfigurationError
-        A given configuration does not tile the mesh under the corrected model.
+        A given configuration does not tile the mesh under the corrected
+        model, or a layer has too many configurations to list
+        (:func:`~pase.ir.configs.layer_configs`).
     SearchTooLargeError
         The edge tables would exceed ``table_budget_bytes``; checked before any
-        table is allocated.
+        table is allocated, the message gives the bytes and what to change.
     """
     graph.validate()
     layers = graph.layers
@@ -300,14 +331,20 @@ def build_cost_model(
             for row in configs[layer.name]:
                 check_config(layer, row, cluster.devices, options)
     edges = graph.edges
-    table_bytes = 8 * sum(len(configs[e.src]) * len(configs[e.dst]) for e in edges)
-    if table_bytes > table_budget_bytes:
-        raise SearchTooLargeError(
-            f"the edge cost tables of {graph.name!r} on {cluster.devices} devices would take "
-            f"{table_bytes / 2**30:.1f} GiB (budget {table_budget_bytes / 2**30:.1f} GiB); "
-            "use fewer devices, powers of two only, or a larger minimum shard size"
-        )
+    if table_budget_bytes is None:
+        table_budget_bytes = min(DEFAULT_TABLE_BUDGET_BYTES, default_memory_budget_bytes())
     mesh, bpe = cluster.mesh, cluster.bytes_per_element
+
+    # Repeated blocks (Transformer layers, ResNet stages) repeat their edges: a table
+    # depends only on the two tensors' layouts and configurations, so compute it once.
+    def table_key(e: Edge) -> tuple:
+        src, dst = graph.layer(e.src), graph.layer(e.dst)
+        cs, cd = configs[e.src], configs[e.dst]
+        return (src.op, src.dims, src.outputs[e.src_output], cs.shape, cs.tobytes(),
+                dst.op, dst.dims, dst.inputs[e.dst_input], cd.shape, cd.tobytes())
+
+    keys = [table_key(e) for e in edges]
+    _check_table_memory(graph, cluster, configs, edges, keys, table_budget_bytes)
     paper = options.cost_model == "paper"
     placer = paper_placement if paper else place
     placements = {l.name: placer(configs[l.name], mesh) for l in layers}
@@ -317,25 +354,85 @@ def build_cost_model(
         # Under the corrected model a graph input (no edge feeds it) takes no gradient.
         return None if paper else [t.differentiable and i in fed[layer.name] for i, t in enumerate(layer.inputs)]
 
-    # Repeated blocks (Transformer layers, ResNet stages) repeat their edges: a table
-    # depends only on the two tensors' layouts and configurations, so compute it once.
     cache: dict = {}
 
-    def edge_table(e: Edge) -> np.ndarray:
-        src, dst = graph.layer(e.src), graph.layer(e.dst)
-        cs, cd = configs[e.src], configs[e.dst]
-        key = (src.op, src.dims, src.outputs[e.src_output], cs.shape, cs.tobytes(),
-               dst.op, dst.dims, dst.inputs[e.dst_input], cd.shape, cd.tobytes())
+    def edge_table(e: Edge, key: tuple) -> np.ndarray:
         if key not in cache:
-            if paper:
-                cache[key] = _paper_edge_s(src, e, placements[e.src], cs, dst, placements[e.dst], cd, mesh, bpe)
-            else:
-                cache[key] = _corrected_edge_s(src, e, placements[e.src], dst, placements[e.dst], mesh, bpe)
+            src, dst = graph.layer(e.src), graph.layer(e.dst)
+            cache[key] = _edge_table(src, e, placements[e.src], configs[e.src], dst, placements[e.dst],
+                                     configs[e.dst], mesh, bpe, paper)
         return cache[key]
 
     return CostModel(
         graph=graph, cluster=cluster, options=options, layers=layers, configs=configs, placements=placements,
         compute_flops={l.name: layer_compute_flops(l, configs[l.name], needs_gradient(l)) for l in layers},
         comm_s={l.name: _layer_comm_s(graph, l, configs[l.name], placements[l.name], cluster, options) for l in layers},
-        edge_tables=[(e, edge_table(e)) for e in edges],
+        edge_tables=[(e, edge_table(e, key)) for e, key in zip(edges, keys, strict=True)],
     )
+
+
+def _edge_table(src: Layer, e: Edge, src_place: Placement, src_cfg: np.ndarray, dst: Layer, dst_place: Placement,
+                dst_cfg: np.ndarray, mesh: DeviceMesh, bpe: int, paper: bool) -> np.ndarray:
+    """Forward plus backward seconds of one edge, ``(K_src, K_dst)``, in blocks of source configurations.
+
+    A block's temporaries stay within ``_EDGE_SCRATCH_BYTES`` (every row of
+    the table depends on its source configuration alone, so the blocks give
+    the very numbers one pass would).
+    """
+    rows = _block_rows(len(dst_cfg), len(dst.inputs[e.dst_input].axes), len(mesh.axes))
+
+    def block(r0: int, r1: int) -> np.ndarray:
+        masks = None if src_place.masks is None else src_place.masks[r0:r1]
+        part = Placement(src_place.mesh, masks, src_place.factors[r0:r1])
+        if paper:
+            return _paper_edge_s(src, e, part, src_cfg[r0:r1], dst, dst_place, dst_cfg, mesh, bpe)
+        return _corrected_edge_s(src, e, part, dst, dst_place, mesh, bpe)
+
+    if rows >= len(src_cfg):
+        return block(0, len(src_cfg))
+    out = np.empty((len(src_cfg), len(dst_cfg)))
+    for r0 in range(0, len(src_cfg), rows):
+        out[r0:r0 + rows] = block(r0, min(r0 + rows, len(src_cfg)))
+    return out
+
+
+def _block_rows(k_dst: int, axes: int, mesh_axes: int) -> int:
+    """Source configurations per block of an edge table with ``k_dst`` columns."""
+    return max(1, _EDGE_SCRATCH_BYTES // (k_dst * _edge_entry_bytes(axes, mesh_axes)))
+
+
+def _check_table_memory(graph: Graph, cluster: Cluster, configs: Mapping[str, np.ndarray], edges: list[Edge],
+                        keys: list[tuple], budget: int) -> None:
+    """``SearchTooLargeError`` if the edge tables, their FLOP-equivalent copy and their scratch exceed ``budget`` bytes.
+
+    Counts one table per distinct ``keys`` entry twice (the model's and the
+    cost graph's copy), once more each pair of layers joined by several
+    tensors (their sum), and the largest block's scratch.
+    """
+    distinct: dict[tuple, Edge] = {}
+    pairs: dict[tuple[str, str], int] = {}
+    for e, key in zip(edges, keys, strict=True):
+        distinct.setdefault(key, e)
+        pairs[(e.src, e.dst)] = pairs.get((e.src, e.dst), 0) + 1
+    entries = {key: len(configs[e.src]) * len(configs[e.dst]) for key, e in distinct.items()}
+    tables = 8 * sum(entries.values())
+    sums = 8 * sum(len(configs[s]) * len(configs[d]) for (s, d), n in pairs.items() if n > 1)
+    mesh_axes = len(cluster.mesh.axes)
+    scratch = 0
+    for e in distinct.values():
+        k_src, k_dst = len(configs[e.src]), len(configs[e.dst])
+        axes = len(graph.layer(e.dst).inputs[e.dst_input].axes)
+        rows = min(k_src, _block_rows(k_dst, axes, mesh_axes))
+        scratch = max(scratch, rows * k_dst * _edge_entry_bytes(axes, mesh_axes))
+    total = 2 * tables + sums + scratch
+    if total <= budget:
+        return
+    big = max(distinct.values(), key=lambda e: len(configs[e.src]) * len(configs[e.dst]))
+    raise SearchTooLargeError(
+        f"the edge cost tables of {graph.name!r} on {cluster.devices:,} devices would take {total / 2**30:.2f} GiB "
+        f"({len(distinct):,} distinct tables of {tables / 2**30:.2f} GiB, held twice: in seconds and in "
+        f"FLOP-equivalents), over the budget of {budget / 2**30:.2f} GiB; the largest, between {big.src!r} "
+        f"({len(configs[big.src]):,} configurations) and {big.dst!r} ({len(configs[big.dst]):,}), alone takes "
+        f"{8 * len(configs[big.src]) * len(configs[big.dst]) / 2**30:.2f} GiB. Use fewer devices, only powers of two "
+        "(ConfigOptions(powers_of_two=True), --powers-of-two) or a larger minimum shard size (min_shard, "
+        "--min-shard), or pass a larger table_budget_bytes")

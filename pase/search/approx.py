@@ -178,14 +178,22 @@ def improve(
 
 
 def _windows(cost_graph: CostGraph, a: np.ndarray, inc, limit: int) -> list[tuple[int, ...]]:
-    """Runs of consecutive vertices, each as long as its exact search fits ``limit``, overlapping by half."""
+    """Runs of consecutive vertices, each as long as its exact search fits ``limit``, overlapping by half.
+
+    A run fits when its largest table has at most ``limit`` entries and no
+    dependent set exceeds ``pase.limits.MAX_DEPENDENT_SET``; one vertex always fits.
+    """
     n = cost_graph.num_nodes
     windows, start = [], 0
     while start < n:
         length = 1
         while start + length < n:
             trial = tuple(range(start, start + 2 * length if start + 2 * length <= n else n))
-            if estimate(_window_problem(cost_graph, trial, a, inc)).max_table_entries > limit:
+            try:
+                entries = estimate(_window_problem(cost_graph, trial, a, inc)).max_table_entries
+            except SearchTooLargeError:  # a dependent set too large to tabulate at all
+                break
+            if entries > limit:
                 break
             length = len(trial)
         windows.append(tuple(range(start, start + length)))

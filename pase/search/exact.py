@@ -42,7 +42,13 @@ the 1e-9 the instances are checked to. The reported cost is
 
 Memory is estimated before any table exists (:func:`estimate`), and
 :func:`solve` refuses with :class:`~pase.errors.SearchTooLargeError` a search
-over its budget.
+over its budget. The estimate bounds everything the search allocates: the
+tables, each step's operands and tiles, the pruned copies of the edge matrices
+and the pruning's own scratch, and the address space of its worker threads.
+A graph so densely connected that a dependent set would exceed
+``pase.limits.MAX_DEPENDENT_SET`` (a table of that many axes) is refused the
+same way, before any pruning or table, as soon as the graph's degeneracy
+(:func:`~pase.search.ordering.degeneracy`) or the orderings show it.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import pairwise
@@ -59,12 +66,14 @@ import numpy as np
 
 from pase.search.costgraph import CostGraph
 from pase.errors import SearchTooLargeError
+from pase.limits import MAX_DEPENDENT_SET
 from pase.search.ordering import (
     DEFAULT_ORDERING,
     ORDERINGS,
     StepStats,
     adjacency,
     compute_ordering,
+    degeneracy,
     elimination_steps,
     generate_seq,
 )
@@ -99,6 +108,10 @@ _WEIGHTED_ORDERINGS = ("auto", "min-table", "min-fill")
 _STEP_PRUNE_WORK = 1 << 20
 # Fraction of the available memory a search may use by default.
 _BUDGET_FRACTION = 0.5
+# Address space a worker thread takes besides its tiles: its stack (8 MiB by default on
+# Linux) and the malloc arena glibc reserves for it (64 MiB), rounded up. Reserved, not
+# touched, but it counts against an address-space limit (RLIMIT_AS).
+_WORKER_BYTES = 80 * 2**20
 
 
 @dataclass(frozen=True)
@@ -126,8 +139,10 @@ class SearchEstimate:
         Sums the steps examine (one add and one compare each), at most: large
         steps skip the configurations their operands show dominated.
     peak_bytes : int
-        Upper bound of the memory the search holds at once: all tables, the
-        largest step's scratch and the pruned copies of the edge matrices.
+        Upper bound of the memory the search allocates at once, in bytes:
+        while pruning, the pruned copies of the edge matrices and its
+        scratch; then all tables, the largest step's operands and tiles, the
+        pruned copies and the worker threads' address space.
     """
 
     ordering: tuple[int, ...]
@@ -209,6 +224,9 @@ def estimate(
 
     Raises
     ------
+    SearchTooLargeError
+        A dependent set would exceed ``pase.limits.MAX_DEPENDENT_SET``
+        (every ordering, or the one asked for); raised before any pruning.
     ValueError
         Unknown ordering name, or a sequence that is not a permutation.
 
@@ -258,7 +276,8 @@ def solve(
     Raises
     ------
     SearchTooLargeError
-        The estimate exceeds the budget. Raised before any table is
+        The estimate exceeds the budget, or a dependent set would exceed
+        ``pase.limits.MAX_DEPENDENT_SET``. Raised before any table is
         allocated; the message gives the size and what to change.
     ValueError
         Unknown ordering name, or a sequence that is not a permutation.
@@ -281,6 +300,11 @@ def solve(
     budget = default_memory_budget_bytes() if memory_budget_bytes is None else int(memory_budget_bytes)
     if est.peak_bytes > budget:
         raise SearchTooLargeError(_too_large_message(cost_graph, est, budget))
+    if est.max_dependent_set > MAX_DEPENDENT_SET:
+        widest = next(s for s in est.steps if len(s.dependent_set) > MAX_DEPENDENT_SET)
+        what = f"ordering {ordering!r}" if isinstance(ordering, str) else "the given ordering"
+        raise SearchTooLargeError(_too_dense_message(cost_graph, adjacency(cost_graph.num_nodes, cost_graph.edges),
+                                                     what, widest))
     reduced_assignment = _eliminate(prepared, progress)
     assignment = np.array([prepared.kept[v][a] for v, a in enumerate(reduced_assignment)], dtype=np.int64)
     return SearchResult(
@@ -326,16 +350,31 @@ def _prepare(cost_graph: CostGraph, ordering: str | Sequence[int], prune: bool |
     n = cost_graph.num_nodes
     adj = adjacency(n, cost_graph.edges)
     counts = cost_graph.config_counts
+    # The heuristics stop at the first dependent set too large to tabulate, and a graph
+    # whose degeneracy exceeds it needs none tried: either way nothing is pruned or
+    # tabulated. An ordering given (or breadth-first) is estimated whole; solve() refuses it.
+    limit = MAX_DEPENDENT_SET
+    heuristic = isinstance(ordering, str) and ordering != "bfs"
     # Orderings weighted by configuration counts must wait for the pruning;
     # until then GenerateSeq (a few milliseconds) tells whether to prune.
     weighted = isinstance(ordering, str) and ordering in _WEIGHTED_ORDERINGS
-    if isinstance(ordering, str):
-        order = generate_seq(adj) if weighted else compute_ordering(adj, counts, ordering)
+    if heuristic:
+        if degeneracy(adj) > limit:
+            raise SearchTooLargeError(_too_dense_message(cost_graph, adj, "every ordering"))
+        order = (generate_seq(adj, max_dependent_set=limit) if weighted
+                 else compute_ordering(adj, counts, ordering, max_dependent_set=limit))
+        if order is None and not weighted:
+            raise SearchTooLargeError(_too_dense_message(cost_graph, adj, f"ordering {ordering!r}"))
     else:
-        order = list(ordering)
+        order = compute_ordering(adj, counts, ordering) if isinstance(ordering, str) else list(ordering)
     if prune is None:
-        work = sum(s.work for s in elimination_steps(adj, counts, order))
-        prune = work > _PRUNE_WORK_PER_EDGE_ENTRY * sum(m.size for _, _, m in cost_graph.edges)
+        if order is None:  # GenerateSeq too wide: a search big enough to prune for
+            prune = True
+        else:
+            early = elimination_steps(adj, counts, order)  # validates an explicit ordering
+            # A search too wide to run is not worth pruning.
+            prune = (max((len(s.dependent_set) for s in early), default=0) <= limit
+                     and sum(s.work for s in early) > _PRUNE_WORK_PER_EDGE_ENTRY * sum(m.size for _, _, m in cost_graph.edges))
     if prune:
         kept = _prune(cost_graph)
         node_costs = [c[k] for c, k in zip(cost_graph.node_costs, kept, strict=True)]
@@ -346,9 +385,16 @@ def _prepare(cost_graph: CostGraph, ordering: str | Sequence[int], prune: bool |
         node_costs = list(cost_graph.node_costs)
         edges = [m for _, _, m in cost_graph.edges]
     if weighted:
-        order = compute_ordering(adj, counts, ordering)
-    steps = elimination_steps(adj, counts, order)  # validates an explicit ordering
-    extra_bytes = sum(e.nbytes for e, (_, _, m) in zip(edges, cost_graph.edges, strict=True) if e is not m)
+        order = compute_ordering(adj, counts, ordering, max_dependent_set=limit)
+        if order is None:
+            raise SearchTooLargeError(_too_dense_message(cost_graph, adj, f"ordering {ordering!r}"))
+    steps = elimination_steps(adj, counts, order)
+    copied = [(e, m) for e, (_, _, m) in zip(edges, cost_graph.edges, strict=True) if e is not m]
+    extra_bytes = sum(e.nbytes for e, _ in copied)
+    # _prune holds a copy of each edge it shrinks (at most the original's size), a second
+    # one of an edge while shrinking it again, and a difference matrix of one edge.
+    largest_edge = max((m.nbytes for _, _, m in cost_graph.edges), default=0)
+    prune_bytes = sum(m.nbytes for _, m in copied) + 2 * largest_edge if prune else 0
 
     position = [0] * n
     for i, v in enumerate(order):
@@ -361,13 +407,20 @@ def _prepare(cost_graph: CostGraph, ordering: str | Sequence[int], prune: bool |
     scratch = 0
     for step in steps:
         dep = step.dependent_set
-        split = _split_bucket(buckets[step.vertex], scopes, counts)
-        groups.append(split)
-        scratch = max(scratch, _step_scratch(split, scopes, dep, counts))
+        if len(dep) > limit:
+            # Never run (solve() refuses it), so not planned: each of its two operands,
+            # held twice, spans at most the step's sums.
+            groups.append(())
+            scratch = max(scratch, 4 * step.work + _step_scratch((), scopes, dep, counts))
+        else:
+            split = _split_bucket(buckets[step.vertex], scopes, counts)
+            groups.append(split)
+            scratch = max(scratch, _step_scratch(split, scopes, dep, counts))
         if dep:
             scopes.append(dep)
             buckets[dep[0]].append(len(scopes) - 1)
     total_entries = sum(s.table_entries for s in steps)
+    workers = _threads() - 1 if any(s.work >= _THREADED_WORK for s in steps) else 0
     est = SearchEstimate(
         ordering=tuple(order),
         steps=tuple(steps),
@@ -377,7 +430,7 @@ def _prepare(cost_graph: CostGraph, ordering: str | Sequence[int], prune: bool |
         total_table_entries=total_entries,
         max_dependent_set=max((len(s.dependent_set) for s in steps), default=0),
         total_work=sum(s.work for s in steps),
-        peak_bytes=_BYTES * (total_entries + scratch) + extra_bytes,
+        peak_bytes=max(prune_bytes, _BYTES * (total_entries + scratch) + extra_bytes + workers * _WORKER_BYTES),
     )
     return _Prepared(est, kept, node_costs + edges, scopes, buckets, groups)
 
@@ -400,19 +453,45 @@ def _split_bucket(bucket: list[int], scopes: Sequence[tuple[int, ...]],
     The step then costs one add-and-minimise pass over ``K(v) * |table|``;
     summing a group costs only its own size, which lacks the axes of the other
     group. Greedy: merge the two groups whose merged sum is smallest until two
-    remain (a cost vector has no axis besides ``v``, so it merges for free).
+    remain (a cost vector has no axis besides ``v``, so it merges for free);
+    of equal merges, the pair of earliest groups, a merged group counting as
+    the latest.
+
+    Groups over the same vertices are interchangeable, so the candidates are
+    the two earliest groups of each vertex set and the earliest of every two
+    sets: a merge costs ``O(S**2)`` for ``S`` distinct vertex sets instead of
+    ``O(groups**2)`` (a hub receiving a table from each of thousands of leaves
+    has one set).
     """
-    groups = [(f,) for f in sorted(bucket, key=lambda f: -math.prod(counts[x] for x in scopes[f]))]
+    order = sorted(bucket, key=lambda f: -math.prod(counts[x] for x in scopes[f]))
+    groups = {gid: (f,) for gid, f in enumerate(order)}  # id (creation order) -> factors
+    members: dict[frozenset, deque[int]] = {}  # vertex set -> ids of its groups, ascending
+    for gid, f in enumerate(order):
+        members.setdefault(frozenset(scopes[f]), deque()).append(gid)
+    sizes: dict[frozenset, int] = {}
+    next_id = len(order)
     while len(groups) > 2:
-        best = None
-        for i in range(len(groups)):
-            for j in range(i + 1, len(groups)):
-                size = _operand_size(groups[i] + groups[j], scopes, counts)
-                if best is None or size < best[0]:
-                    best = (size, i, j)
-        _, i, j = best
-        groups = [g for k, g in enumerate(groups) if k not in (i, j)] + [groups[i] + groups[j]]
-    return tuple(groups)
+        sets = list(members.items())
+        best = None  # (entries, earlier id, later id, vertex sets whose earliest groups merge)
+        for a, (key_a, ids_a) in enumerate(sets):
+            pairs = [(key_a, ids_a[1], (key_a, key_a))] if len(ids_a) > 1 else []
+            pairs += [(key_a | key_b, ids_b[0], (key_a, key_b)) for key_b, ids_b in sets[a + 1:]]
+            for merged, other, keys in pairs:
+                if merged not in sizes:
+                    sizes[merged] = math.prod(counts[x] for x in merged)
+                candidate = (sizes[merged], *sorted((ids_a[0], other)), keys)
+                if best is None or candidate[:3] < best[:3]:
+                    best = candidate
+        _, i, j, keys = best
+        for key in keys:
+            members[key].popleft()
+        for key in set(keys):
+            if not members[key]:
+                del members[key]
+        groups[next_id] = groups.pop(i) + groups.pop(j)
+        members.setdefault(keys[0] | keys[1], deque()).append(next_id)  # the latest id: order kept
+        next_id += 1
+    return tuple(groups[gid] for gid in sorted(groups))
 
 
 def _step_scratch(groups: Sequence[tuple[int, ...]], scopes: Sequence[tuple[int, ...]], dep: tuple[int, ...],
@@ -435,18 +514,52 @@ def _threads() -> int:
 
 
 def _too_large_message(cost_graph: CostGraph, est: SearchEstimate, budget: int) -> str:
-    message = (f"the search would hold {est.total_table_entries:,} table entries, about "
+    message = (f"the search would hold {_count(est.total_table_entries)} table entries, about "
                f"{_gib(est.peak_bytes)} at its peak, over the memory budget of {_gib(budget)}")
     if est.steps:
         big = max(est.steps, key=lambda s: s.table_entries)
-        message += (f"; its largest table ({big.table_entries:,} entries) is over the configurations of "
+        message += (f"; its largest table ({_count(big.table_entries)} entries) is over the configurations of "
                     f"{len(big.dependent_set)} layers when {cost_graph.label(big.vertex)} is eliminated")
     return (message + ". Use fewer configurations (fewer devices, powers of two only, a larger minimum "
             "shard size) or a larger memory budget")
 
 
+def _too_dense_message(cost_graph: CostGraph, adj: list[set[int]], what: str, step: StepStats | None = None) -> str:
+    """The refusal of a search with a dependent set too large to tabulate.
+
+    ``what`` names the ordering(s) tried and ``step`` the first step over the
+    limit, if known; the graph's degeneracy (``adj``) tells whether any
+    ordering could do.
+    """
+    limit = MAX_DEPENDENT_SET
+    bound = degeneracy(adj)
+    if step is not None:
+        size = f", {_gib(_BYTES * step.table_entries)}" if _BYTES * step.table_entries >= 2**30 else ""
+        found = (f"{what} leaves a dependent set of {len(step.dependent_set)} layers when "
+                 f"{cost_graph.label(step.vertex)} is eliminated (a table of {_count(step.table_entries)} entries{size})")
+    elif bound > limit:
+        found = (f"its layers are so densely connected that {what} leaves a dependent set of at least "
+                 f"{bound} layers")
+    else:
+        found = f"{what} reaches a dependent set of more than {limit} layers"
+    message = (f"the exact search cannot tabulate this graph: {found}, above the limit of {limit} layers "
+               "(pase.limits.MAX_DEPENDENT_SET: a table has one axis per layer of its dependent set)")
+    if step is not None and bound <= limit:
+        message += "; ordering='auto' may find a narrower ordering"
+    return (message + ". Use the approximate search (pase.plan falls back to it unless "
+            "PlanOptions(approximate=False)), or fewer layers that read the outputs of many others (dense "
+            "concatenations)")
+
+
 def _gib(nbytes: int) -> str:
-    return f"{nbytes / 2**30:.3g} GiB"
+    """Bytes as GiB for messages; exact integers too large for a float are shown by their digits."""
+    return f"{nbytes / 2**30:.3g} GiB" if nbytes < 2**1000 else f"{_count(nbytes // 2**30)} GiB"
+
+
+def _count(n: int) -> str:
+    """A count for messages: thousands separators, or scientific notation past 15 digits."""
+    digits = str(n)
+    return f"{n:,}" if len(digits) <= 15 else f"{digits[0]}.{digits[1:3]}e+{len(digits) - 1}"
 
 
 # -- pruning of dominated configurations ----------------------------------------------------
@@ -527,7 +640,8 @@ def _eliminate(prepared: _Prepared, progress: Callable[[int, int], None] | None)
     n = len(counts)
     threads = _threads()
     big_steps = any(s.work >= _THREADED_WORK for s in est.steps)
-    pool = ThreadPoolExecutor(threads) if threads > 1 and big_steps else None
+    # The calling thread takes a share of each threaded step, so one thread fewer is started.
+    pool = ThreadPoolExecutor(threads - 1) if threads > 1 and big_steps else None
     try:
         for i, (step, groups) in enumerate(zip(est.steps, prepared.groups, strict=True)):
             v, dep = step.vertex, step.dependent_set
@@ -597,9 +711,10 @@ def _minimise(operands: list[np.ndarray], shape: tuple[int, ...], pool: ThreadPo
     if pool is None:
         _minimise_rows(out, a, b, 0, rows, chunk, row_chunk)
         return out
-    bounds = sorted({rows * t // threads for t in range(threads + 1)})  # one share of the rows per thread
-    jobs = [pool.submit(_minimise_rows, out, a, b, lo, hi, chunk, min(row_chunk, hi - lo))
-            for lo, hi in pairwise(bounds)]
+    shares = list(pairwise(sorted({rows * t // threads for t in range(threads + 1)})))  # rows per thread
+    jobs = [pool.submit(_minimise_rows, out, a, b, lo, hi, chunk, min(row_chunk, hi - lo)) for lo, hi in shares[1:]]
+    lo, hi = shares[0]
+    _minimise_rows(out, a, b, lo, hi, chunk, min(row_chunk, hi - lo))
     for job in jobs:
         job.result()
     return out

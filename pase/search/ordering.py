@@ -30,6 +30,18 @@ Orderings
 
 Functions take the graph as an adjacency (one collection of neighbour ids per
 vertex) and, where they weigh steps, the configuration count of every vertex.
+
+Dense graphs
+------------
+The exact search cannot tabulate a dependent set above
+``pase.limits.MAX_DEPENDENT_SET``. Given ``max_dependent_set``, the greedy
+heuristics never score a vertex with more live neighbours than that (such a
+vertex sorts last, whatever its score) and stop, returning ``None``, when only
+such vertices are left, so on a densely connected graph they give up after a
+few steps instead of scoring quadratic neighbourhoods for minutes;
+:func:`degeneracy` proves in linear time when no ordering can stay within it.
+Where every step stays within the bound they return exactly what they would
+without it.
 """
 
 from __future__ import annotations
@@ -47,6 +59,7 @@ __all__ = [
     "adjacency",
     "breadth_first",
     "compute_ordering",
+    "degeneracy",
     "elimination_steps",
     "elimination_work",
     "generate_seq",
@@ -108,7 +121,8 @@ def _eliminate(live: list[set[int]], v: int) -> set[int]:
     return neighbours
 
 
-def elimination_steps(adj: Adjacency, config_counts: Sequence[int], order: Sequence[int]) -> list[StepStats]:
+def elimination_steps(adj: Adjacency, config_counts: Sequence[int], order: Sequence[int], *,
+                      max_dependent_set: int | None = None) -> list[StepStats]:
     """The steps of eliminating the vertices of ``adj`` in ``order``.
 
     Parameters
@@ -119,6 +133,10 @@ def elimination_steps(adj: Adjacency, config_counts: Sequence[int], order: Seque
         Configurations of each vertex.
     order : sequence of int
         A permutation of the vertex ids.
+    max_dependent_set : int, optional
+        Stop after the first step whose dependent set is larger (it is the
+        last of the list), so an ordering too wide to search costs no more
+        than the steps up to it.
 
     Raises
     ------
@@ -147,6 +165,8 @@ def elimination_steps(adj: Adjacency, config_counts: Sequence[int], order: Seque
         dep = tuple(sorted(dependent, key=position.__getitem__))
         entries = math.prod(config_counts[u] for u in dep)
         steps.append(StepStats(v, dep, entries, entries * config_counts[v]))
+        if max_dependent_set is not None and len(dep) > max_dependent_set:
+            break
     return steps
 
 
@@ -155,15 +175,25 @@ def elimination_work(adj: Adjacency, config_counts: Sequence[int], order: Sequen
     return sum(s.work for s in elimination_steps(adj, config_counts, order))
 
 
-def _greedy(adj: Adjacency, score: Callable[[int, list[set[int]]], tuple], affected_depth: int) -> list[int]:
+def _greedy(adj: Adjacency, score: Callable[[int, list[set[int]]], tuple], affected_depth: int,
+            max_degree: int | None = None) -> list[int] | None:
     """Repeatedly eliminate the vertex of smallest ``score(v, live)``; ties by vertex id.
 
     Scores are kept in a heap and recomputed only for the vertices whose score
     an elimination can change: its neighbours (``affected_depth`` 1) or also
-    their neighbours (2, for fill-in based scores).
+    their neighbours (2, for fill-in based scores). With ``max_degree``, a
+    vertex of more live neighbours is not scored and sorts after every other
+    (its degree can only change when a neighbour goes, which rescores it), and
+    the ordering stops, returning None, when only such vertices are left.
     """
     n = len(adj)
     live = [set(a) for a in adj]
+    if max_degree is not None:
+        inner = score
+
+        def score(v: int, live: list[set[int]]) -> tuple:
+            return (0, *inner(v, live)) if len(live[v]) <= max_degree else (1, v)
+
     current = [score(v, live) for v in range(n)]
     heap = [(s, v) for v, s in enumerate(current)]
     heapq.heapify(heap)
@@ -173,6 +203,8 @@ def _greedy(adj: Adjacency, score: Callable[[int, list[set[int]]], tuple], affec
         s, v = heapq.heappop(heap)
         if done[v] or s != current[v]:
             continue  # a stale entry, superseded by a later push
+        if max_degree is not None and s[0]:
+            return None
         done[v] = True
         order.append(v)
         neighbours = _eliminate(live, v)
@@ -189,25 +221,40 @@ def _greedy(adj: Adjacency, score: Callable[[int, list[set[int]]], tuple], affec
     return order
 
 
-def generate_seq(adj: Adjacency) -> list[int]:
+def generate_seq(adj: Adjacency, *, max_dependent_set: int | None = None) -> list[int] | None:
     """The paper's GenerateSeq (Fig. 3): smallest dependent set first, ties by vertex id.
+
+    With ``max_dependent_set``: None as soon as every vertex left has a larger
+    dependent set (module docstring).
 
     A star: leaves go first; the hub goes as soon as it has no more neighbours than a leaf.
 
     >>> generate_seq([{1, 2, 3}, {0}, {0}, {0}])
     [1, 2, 0, 3]
+    >>> generate_seq([{1, 2, 3}, {0, 2, 3}, {0, 1, 3}, {0, 1, 2}], max_dependent_set=2) is None
+    True
     """
-    return _greedy(adj, lambda v, live: (len(live[v]), v), 1)
+    return _greedy(adj, lambda v, live: (len(live[v]), v), 1, max_dependent_set)
 
 
-def min_table(adj: Adjacency, config_counts: Sequence[int]) -> list[int]:
-    """Smallest step first: the vertex minimising ``K(v) * prod(K(D))``; ties by vertex id."""
+def min_table(adj: Adjacency, config_counts: Sequence[int], *,
+              max_dependent_set: int | None = None) -> list[int] | None:
+    """Smallest step first: the vertex minimising ``K(v) * prod(K(D))``; ties by vertex id.
+
+    With ``max_dependent_set``: None when the ordering reaches a step with a
+    larger dependent set (module docstring).
+    """
     k = config_counts
-    return _greedy(adj, lambda v, live: (k[v] * math.prod(k[u] for u in live[v]), v), 1)
+    return _greedy(adj, lambda v, live: (k[v] * math.prod(k[u] for u in live[v]), v), 1, max_dependent_set)
 
 
-def min_fill(adj: Adjacency, config_counts: Sequence[int]) -> list[int]:
-    """Least weighted fill-in first, then the smallest step, then the lowest id."""
+def min_fill(adj: Adjacency, config_counts: Sequence[int], *,
+             max_dependent_set: int | None = None) -> list[int] | None:
+    """Least weighted fill-in first, then the smallest step, then the lowest id.
+
+    With ``max_dependent_set``: None when the ordering reaches a step with a
+    larger dependent set (module docstring).
+    """
     k = config_counts
 
     def score(v: int, live: list[set[int]]) -> tuple:
@@ -215,7 +262,7 @@ def min_fill(adj: Adjacency, config_counts: Sequence[int]) -> list[int]:
         fill = sum(k[a] * k[b] for i, a in enumerate(nb) for b in nb[i + 1:] if b not in live[a])
         return fill, k[v] * math.prod(k[u] for u in nb), v
 
-    return _greedy(adj, score, 2)
+    return _greedy(adj, score, 2, max_dependent_set)
 
 
 def breadth_first(adj: Adjacency) -> list[int]:
@@ -242,8 +289,43 @@ def breadth_first(adj: Adjacency) -> list[int]:
     return order
 
 
-def compute_ordering(adj: Adjacency, config_counts: Sequence[int], name: str = DEFAULT_ORDERING) -> list[int]:
+def degeneracy(adj: Adjacency) -> int:
+    """The largest, over the graph's subgraphs, of the least degree in it: a lower bound on every ordering.
+
+    Every elimination ordering has a step whose dependent set is at least
+    this large (the degeneracy is at most the treewidth), so a graph whose
+    degeneracy exceeds what the search can tabulate needs no ordering tried.
+    Repeatedly removes a vertex of least degree: ``O(E log V)``.
+
+    >>> degeneracy([{1, 2, 3}, {0, 2, 3}, {0, 1, 3}, {0, 1, 2}]), degeneracy([{1}, {0, 2}, {1}])
+    (3, 1)
+    """
+    degree = [len(a) for a in adj]
+    heap = [(d, v) for v, d in enumerate(degree)]
+    heapq.heapify(heap)
+    removed = [False] * len(adj)
+    best = 0
+    while heap:
+        d, v = heapq.heappop(heap)
+        if removed[v] or d != degree[v]:
+            continue  # a stale entry, superseded by a later push
+        removed[v] = True
+        best = max(best, d)
+        for u in adj[v]:
+            if not removed[u]:
+                degree[u] -= 1
+                heapq.heappush(heap, (degree[u], u))
+    return best
+
+
+def compute_ordering(adj: Adjacency, config_counts: Sequence[int], name: str = DEFAULT_ORDERING, *,
+                     max_dependent_set: int | None = None) -> list[int] | None:
     """The ordering called ``name`` (one of :data:`ORDERINGS`).
+
+    With ``max_dependent_set``, a greedy heuristic that reaches a larger
+    dependent set gives None (module docstring); ``"auto"`` keeps the best of
+    those that stay within it, None if none does. ``"bfs"`` is returned whole
+    (it eliminates nothing, so it cannot tell).
 
     Raises
     ------
@@ -255,16 +337,19 @@ def compute_ordering(adj: Adjacency, config_counts: Sequence[int], name: str = D
     >>> compute_ordering([{1}, {0, 2}, {1}], [5, 1, 5], "min-table")
     [0, 1, 2]
     """
+    bound = max_dependent_set
     if name == "generateseq":
-        return generate_seq(adj)
+        return generate_seq(adj, max_dependent_set=bound)
     if name == "bfs":
         return breadth_first(adj)
     if name == "min-table":
-        return min_table(adj, config_counts)
+        return min_table(adj, config_counts, max_dependent_set=bound)
     if name == "min-fill":
-        return min_fill(adj, config_counts)
+        return min_fill(adj, config_counts, max_dependent_set=bound)
     if name == "auto":
-        candidates = [generate_seq(adj), min_table(adj, config_counts), min_fill(adj, config_counts)]
+        candidates = [generate_seq(adj, max_dependent_set=bound), min_table(adj, config_counts, max_dependent_set=bound),
+                      min_fill(adj, config_counts, max_dependent_set=bound)]
+        candidates = [order for order in candidates if order is not None]
         # min() keeps the first of equals, so GenerateSeq wins ties.
-        return min(candidates, key=lambda order: elimination_work(adj, config_counts, order))
+        return min(candidates, key=lambda order: elimination_work(adj, config_counts, order), default=None)
     raise ValueError(f"unknown ordering {name!r}; choose one of {', '.join(ORDERINGS)}")

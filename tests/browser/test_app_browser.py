@@ -190,3 +190,18 @@ def test_two_sessions_solving_at_once_each_see_their_own_result(chromium, app_ur
     finally:
         for c in contexts:
             c.close()
+
+
+def test_cancel_stops_a_running_search_and_the_page_keeps_working(page, app_url):
+    open_page(page, app_url)
+    choose_sample(page, "gpt")
+    set_number(page, "Devices p", "96")
+    page.get_by_role("button", name="Solve").click()
+    page.get_by_role("button", name="Cancel").click(timeout=10_000)
+    page.get_by_text("Search cancelled.").wait_for(timeout=10_000)
+    wait_idle(page)
+    assert page.locator(STRATEGY_POINTS).count() == 0
+    assert_no_exception(page, "the explorer after Cancel")
+    set_number(page, "Devices p", "2")
+    page.get_by_role("button", name="Solve").click()
+    page.wait_for_selector(STRATEGY_POINTS, state="attached")

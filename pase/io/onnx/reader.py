@@ -204,7 +204,7 @@ def infer_shapes(model, shapes: dict) -> dict[str, tuple]:
         g.output.extend(model.graph.output)
         for o in g.output:
             o.type.tensor_type.ClearField("shape")
-        inferred = onnx.shape_inference.infer_shapes(m, check_type=False, strict_mode=False, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(m, check_type=False, strict_mode=False, data_prop=False)
         for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
             tt = vi.type.tensor_type
             if tt.HasField("shape") and all(d.HasField("dim_value") and d.dim_value > 0 for d in tt.shape.dim):
