@@ -9,6 +9,7 @@ from pase.planner import parallelism_kind
 from ui import state
 from ui.figures import split_changes_figure, sweep_figure
 from ui.graphview import auto_group_depth, group_key
+from ui.fmt import md
 from ui.pagekit import require_problem
 
 DEVICE_CHOICES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
@@ -36,7 +37,7 @@ st.caption("Re-solve at every device count (and, optionally, several bandwidths,
 problem = require_problem()
 graph = state.load_graph(problem.source)
 cluster = problem.cluster
-st.markdown(f"**{graph.name}** ({problem.source}); hardware: {cluster.peak_flops / 1e12:g} TFLOP/s, "
+st.markdown(f"**{md(graph.name)}** ({md(problem.source)}); hardware: {cluster.peak_flops / 1e12:g} TFLOP/s, "
             f"{cluster.bandwidth_Bps / 1e9:g} GB/s links")
 
 c1, c2, c3 = st.columns([3, 2, 2])
@@ -83,26 +84,15 @@ key = ("sweep", problem, tuple(devices), vary, tuple(values))
 store = state.stores()["sweeps"]
 records = store.get(key)
 if st.button("Run sweep", type="primary", key="wi_run", icon=":material/play_arrow:") and records is None:
-    from pase.analysis.sweep import batch_sweep, sweep
-
     bar = st.progress(0.0, text="Sweeping...")
-    progress = state.throttled_progress(bar, "Points solved", 0.0)
+    beat = st.empty()
     try:
-        if vary == "batch":
-            records = batch_sweep(lambda batch: state.load_graph(problem.source.with_params(batch=batch)),
-                                  [int(v) for v in values], devices, cluster, options=problem.options,
-                                  progress=progress)
-        else:
-            kwargs = {}
-            if vary == "bandwidth_Bps":
-                kwargs["bandwidths_Bps"] = [v * 1e9 for v in values]
-            elif vary == "peak_flops":
-                kwargs["peak_flops"] = [v * 1e12 for v in values]
-            records = sweep(graph, devices, cluster, options=problem.options, progress=progress, **kwargs)
+        records = state.sweep(problem, graph, devices, cluster, vary, values,
+                              progress=state.throttled_progress(bar, "Points solved", 0.0), heartbeat=beat.empty)
         store.put(key, records)
     except PaseError as exc:
         records = None
-        st.error(f"{type(exc).__name__}: {exc}")
+        st.error(f"{type(exc).__name__}: {md(exc)}")
     finally:
         bar.empty()
 

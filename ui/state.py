@@ -38,6 +38,7 @@ __all__ = [
     "solve",
     "data_parallel_plan",
     "baseline_plans",
+    "sweep",
     "current_problem",
     "set_current_problem",
     "throttled_progress",
@@ -197,6 +198,27 @@ def baseline_plans(problem: Problem) -> dict[str, Plan]:
     return _cached("baselines", problem, lambda: jobs.run(applicable_baselines, load_graph(problem.source),
                                                             problem.cluster, problem.options,
                                                             what="costing the baselines"))
+
+
+def sweep(problem: Problem, graph: Graph, devices: list[int], cluster: Cluster, vary: str | None, values: list[float],
+          progress: Callable[[int, int], None] | None = None, heartbeat: Callable[[], None] | None = None) -> list[dict]:
+    """The what-if sweep, in a worker process: ``graph`` at every device count, and at every value of ``vary``.
+
+    ``vary``: ``None``, ``"bandwidth_Bps"`` (``values`` in GB/s), ``"peak_flops"`` (TFLOP/s) or
+    ``"batch"`` (the problem's sample rebuilt at each batch size). Records as
+    :func:`pase.analysis.sweep.sweep` returns them.
+    """
+    from pase.analysis.sweep import batch_sweep, sweep as grid_sweep
+    from pase.models import batch_builder
+
+    common = dict(progress=progress, heartbeat=heartbeat, what="the sweep")
+    if vary == "batch":
+        others = {k: v for k, v in problem.source.params if k != "batch"}
+        return jobs.run(batch_sweep, batch_builder(problem.source.name, **others), [int(v) for v in values], devices,
+                        cluster, options=problem.options, **common)
+    grid = {"bandwidth_Bps": {"bandwidths_Bps": [v * 1e9 for v in values]},
+            "peak_flops": {"peak_flops": [v * 1e12 for v in values]}}.get(vary, {})
+    return jobs.run(grid_sweep, graph, devices, cluster, options=problem.options, **grid, **common)
 
 
 def current_problem() -> tuple[Problem | None, str | None]:

@@ -66,12 +66,12 @@ def sweep(
             # Nothing fits at this point: report the unconstrained optimum, flagged by fits_memory.
             best = plan(graph, point, PlanOptions(configs=options, memory_limit_bytes=None))
         others = applicable_baselines(graph, point, options)
-        dp_time = others["data parallel"].step_time_s
+        dp = others["data parallel"]
         for name, p in [("PaSE", best), *others.items()]:
             record = {
                 "devices": point.devices, "bandwidth_Bps": point.bandwidth_Bps, "peak_flops": point.peak_flops,
                 "strategy": name, "label": p.label, "cost": p.cost, "step_time_s": p.step_time_s,
-                "speedup_over_dp": dp_time / p.step_time_s,
+                "speedup_over_dp": p.speedup_over(dp),
                 "memory_per_device_bytes": p.memory_per_device_bytes, "fits_memory": p.fits_memory,
             }
             if name == "PaSE":

@@ -26,6 +26,7 @@ Name, network, vertices and parameters with the default sizes:
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable
 
 from pase.errors import GraphError
@@ -36,6 +37,7 @@ from pase.models.sequence import gpt, rnnlm, transformer, transformer_large
 __all__ = [
     "SAMPLES",
     "sample",
+    "batch_builder",
     "alexnet",
     "inception3",
     "resnet101",
@@ -56,6 +58,19 @@ SAMPLES: dict[str, Callable[..., Graph]] = {
     "densenet121": densenet121,
     "gpt": gpt,
 }
+
+
+def batch_builder(name: str, **params) -> Callable[[int], Graph]:
+    """``build(batch)``: sample ``name`` with ``params`` at that batch size (picklable, for worker processes).
+
+    >>> batch_builder("alexnet")(16).layer("fc6").size_of["b"]
+    16
+    """
+    return partial(_sample_at_batch, name, tuple(params.items()))
+
+
+def _sample_at_batch(name: str, params: tuple, batch: int) -> Graph:
+    return sample(name, **dict(params), batch=batch)
 
 
 def sample(name: str, **params) -> Graph:
