@@ -205,3 +205,51 @@ def test_cancel_stops_a_running_search_and_the_page_keeps_working(page, app_url)
     set_number(page, "Devices p", "2")
     page.get_by_role("button", name="Solve").click()
     page.wait_for_selector(STRATEGY_POINTS, state="attached")
+
+
+def upload(page, name: str, data: bytes) -> None:
+    page.get_by_text("Upload", exact=True).click()
+    page.locator('input[type="file"]').set_input_files(files=[{"name": name, "mimeType": "application/json",
+                                                               "buffer": data}])
+    page.wait_for_timeout(500)
+    wait_idle(page)
+
+
+def test_an_upload_stays_with_its_session_while_another_churns_uploads(chromium, app_url):
+    """One session uploads more graphs than the shared cache holds; the other's upload still works on every page."""
+    from pase import ops
+    from pase.io.graph_json import dumps_graph
+    from pase.ir.graph import Graph
+    from ui.state import stores
+
+    def mlp(name: str, width: int) -> bytes:
+        g = Graph(name)
+        g.add_layer(ops.fully_connected("fc1", b=32, n=width, c=64))
+        g.add_layer(ops.fully_connected("fc2", b=32, n=10, c=width), inputs=["fc1"])
+        return dumps_graph(g).encode()
+
+    contexts = [chromium.new_context(viewport={"width": 1500, "height": 1100}) for _ in range(2)]
+    try:
+        mine, churn = (c.new_page() for c in contexts)
+        for pg in (mine, churn):
+            pg.set_default_timeout(120_000)
+            open_page(pg, app_url)
+        upload(mine, "mine.json", mlp("my-model", 48))
+        mine.get_by_role("button", name="Solve").click()
+        mine.wait_for_selector(STRATEGY_POINTS, state="attached")
+        for i in range(stores.__wrapped__()["graphs"].maxsize + 4):
+            upload(churn, f"other-{i}.json", mlp(f"other-{i}", 16 + i))
+            assert_no_exception(churn, f"upload {i} of the churning session")
+        # Through the app's navigation: loading a URL would start a new session.
+        mine.get_by_role("link", name="Compare").click()
+        mine.get_by_text("Compare strategies").first.wait_for()
+        wait_idle(mine)
+        mine.get_by_role("button", name="Solve").click()
+        mine.get_by_text("Per layer").first.wait_for()
+        wait_idle(mine)
+        assert_no_exception(mine, "the compare page of the session whose upload others evicted")
+        assert mine.get_by_text("my-model").count() >= 1
+        assert mine.locator('[data-testid="stAlert"]').filter(has_text="upload it again").count() == 0
+    finally:
+        for c in contexts:
+            c.close()
