@@ -47,8 +47,9 @@ tables, each step's operands and tiles, the pruned copies of the edge matrices
 and the pruning's own scratch, and the address space of its worker threads.
 A graph so densely connected that a dependent set would exceed
 ``pase.limits.MAX_DEPENDENT_SET`` (a table of that many axes) is refused the
-same way, before any pruning or table, as soon as the graph's degeneracy
-(:func:`~pase.search.ordering.degeneracy`) or the orderings show it.
+same way before any table: at once when the graph's degeneracy
+(:func:`~pase.search.ordering.degeneracy`) proves that no ordering can do,
+else as soon as the orderings, which stop at the first step that wide, show it.
 """
 
 from __future__ import annotations
@@ -225,8 +226,10 @@ def estimate(
     Raises
     ------
     SearchTooLargeError
-        A dependent set would exceed ``pase.limits.MAX_DEPENDENT_SET``
-        (every ordering, or the one asked for); raised before any pruning.
+        ``ordering`` names a heuristic and none of its orderings keeps every
+        dependent set within ``pase.limits.MAX_DEPENDENT_SET`` (an explicit
+        ordering or ``"bfs"`` is estimated however wide; :func:`solve`
+        refuses it). No table is built.
     ValueError
         Unknown ordering name, or a sequence that is not a permutation.
 
@@ -372,9 +375,10 @@ def _prepare(cost_graph: CostGraph, ordering: str | Sequence[int], prune: bool |
             prune = True
         else:
             early = elimination_steps(adj, counts, order)  # validates an explicit ordering
+            entries = sum(m.size for _, _, m in cost_graph.edges)
             # A search too wide to run is not worth pruning.
             prune = (max((len(s.dependent_set) for s in early), default=0) <= limit
-                     and sum(s.work for s in early) > _PRUNE_WORK_PER_EDGE_ENTRY * sum(m.size for _, _, m in cost_graph.edges))
+                     and sum(s.work for s in early) > _PRUNE_WORK_PER_EDGE_ENTRY * entries)
     if prune:
         kept = _prune(cost_graph)
         node_costs = [c[k] for c, k in zip(cost_graph.node_costs, kept, strict=True)]
@@ -468,20 +472,28 @@ def _split_bucket(bucket: list[int], scopes: Sequence[tuple[int, ...]],
     members: dict[frozenset, deque[int]] = {}  # vertex set -> ids of its groups, ascending
     for gid, f in enumerate(order):
         members.setdefault(frozenset(scopes[f]), deque()).append(gid)
-    sizes: dict[frozenset, int] = {}
+    sizes: dict[tuple[frozenset, frozenset], int] = {}  # entries of the union of two vertex sets
+
+    def size(keys: tuple[frozenset, frozenset]) -> int:
+        if keys not in sizes:
+            sizes[keys] = math.prod(counts[x] for x in keys[0] | keys[1])
+        return sizes[keys]
+
     next_id = len(order)
     while len(groups) > 2:
         sets = list(members.items())
         best = None  # (entries, earlier id, later id, vertex sets whose earliest groups merge)
         for a, (key_a, ids_a) in enumerate(sets):
-            pairs = [(key_a, ids_a[1], (key_a, key_a))] if len(ids_a) > 1 else []
-            pairs += [(key_a | key_b, ids_b[0], (key_a, key_b)) for key_b, ids_b in sets[a + 1:]]
-            for merged, other, keys in pairs:
-                if merged not in sizes:
-                    sizes[merged] = math.prod(counts[x] for x in merged)
-                candidate = (sizes[merged], *sorted((ids_a[0], other)), keys)
+            first = ids_a[0]
+            if len(ids_a) > 1:
+                candidate = (size((key_a, key_a)), first, ids_a[1], (key_a, key_a))
                 if best is None or candidate[:3] < best[:3]:
                     best = candidate
+            for key_b, ids_b in sets[a + 1:]:
+                i, j = (first, ids_b[0]) if first < ids_b[0] else (ids_b[0], first)
+                entries = size((key_a, key_b))
+                if best is None or (entries, i, j) < best[:3]:
+                    best = (entries, i, j, (key_a, key_b))
         _, i, j, keys = best
         for key in keys:
             members[key].popleft()
@@ -536,7 +548,8 @@ def _too_dense_message(cost_graph: CostGraph, adj: list[set[int]], what: str, st
     if step is not None:
         size = f", {_gib(_BYTES * step.table_entries)}" if _BYTES * step.table_entries >= 2**30 else ""
         found = (f"{what} leaves a dependent set of {len(step.dependent_set)} layers when "
-                 f"{cost_graph.label(step.vertex)} is eliminated (a table of {_count(step.table_entries)} entries{size})")
+                 f"{cost_graph.label(step.vertex)} is eliminated (a table of {_count(step.table_entries)} "
+                 f"entries{size})")
     elif bound > limit:
         found = (f"its layers are so densely connected that {what} leaves a dependent set of at least "
                  f"{bound} layers")

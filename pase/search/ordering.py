@@ -347,7 +347,8 @@ def compute_ordering(adj: Adjacency, config_counts: Sequence[int], name: str = D
     if name == "min-fill":
         return min_fill(adj, config_counts, max_dependent_set=bound)
     if name == "auto":
-        candidates = [generate_seq(adj, max_dependent_set=bound), min_table(adj, config_counts, max_dependent_set=bound),
+        candidates = [generate_seq(adj, max_dependent_set=bound),
+                      min_table(adj, config_counts, max_dependent_set=bound),
                       min_fill(adj, config_counts, max_dependent_set=bound)]
         candidates = [order for order in candidates if order is not None]
         # min() keeps the first of equals, so GenerateSeq wins ties.
