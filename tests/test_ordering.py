@@ -13,6 +13,7 @@ from pase.search.ordering import (
     adjacency,
     breadth_first,
     compute_ordering,
+    connected_sets,
     elimination_steps,
     elimination_work,
     generate_seq,
@@ -204,3 +205,24 @@ def test_invalid_orderings():
 def test_empty_graph():
     assert compute_ordering([], [], "auto") == []
     assert elimination_steps([], [], []) == []
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_connected_sets_are_the_components_reached_through_eliminated_vertices(seed):
+    # Reference: a search from each vertex through the vertices eliminated before it.
+    rng = random.Random(seed)
+    n = rng.randint(1, 14)
+    edges = {tuple(sorted(rng.sample(range(n), 2))) for _ in range(rng.randint(0, 2 * n))} if n > 1 else set()
+    adj = adjacency(n, sorted(edges))
+    order = rng.sample(range(n), n)
+    position = {v: i for i, v in enumerate(order)}
+    for i, (v, x) in enumerate(zip(order, connected_sets(adj, order))):
+        done, seen, stack = set(order[:i]), {v}, [v]
+        while stack:
+            for w in adj[stack.pop()]:
+                if w in done and w not in seen:
+                    seen.add(w)
+                    stack.append(w)
+        assert x == tuple(sorted(seen - {v}, key=position.__getitem__))
+    with pytest.raises(ValueError, match="each of the"):
+        connected_sets(adj, order + order[:1])

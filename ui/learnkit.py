@@ -18,7 +18,7 @@ from pase.ir.configs import ConfigOptions, config_counts
 from pase.ir.graph import Graph, Layer
 from pase.model.cost import LayerCost, build_cost_model
 from pase.models.teaching import GEMM_DIMS, gemm_graph
-from pase.search.ordering import adjacency, breadth_first, elimination_steps, generate_seq
+from pase.search.ordering import adjacency, breadth_first, connected_sets, elimination_steps, generate_seq
 
 __all__ = [
     "gemm_options",
@@ -99,19 +99,6 @@ def _adjacency(graph: Graph) -> tuple[list[str], list[set[int]]]:
 ORDERING_FUNCS = {"GenerateSeq": generate_seq, "breadth-first": breadth_first}
 
 
-def connected_set(adj, done: set[int], v: int) -> set[int]:
-    """X(i): vertices eliminated before ``v`` that reach it through eliminated vertices (``v`` excluded)."""
-    seen, stack = {v}, [v]
-    while stack:
-        u = stack.pop()
-        for w in adj[u]:
-            if w in done and w not in seen:
-                seen.add(w)
-                stack.append(w)
-    seen.discard(v)
-    return seen
-
-
 def walk(graph: Graph, devices: int, options: ConfigOptions, ordering: str, *, connected: bool = True) -> list[Step]:
     """Every step of ``ordering`` ("GenerateSeq" or "breadth-first") on ``graph``: X(i), D(i), table size.
 
@@ -123,15 +110,10 @@ def walk(graph: Graph, devices: int, options: ConfigOptions, ordering: str, *, c
     counts = config_counts(graph, devices, options)
     k = [counts[n] for n in names]
     order = ORDERING_FUNCS[ordering](adj)
-    position = {v: i for i, v in enumerate(order)}
     steps = elimination_steps(adj, k, order)
-    out, done = [], set()
-    for i, s in enumerate(steps):
-        x = sorted(connected_set(adj, done, s.vertex), key=position.__getitem__) if connected else []
-        out.append(Step(i, names[s.vertex], tuple(names[u] for u in x),
-                        tuple(names[u] for u in s.dependent_set), int(s.table_entries), int(s.work)))
-        done.add(s.vertex)
-    return out
+    xs = connected_sets(adj, order) if connected else [()] * len(order)
+    return [Step(i, names[s.vertex], tuple(names[u] for u in x), tuple(names[u] for u in s.dependent_set),
+                 int(s.table_entries), int(s.work)) for i, (s, x) in enumerate(zip(steps, xs))]
 
 
 def small_layout(graph: Graph) -> dict[str, tuple[float, float]]:

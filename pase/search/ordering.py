@@ -59,6 +59,7 @@ __all__ = [
     "adjacency",
     "breadth_first",
     "compute_ordering",
+    "connected_sets",
     "degeneracy",
     "elimination_steps",
     "elimination_work",
@@ -168,6 +169,49 @@ def elimination_steps(adj: Adjacency, config_counts: Sequence[int], order: Seque
         if max_dependent_set is not None and len(dep) > max_dependent_set:
             break
     return steps
+
+
+def connected_sets(adj: Adjacency, order: Sequence[int]) -> list[tuple[int, ...]]:
+    """The paper's connected set X(i) of every step of ``order``.
+
+    X(i): the vertices eliminated before ``order[i]`` that reach it through
+    eliminated vertices only, sorted by their position in ``order``. The
+    components of eliminated vertices are kept in a union-find, so the walk is
+    near-linear in the graph's size plus the sets' total size.
+
+    Raises
+    ------
+    ValueError
+        ``order`` is not a permutation of the vertices.
+
+    >>> connected_sets([{1}, {0, 2}, {1}], [0, 1, 2])
+    [(), (0,), (0, 1)]
+    """
+    if sorted(order) != list(range(len(adj))):
+        raise ValueError(f"the ordering must list each of the {len(adj)} vertices once")
+    parent = list(range(len(adj)))
+    members = {v: [v] for v in range(len(adj))}
+    done = [False] * len(adj)
+    position = {v: i for i, v in enumerate(order)}
+
+    def root(v: int) -> int:
+        while parent[v] != v:
+            parent[v] = parent[parent[v]]
+            v = parent[v]
+        return v
+
+    out = []
+    for v in order:
+        roots = {root(u) for u in adj[v] if done[u]}
+        out.append(tuple(sorted((u for r in roots for u in members[r]), key=position.__getitem__)))
+        done[v] = True
+        for r in roots:  # distinct components: each r is still its component's root here
+            big, small = root(v), r
+            if len(members[big]) < len(members[small]):
+                big, small = small, big
+            parent[small] = big
+            members[big].extend(members.pop(small))
+    return out
 
 
 def elimination_work(adj: Adjacency, config_counts: Sequence[int], order: Sequence[int]) -> int:
