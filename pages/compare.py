@@ -8,8 +8,10 @@ from pase.io.strategy_json import loads_strategy
 from ui import state
 from ui.figures import layer_compare_figure, totals_figure
 from ui.fmt import fmt_time, md
-from ui.pagekit import require_problem, solve_button
+from ui.pagekit import require_problem, routed, solve_button
 from ui.tables import comparison_table, differing_layers, totals_table
+
+routed()  # first of all: run under app.py's router (see ui.pagekit.routed)
 
 PASE = "PaSE"
 # Per-layer chart: at most this many layers (those whose times differ most).

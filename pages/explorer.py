@@ -10,8 +10,10 @@ from ui import state
 from ui.figures import SORT_KEYS, cost_breakdown_figure, memory_figure, strategy_graph_figure
 from ui.fmt import fmt_count, fmt_time, md
 from ui.graphview import auto_group_depth, build_graph_view, group_key, groups_of
-from ui.pagekit import headline, require_problem, solve_button
+from ui.pagekit import headline, require_problem, routed, solve_button
 from ui.tables import strategy_table
+
+routed()  # first of all: run under app.py's router (see ui.pagekit.routed)
 
 # Group modules by default above this many layers.
 GROUP_ABOVE = 80

@@ -12,6 +12,9 @@ from ui import state
 from ui.figures import dependent_sets_figure, gemm_cube_figure, gemm_tensors_figure, search_step_figure
 from ui.fmt import compact_config, config_str, fmt_count, fmt_time, md
 from ui.learnkit import ORDERING_FUNCS, gemm_communication, gemm_cost, gemm_costs, small_layout, walk
+from ui.pagekit import routed
+
+routed()  # first of all: run under app.py's router (see ui.pagekit.routed)
 
 SPLITS = [1, 2, 4, 8]
 SIZES = [64, 128, 256, 512, 1024, 2048, 4096]

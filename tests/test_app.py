@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
-PAGES = ["app_pages/explorer.py", "app_pages/compare.py", "app_pages/what_if.py", "app_pages/learn.py"]
+PAGES = ["pages/explorer.py", "pages/compare.py", "pages/what-if.py", "pages/learn.py"]
 TIMEOUT_S = 120
 EXAMPLE = (ROOT / "docs" / "example-graph.json").read_bytes()
 
@@ -58,10 +58,28 @@ def test_every_page_loads_without_exception(page):
     no_exception(at)
     assert at.title, "every page has a title"
     assert not at.error, [e.value for e in at.error]
+    # Under the router: AppTest starts every run afresh, in Streamlit's folder mode for pages/
+    # (ui.pagekit.routed), and the page still has the shared sidebar.
+    assert at.number_input(key="in_devices").value == 16
+
+
+def test_the_default_problem_shows_a_strategy_worth_finding():
+    """The app opens on a Transformer on two DGX H100 nodes, where the search beats data parallelism clearly."""
+    at = new_app()
+    assert at.selectbox(key="in_sample").value == "transformer"
+    assert at.selectbox(key="in_preset").value == "dgx-h100"
+    assert at.number_input(key="in_devices").value == 16
+    solve(at)
+    assert not at.error, [e.value for e in at.error]
+    speedup = float(at.metric[1].value.rstrip("×"))
+    assert speedup > 1.4, speedup
+    kinds = set(at.dataframe[0].value["parallelism"])
+    assert {"data", "hybrid", "parameter"} <= kinds, kinds
 
 
 def test_explorer_shows_the_structure_before_solving():
-    at = new_app()
+    # A problem no other test solves: the plans are cached for the whole process.
+    at = choose_sample(new_app(), "resnet101", devices=3)
     (graph,) = charts(at, "graph_chart")
     assert "Not solved yet" in graph.proto.spec
     assert not at.metric
@@ -119,6 +137,7 @@ def test_find_a_layer_highlights_it_and_grouping_can_expand():
 
 def test_bad_upload_shows_an_error_and_the_app_keeps_working():
     at = new_app()
+    at.number_input(key="in_devices").set_value(8).run()
     at.radio(key="in_graph_kind").set_value("Upload").run()
     no_exception(at)
     at.file_uploader(key="in_upload").upload("broken.json", b"{not json", "application/json").run()
@@ -198,7 +217,7 @@ def test_cluster_preset_fills_the_fields_and_edits_make_it_custom():
 
 def test_compare_page_shows_baselines_and_differences():
     at = choose_sample(new_app(), "alexnet", devices=8)
-    at.switch_page("app_pages/compare.py").run()
+    at.switch_page("pages/compare.py").run()
     solve(at, "solve_compare")
     assert not at.error, [e.value for e in at.error]
     assert charts(at, "cmp_totals")
@@ -209,7 +228,7 @@ def test_compare_page_shows_baselines_and_differences():
 
 def test_compare_page_accepts_a_user_plan():
     at = choose_sample(new_app(), "alexnet", devices=8)
-    at.switch_page("app_pages/compare.py").run()
+    at.switch_page("pages/compare.py").run()
     solve(at, "solve_compare")
     at.file_uploader(key="cmp_user_plan").upload("plan.json", json.dumps({"fc6": [1, 8, 1]}).encode(),
                                                  "application/json").run()
@@ -223,7 +242,7 @@ def test_compare_page_accepts_a_user_plan():
 
 def test_compare_page_recosts_a_downloaded_plan_to_the_same_step_time():
     at = choose_sample(new_app(), "alexnet", devices=8)
-    at.switch_page("app_pages/compare.py").run()
+    at.switch_page("pages/compare.py").run()
     solve(at, "solve_compare")
     from ui.state import cached_plan
 
@@ -244,7 +263,7 @@ def test_compare_page_recosts_a_downloaded_plan_to_the_same_step_time():
 ])
 def test_compare_page_names_what_is_wrong_with_a_plan_file(content, match):
     at = choose_sample(new_app(), "alexnet", devices=8)
-    at.switch_page("app_pages/compare.py").run()
+    at.switch_page("pages/compare.py").run()
     solve(at, "solve_compare")
     at.file_uploader(key="cmp_user_plan").upload("plan.json", content, "application/json").run()
     no_exception(at)
@@ -254,7 +273,7 @@ def test_compare_page_names_what_is_wrong_with_a_plan_file(content, match):
 
 def test_what_if_batch_sweep_plots_one_series_per_batch():
     at = choose_sample(new_app(), "alexnet")
-    at.switch_page("app_pages/what_if.py").run()
+    at.switch_page("pages/what-if.py").run()
     at.multiselect(key="wi_devices").set_value([2, 4]).run()
     at.selectbox(key="wi_vary").set_value("batch size").run()
     at.text_input(key="wi_values_batch").set_value("32, 64").run()
@@ -271,7 +290,7 @@ def test_what_if_batch_size_is_for_sample_graphs_only():
     at = new_app()
     at.radio(key="in_graph_kind").set_value("Upload").run()
     at.file_uploader(key="in_upload").upload("tiny.json", EXAMPLE, "application/json").run()
-    at.switch_page("app_pages/what_if.py").run()
+    at.switch_page("pages/what-if.py").run()
     at.selectbox(key="wi_vary").set_value("batch size").run()
     no_exception(at)
     assert any("only vary for sample graphs" in w.value for w in at.warning)
@@ -279,7 +298,7 @@ def test_what_if_batch_size_is_for_sample_graphs_only():
 
 def test_what_if_sweep_plots_step_time_and_splits():
     at = choose_sample(new_app(), "alexnet")
-    at.switch_page("app_pages/what_if.py").run()
+    at.switch_page("pages/what-if.py").run()
     at.multiselect(key="wi_devices").set_value([2, 4, 8]).run()
     at.button(key="wi_run").click().run()
     no_exception(at)
@@ -295,7 +314,7 @@ def test_what_if_sweep_plots_step_time_and_splits():
 
 def test_learn_page_walks_the_search():
     at = new_app()
-    at.switch_page("app_pages/learn.py").run()
+    at.switch_page("pages/learn.py").run()
     no_exception(at)
     assert charts(at, "ln_cube") and charts(at, "ln_tensors")
     at.selectbox(key="ln_sk").set_value(4).run()
@@ -319,6 +338,7 @@ def test_no_file_of_the_broken_corpus_breaks_the_app():
     corpus = ROOT / "tests" / "corpus"
     expected = json.loads((corpus / "expected.json").read_text())
     at = new_app()
+    at.number_input(key="in_devices").set_value(8).run()
     at.radio(key="in_graph_kind").set_value("Upload").run()
     uploadable = {n: p for n, p in expected.items() if Path(n).suffix.lower() in MODEL_SUFFIXES}
     assert len(uploadable) > 40

@@ -25,7 +25,8 @@ from pase.cli import main
 from pase.errors import ClusterError, FormatError
 from pase.hardware.cluster import PRESETS, Cluster
 from pase.hardware.mesh import MeshAxis
-from pase.io.graph_json import loads_graph, read_limited
+from pase.io.files import read_limited
+from pase.io.graph_json import loads_graph
 from pase.limits import MAX_BATCH, MAX_INSTANCE_BYTES
 from pase.planner import plan
 from pase.search.costgraph import load_instance
@@ -251,7 +252,7 @@ def test_the_what_if_page_reports_a_graph_that_does_no_work():
     at.run()
     at.radio(key="in_graph_kind").set_value("Upload").run()
     at.file_uploader(key="in_upload").upload("flat.json", json.dumps(NO_WORK).encode(), "application/json").run()
-    at.switch_page("app_pages/what_if.py").run()
+    at.switch_page("pages/what-if.py").run()
     assert not at.exception, [e.value for e in at.exception]
     assert any("does no work" in e.value for e in at.error)
 
@@ -266,7 +267,7 @@ def test_the_what_if_page_bounds_its_values(vary, text):
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
     at.run()
     at.selectbox(key="in_sample").set_value("alexnet").run()
-    at.switch_page("app_pages/what_if.py").run()
+    at.switch_page("pages/what-if.py").run()
     at.selectbox(key="wi_vary").set_value(vary).run()
     key = {"batch size": "batch", "link bandwidth (GB/s)": "bandwidth_Bps", "peak TFLOP/s": "peak_flops"}[vary]
     at.text_input(key=f"wi_values_{key}").set_value(text).run()

@@ -1,6 +1,10 @@
-"""Pieces several pages share: requiring a problem, the Solve button, headline numbers."""
+"""Pieces several pages share: running under the router, requiring a problem, the Solve button, headline numbers."""
 
 from __future__ import annotations
+
+import contextvars
+import runpy
+from pathlib import Path
 
 import streamlit as st
 
@@ -9,7 +13,37 @@ from pase.planner import Plan
 from ui import state
 from ui.fmt import fmt_count, fmt_time, md
 
-__all__ = ["require_problem", "solve_button", "headline"]
+__all__ = ["routed", "run_routed", "require_problem", "solve_button", "headline"]
+
+APP = Path(__file__).resolve().parents[1] / "app.py"
+# True while app.py's router runs the page it chose (in this script run's thread).
+_ROUTED: contextvars.ContextVar[bool] = contextvars.ContextVar("pase_routed", default=False)
+
+
+def run_routed(page) -> None:
+    """Run ``page``, the one ``st.navigation`` chose; for app.py, the router."""
+    token = _ROUTED.set(True)
+    try:
+        page.run()
+    finally:
+        _ROUTED.reset(token)
+
+
+def routed() -> None:
+    """Make sure this page runs under app.py's router; every page script calls it first.
+
+    The page scripts live in ``pages/`` beside app.py, which puts Streamlit in its
+    older folder-based navigation until the server process's first ``st.navigation``
+    call: the first request of a fresh server to ``/compare`` (and every run of
+    ``AppTest``, which starts afresh) runs the page script alone, without the page
+    config, the sidebar or the router's navigation. Then this runs the router, which
+    takes over for good (``st.navigation`` ends the folder mode), draws the sidebar and
+    runs this page again; the lone run stops here.
+    """
+    if _ROUTED.get():
+        return
+    runpy.run_path(str(APP), run_name="__main__")
+    st.stop()
 
 
 def require_problem() -> state.Problem:

@@ -9,119 +9,22 @@ the builders: nothing in a file is evaluated, executed or used as a path.
 from __future__ import annotations
 
 import json
-import os
-import stat
-import zlib
-from itertools import chain
 from pathlib import Path
-from typing import Iterator
 
 from pase.errors import FormatError, GraphError, PaseError
+from pase.io.files import read_limited
 from pase.limits import MAX_DIM, MAX_FILE_BYTES, MAX_LAYER_INPUTS, MAX_LAYERS, MAX_ONNX_BYTES, MAX_TENSOR_ELEMENTS
 from pase.ir.graph import Graph
 from pase.ops import build_layer
 
 __all__ = ["FORMAT", "VERSION", "MODEL_SUFFIXES",
            "graph_to_dict", "graph_from_dict", "dumps_graph", "loads_graph", "save_graph", "load_graph",
-           "load_model_file", "read_limited"]
+           "load_model_file"]
 
 FORMAT = "pase-graph"
 VERSION = 1
 # File types :func:`load_model_file` reads.
 MODEL_SUFFIXES = (".json", ".onnx")
-# :func:`read_limited` reads this much at a time.
-_CHUNK_BYTES = 2**20
-_GZIP_MAGIC = b"\x1f\x8b"
-
-
-def read_limited(path: str | Path, limit: int, *, what: str = "file", gunzip: bool = False) -> bytes:
-    """The contents of the file at ``path``, at most ``limit`` bytes of them.
-
-    The file is read in chunks and refused once it yields more than ``limit``
-    bytes, whatever its size on disk says, so a device (``/dev/zero``), a pipe
-    or a file that grows while read costs at most ``limit + 1`` bytes of
-    memory; a regular file larger than ``limit`` is refused before reading.
-    With ``gunzip``, contents starting with the gzip magic number are
-    decompressed while read (every member of a multi-member file), and
-    ``limit`` bounds both the compressed and the uncompressed bytes, so a
-    small file that inflates enormously (a gzip bomb) is refused early.
-
-    Parameters
-    ----------
-    path : str or Path
-    limit : int
-        Most bytes accepted.
-    what : str
-        What the file is, for messages ("plan file", "instance"...).
-    gunzip : bool
-        Decompress gzip-compressed contents.
-
-    Raises
-    ------
-    FormatError
-        The file is missing, a directory, unreadable, larger than ``limit``
-        bytes (uncompressed), or holds damaged or truncated gzip data; the
-        message names the file and what to do.
-    """
-    path = Path(path)
-    shown = f"{what} {str(path)!r}"
-    try:
-        info = os.stat(path)
-        if stat.S_ISDIR(info.st_mode):
-            raise FormatError(f"cannot read {shown}: it is a directory; give the path of a file")
-        if stat.S_ISREG(info.st_mode) and info.st_size > limit:
-            raise FormatError(f"{path.name} is {info.st_size / 2**20:.1f} MiB; at most {limit / 2**20:.0f} MiB is "
-                              "accepted")
-        with open(path, "rb") as f:
-            chunks = _chunks(f, limit, path.name)
-            first = next(chunks, b"")
-            if gunzip and first[:2] == _GZIP_MAGIC:
-                return _inflate(first, chunks, limit, path.name)
-            return b"".join([first, *chunks])
-    except FileNotFoundError:
-        raise FormatError(f"cannot read {shown}: there is no such file; check the path") from None
-    except OSError as exc:
-        raise FormatError(f"cannot read {shown}: {exc.strerror or exc}") from None
-    except (zlib.error, EOFError) as exc:
-        raise FormatError(f"cannot read {shown}: damaged gzip data ({exc}); compress the file again") from None
-
-
-def _too_large(name: str, limit: int, how: str = "") -> FormatError:
-    return FormatError(f"{name} is more than {limit / 2**20:.0f} MiB{how}; at most {limit / 2**20:.0f} MiB is accepted")
-
-
-def _chunks(f, limit: int, name: str) -> Iterator[bytes]:
-    """The bytes of ``f`` in chunks; ``FormatError`` as soon as they add up to more than ``limit``."""
-    total = 0
-    while chunk := f.read(min(_CHUNK_BYTES, limit + 1 - total)):
-        total += len(chunk)
-        if total > limit:
-            raise _too_large(name, limit)
-        yield chunk
-
-
-def _inflate(first: bytes, chunks: Iterator[bytes], limit: int, name: str) -> bytes:
-    """Gzip data (``first``, then ``chunks``) decompressed; ``FormatError`` past ``limit`` uncompressed bytes."""
-    out: list[bytes] = []
-    size = 0
-    inflater = zlib.decompressobj(wbits=31)  # 31: gzip header and trailer
-    for chunk in chain((first,), chunks):
-        while chunk:
-            # Never ask for more than one byte past the limit: the output is bounded while it is made.
-            piece = inflater.decompress(chunk, limit + 1 - size)
-            size += len(piece)
-            if size > limit:
-                raise _too_large(name, limit, " uncompressed")
-            out.append(piece)
-            if inflater.eof:  # a member ended: what follows is the next member
-                chunk = inflater.unused_data
-                if chunk:
-                    inflater = zlib.decompressobj(wbits=31)
-            else:
-                chunk = inflater.unconsumed_tail
-    if not inflater.eof:
-        raise EOFError("the compressed data ends early")
-    return b"".join(out)
 
 
 def _short(value: object, limit: int = 60) -> str:
@@ -262,7 +165,7 @@ def save_graph(graph: Graph, path: str | Path) -> None:
 def load_graph(path: str | Path) -> Graph:
     """Read a graph file; errors as :func:`loads_graph`, plus ``FormatError`` if missing, unreadable or too large.
 
-    The file is read through :func:`read_limited`: at most ``MAX_FILE_BYTES``,
+    The file is read through :func:`pase.io.files.read_limited`: at most ``MAX_FILE_BYTES``,
     whatever kind of file it is.
     """
     path = Path(path)
@@ -293,7 +196,7 @@ def load_model_file(source: str | Path | bytes, filename: str | None = None, *, 
     FormatError
         Too large, missing, unreadable, an unknown file type, or malformed;
         the message names the file. A path is read through
-        :func:`read_limited`, so a device or a pipe is bounded too.
+        :func:`pase.io.files.read_limited`, so a device or a pipe is bounded too.
     GraphError
         The model's graph is invalid.
 

@@ -28,7 +28,7 @@ import json
 from pathlib import Path
 
 from pase.errors import FormatError
-from pase.io.graph_json import read_limited
+from pase.io.files import read_limited
 from pase.limits import MAX_DIM, MAX_FILE_BYTES, MAX_LAYERS
 
 __all__ = ["FORMAT", "VERSION", "strategy_from_dict", "loads_strategy", "load_strategy"]
@@ -171,7 +171,7 @@ def load_strategy(path: str | Path) -> dict[str, tuple[int, ...]]:
     FormatError
         The file is missing, a directory, unreadable, larger than
         ``MAX_FILE_BYTES`` (read in bounded chunks by
-        :func:`pase.io.graph_json.read_limited`, so a device or a pipe is
+        :func:`pase.io.files.read_limited`, so a device or a pipe is
         refused too) or malformed.
     """
     path = Path(path)

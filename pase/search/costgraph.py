@@ -29,7 +29,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from pase.errors import FormatError
-from pase.io.graph_json import read_limited
+from pase.io.files import read_limited
 from pase.limits import MAX_INSTANCE_BYTES
 
 __all__ = ["CostGraph", "load_instance"]

@@ -7,6 +7,7 @@ except under CI (``CI`` set), where a missing browser is a failure.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -63,13 +64,11 @@ def chromium():
         browser.close()
 
 
-@pytest.fixture(scope="session")
-def app_url(tmp_path_factory):
-    """Start ``streamlit run app.py`` on 127.0.0.1 and a free port; yield its URL; stop it afterwards."""
-    if _missing_browser() and not os.environ.get("CI"):
-        pytest.skip(_missing_browser())
+@contextlib.contextmanager
+def _serve(log_path: Path):
+    """Run ``streamlit run app.py`` (the repository's .streamlit/config.toml applies) on 127.0.0.1 and a free
+    port; yield its URL once it answers; stop it afterwards."""
     port = _free_port()
-    log_path = tmp_path_factory.mktemp("streamlit") / "server.log"
     log = open(log_path, "w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", "app.py",
@@ -92,7 +91,7 @@ def app_url(tmp_path_factory):
                 pass
             if time.monotonic() > deadline:
                 raise RuntimeError(f"streamlit did not answer within {SERVER_START_TIMEOUT_S} s")
-            time.sleep(0.25)
+            time.sleep(0.1)
         yield url
     finally:
         proc.terminate()
@@ -102,6 +101,24 @@ def app_url(tmp_path_factory):
             proc.kill()
             proc.wait()
         log.close()
+
+
+@pytest.fixture(scope="session")
+def app_url(tmp_path_factory):
+    """The app, served for the whole session: start ``streamlit run app.py`` once; yield its URL."""
+    if _missing_browser() and not os.environ.get("CI"):
+        pytest.skip(_missing_browser())
+    with _serve(tmp_path_factory.mktemp("streamlit") / "server.log") as url:
+        yield url
+
+
+@pytest.fixture()
+def fresh_app_url(tmp_path):
+    """The app on a server of its own that no request has reached yet (a server's first run differs)."""
+    if _missing_browser() and not os.environ.get("CI"):
+        pytest.skip(_missing_browser())
+    with _serve(tmp_path / "server.log") as url:
+        yield url
 
 
 @pytest.fixture()

@@ -10,12 +10,15 @@ import json
 import platform
 import statistics
 import time
+import urllib.parse
 
 import pytest
 
 pytestmark = pytest.mark.browser
 
 PAGES = {"": "PaSE explorer", "compare": "Compare strategies", "what-if": "What if?", "learn": "Learn"}
+# The router's navigation (app.py): labels and their material icons, in order.
+NAVIGATION = [("Explorer", "hub"), ("Compare", "compare_arrows"), ("What-if", "tune"), ("Learn", "school")]
 STRATEGY_POINTS = ".st-key-strategy-graph .js-plotly-plot .scatterlayer .trace .point"
 STRUCTURE_POINTS = ".st-key-structure-graph .js-plotly-plot .scatterlayer .trace .point"
 TIMING_RUNS = 5
@@ -113,12 +116,71 @@ def test_every_page_loads_without_exception(page, app_url, artifacts, path):
     shoot(page, artifacts / f"browser-{path or 'explorer-start'}.png")
 
 
+def navigation(page) -> list[tuple[str, str]]:
+    """The sidebar navigation's (label, icon) pairs."""
+    links = page.locator('[data-testid="stSidebarNav"] a')
+    pairs = []
+    for i in range(links.count()):
+        link = links.nth(i)
+        icon = link.locator('[data-testid="stIconMaterial"]')
+        pairs.append((link.locator("span").last.inner_text().strip(), icon.inner_text().strip() if icon.count() else ""))
+    return pairs
+
+
+@pytest.mark.parametrize("path", list(PAGES))
+def test_every_page_url_opened_first_on_a_fresh_server(page, fresh_app_url, path):
+    """The first request of a new server goes to this page's URL; it still runs under the router.
+
+    With the page scripts in pages/ beside app.py, Streamlit's first run of a server is in its folder
+    mode (ui.pagekit.routed): without the router taking over, /compare and /learn ran alone (no sidebar,
+    folder-named navigation) and /what-if said "Page not found".
+    """
+    open_page(page, f"{fresh_app_url}/{path}")
+    page.get_by_role("heading", name=PAGES[path]).first.wait_for()
+    assert_no_exception(page, f"page /{path}, the server's first")
+    assert page.url.rstrip("/") == f"{fresh_app_url}/{path}".rstrip("/")
+    assert navigation(page) == NAVIGATION
+    assert page.get_by_label("Devices p", exact=True).count() == 1, "the shared sidebar is drawn"
+    assert page.get_by_text("Page not found").count() == 0
+    assert page.title() == "PaSE explorer"
+
+
+def test_no_request_leaves_the_machine_and_the_toolbar_has_no_deploy(page, app_url):
+    """Loading the app, solving, and visiting every page asks nothing of any host but the app's own."""
+    own = urllib.parse.urlsplit(app_url).netloc
+    requests, sockets = [], []
+    page.on("request", lambda r: requests.append(r.url))
+    page.on("websocket", lambda ws: sockets.append(ws.url))
+    open_page(page, app_url)
+    page.get_by_role("button", name="Solve").click()
+    page.wait_for_selector(STRATEGY_POINTS, state="attached")
+    wait_idle(page)
+    for label, _ in NAVIGATION[1:]:
+        page.get_by_role("link", name=label).click()
+        page.wait_for_timeout(300)
+        wait_idle(page)
+        assert_no_exception(page, f"the {label} page")
+    page.wait_for_timeout(1000)  # late requests (fonts, icons) of the last page
+    urls = requests + sockets
+    assert any(urllib.parse.urlsplit(u).netloc == own for u in requests), "the network log saw the page's requests"
+    assert sockets, "the network log saw the app's websocket"
+    # data: URLs (the inline favicon) are no requests to a host.
+    away = sorted({u for u in urls if urllib.parse.urlsplit(u).scheme not in ("data", "blob")
+                   and urllib.parse.urlsplit(u).netloc != own})
+    assert not away, away
+    assert page.locator('[data-testid="stToolbar"]').count() == 1
+    assert page.get_by_role("button", name="Deploy").count() == 0
+    assert page.locator('[data-testid="stAppDeployButton"]').count() == 0
+
+
 def test_click_to_graph_time_inception3_p8(page, app_url, artifacts):
     """Median time from the click on Solve to the drawn strategy graph, InceptionV3 at p = 8, uncached.
 
     Each run uses another link bandwidth (16.0x GB/s) so that every Solve searches afresh.
     """
     open_page(page, app_url)
+    choose_sample(page, "inception3")
+    choose(page, "Cluster preset", "paper-model")
     set_number(page, "Devices p", "8")
     times_s = []
     for run in range(TIMING_RUNS):
@@ -145,11 +207,15 @@ def test_click_to_graph_time_inception3_p8(page, app_url, artifacts):
     assert median < TIMING_LIMIT_S, record
 
 
-def choose_sample(page, name: str) -> None:
-    page.get_by_label("Sample graph").click()
-    page.get_by_role("option", name=name, exact=True).click()
+def choose(page, label: str, option: str) -> None:
+    page.get_by_role("combobox", name=label).click()
+    page.get_by_role("option", name=option, exact=True).click()
     page.wait_for_timeout(300)
     wait_idle(page)
+
+
+def choose_sample(page, name: str) -> None:
+    choose(page, "Sample graph", name)
 
 
 def step_time_shown(page) -> str:
@@ -170,6 +236,7 @@ def test_two_sessions_solving_at_once_each_see_their_own_result(chromium, app_ur
         for pg in (slow, fast):
             pg.set_default_timeout(180_000)
             open_page(pg, app_url)
+            choose(pg, "Cluster preset", "paper-model")
         choose_sample(slow, "gpt")
         set_number(slow, "Devices p", "128")
         choose_sample(fast, "alexnet")
@@ -194,6 +261,7 @@ def test_two_sessions_solving_at_once_each_see_their_own_result(chromium, app_ur
 
 def test_cancel_stops_a_running_search_and_the_page_keeps_working(page, app_url):
     open_page(page, app_url)
+    choose(page, "Cluster preset", "paper-model")
     choose_sample(page, "gpt")
     set_number(page, "Devices p", "96")
     page.get_by_role("button", name="Solve").click()

@@ -10,7 +10,9 @@ from ui import state
 from ui.figures import split_changes_figure, sweep_figure
 from ui.graphview import auto_group_depth, group_key
 from ui.fmt import md
-from ui.pagekit import require_problem
+from ui.pagekit import require_problem, routed
+
+routed()  # first of all: run under app.py's router (see ui.pagekit.routed)
 
 DEVICE_CHOICES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 VARY = {
