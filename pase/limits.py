@@ -9,7 +9,8 @@ __all__ = ["MAX_FILE_BYTES", "MAX_ONNX_BYTES", "MAX_LAYERS", "MAX_NODES", "MAX_D
            "MAX_FOLD_ELEMENTS", "MAX_LAYER_INPUTS", "MAX_INSTANCE_BYTES", "MAX_DEVICES", "MAX_BATCH",
            "MIN_PEAK_FLOPS", "MAX_PEAK_FLOPS", "MIN_BANDWIDTH_BPS", "MAX_BANDWIDTH_BPS", "MIN_MEMORY_BYTES",
            "MAX_MEMORY_BYTES", "MAX_LATENCY_S", "MAX_SEARCH_DEVICES", "MAX_LAYER_CONFIGS",
-           "MAX_DEPENDENT_SET"]
+           "MAX_DEPENDENT_SET", "MAX_RANK", "MAX_NODE_OUTPUTS", "MAX_ATTRIBUTE_VALUES", "MAX_FOLD_BYTES",
+           "MAX_ONNX_PARSE_BYTES"]
 
 # A pase graph file larger than this is refused before parsing (the largest sample is ~1 MB).
 MAX_FILE_BYTES = 20 * 2**20
@@ -27,6 +28,22 @@ MAX_TENSOR_ELEMENTS = 2**48
 MAX_FOLD_ELEMENTS = 2**24
 # Most input slots a layer may declare (an Elementwise layer's ``inputs``).
 MAX_LAYER_INPUTS = 4096
+# Axes a tensor may have (numpy's own limit; models use a handful).
+MAX_RANK = 64
+# Outputs one ONNX node may have (a Split's parts); its inputs are bounded by MAX_LAYER_INPUTS.
+MAX_NODE_OUTPUTS = 4096
+# Values one ONNX attribute may list (``ints``, ``floats``, ``strings``): each becomes a
+# Python object when read; models list a few (pads, perm, axes).
+MAX_ATTRIBUTE_VALUES = 2**20
+# Bytes the folded ONNX constants of one import hold together (each at most
+# MAX_FOLD_ELEMENTS elements); past half of it, large constants are kept as shapes only,
+# the rest stays for the small ones (reshape targets, axes) that imports need as values.
+MAX_FOLD_BYTES = 2**29
+# Estimated memory protobuf takes to parse an ONNX file, checked on its bytes before
+# parsing: tiny messages cost a hundred times their size once parsed (a 256 MB file of
+# empty nodes would take tens of GB). The largest graph MAX_NODES allows is estimated
+# at half of this.
+MAX_ONNX_PARSE_BYTES = 2**30
 # An instance file (``pase solve-instance``), compressed or not, and its uncompressed
 # contents, are refused past this size (the largest shared instance, transformer p=64,
 # is 213 MB uncompressed).

@@ -9,6 +9,9 @@ the graph validates. The models exported from torch modules are in
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import threading
 import warnings
 
 import numpy as np
@@ -22,8 +25,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from pase.errors import FormatError, GraphError, PaseError
 from pase.ops import training_flops
-from pase.io.onnx import SUPPORTED_OPS, OnnxImportWarning, from_onnx
-from pase.limits import MAX_ONNX_BYTES
+from pase.io.onnx import SUPPORTED_OPS, OnnxImportWarning, from_onnx, importer, reader
+from pase.limits import MAX_ATTRIBUTE_VALUES, MAX_DIM, MAX_NODES, MAX_ONNX_BYTES, MAX_ONNX_PARSE_BYTES
 
 F = TensorProto.FLOAT
 I64 = TensorProto.INT64
@@ -541,6 +544,196 @@ def test_constant_folding_never_builds_huge_arrays():
              node("MatMul", ["x", "W"], ["y"], name="fc")]
     g = from_onnx(model(nodes, [vi("x", [2, 8])], [vi("y", [2, 8]), vi("s", [2], I64)], [a, b, w("W", 8, 8)]))
     assert ops(g) == ["FullyConnected"]
+
+
+# -- hostile models: memory and size bounds -------------------------------------------------------
+
+# from_onnx(path, unsupported=...) under a 4 GB address-space cap, warnings off; prints "ok" or the message.
+_CAPPED_IMPORT = """
+import resource, sys, warnings
+hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+cap = 4 << 30 if hard == resource.RLIM_INFINITY else min(4 << 30, hard)
+resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+warnings.simplefilter("ignore")
+from pase.errors import PaseError
+from pase.io.onnx import from_onnx
+try:
+    from_onnx(sys.argv[1], unsupported=sys.argv[2])
+    print("ok")
+except PaseError as exc:
+    print(exc)
+"""
+
+
+def _import_capped(tmp_path, m, unsupported="error") -> tuple[str, float]:
+    """``from_onnx`` of model ``m`` in a process of its own under a 4 GB cap, killed after
+    two minutes: ("ok" or the error message, or the exit status and the output's end
+    when the process failed; peak memory in MiB)."""
+    path = tmp_path / "model.onnx"
+    path.write_bytes(m.SerializeToString())
+    proc = subprocess.Popen([sys.executable, "-c", _CAPPED_IMPORT, str(path), unsupported], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    killer = threading.Timer(120, proc.kill)
+    killer.start()
+    try:
+        out = proc.stdout.read()
+        _, status, usage = os.wait4(proc.pid, 0)  # wait4: the peak memory of this child alone
+    finally:
+        killer.cancel()
+        proc.stdout.close()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return (out.strip() if proc.returncode == 0 else f"exit {proc.returncode}: {out[-300:]}"), usage.ru_maxrss / 1024
+
+
+def test_shape_inference_holds_nothing_per_element_of_a_tensor(tmp_path):
+    # ONNX's data propagation held an entry per element of the 2**30 ids once Cast read
+    # them (over 4 GB); the Hardmax makes the importer run shape inference.
+    nodes = [node("MatMul", ["x", "W"], ["y"], name="fc"), node("Cast", ["ids"], ["f"], to=F),
+             node("Hardmax", ["f"], ["z"], name="hardmax")]
+    m = model(nodes, [vi("x", [2, 8]), vi("ids", [2**30], I64)], [vi("y", [2, 8]), vi("z", None)], [w("W", 8, 8)])
+    outcome, peak = _import_capped(tmp_path, m, "elementwise")  # first: a regression must not take this process
+    assert outcome == "ok" and peak < 512, (outcome, peak)
+    with pytest.warns(OnnxImportWarning, match="Hardmax"):
+        assert ops(from_onnx(m, unsupported="elementwise")) == ["FullyConnected"]
+
+
+def test_shapes_computed_from_folded_values_are_inferred_without_data_propagation():
+    # Resize to sizes computed from the input's shape: pase's folded sizes stand in for
+    # ONNX's data propagation, so the unsupported Resize still gets its (2, 4, 16, 16) shape.
+    nodes = [node("Conv", ["x", "W"], ["h"], name="conv", pads=[1, 1, 1, 1]), node("Shape", ["h"], ["s"]),
+             node("Slice", ["s", "zero", "two"], ["bc"]), node("Concat", ["bc", "hw"], ["sizes"], axis=0),
+             node("Resize", ["h", "", "", "sizes"], ["up"], name="resize"), node("Conv", ["up", "W2"], ["y"], name="conv2")]
+    inits = [w("W", 4, 3, 3, 3), w("W2", 4, 4, 1, 1), w("zero", 1, value=[0]), w("two", 1, value=[2]),
+             w("hw", 2, value=[16, 16])]
+    with pytest.warns(OnnxImportWarning, match="Resize"):
+        g = from_onnx(model(nodes, [vi("x", [2, 3, 8, 8])], [vi("y", None)], inits), unsupported="elementwise")
+    assert g.layer("resize").outputs[0].shape == (2, 4, 16, 16)
+    assert g.layer("conv2").inputs[0].shape == (2, 4, 16, 16)
+
+
+def _nested_functions(levels: int, calls: int, name: str = "f"):
+    """Local function f0 is two Relus, f(k) calls f(k-1) ``calls`` times; the graph calls f(levels)
+    after a MatMul and, in both branches of an If, once more."""
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)]
+    functions = [helper.make_function("local", f"{name}0", ["a"], ["b"],
+                                      [helper.make_node("Relu", ["a"], ["t"]), helper.make_node("Relu", ["t"], ["b"])],
+                                      opsets)]
+    for k in range(1, levels + 1):
+        names = ["a"] + [f"t{j}" for j in range(calls - 1)] + ["b"]
+        functions.append(helper.make_function("local", f"{name}{k}", ["a"], ["b"], [
+            helper.make_node(f"{name}{k - 1}", [names[j]], [names[j + 1]], domain="local") for j in range(calls)],
+            opsets))
+    top = f"{name}{levels}"
+    branch = helper.make_graph([helper.make_node(top, ["h"], ["z"], domain="local")], "branch", [], [vi("z", [2, 8])])
+    nodes = [node("MatMul", ["x", "W"], ["h"], name="fc"), helper.make_node(top, ["h"], ["y"], name="call", domain="local"),
+             node("If", ["c"], ["u"], name="if", then_branch=branch, else_branch=branch)]
+    m = model(nodes, [vi("x", [2, 8]), vi("c", [], TensorProto.BOOL)], [vi("y", None), vi("u", None)], [w("W", 8, 8)])
+    m.opset_import.append(helper.make_opsetid("local", 1))
+    m.functions.extend(functions)
+    return m
+
+
+def _all_nodes(graph) -> int:
+    """Nodes of ``graph`` and of its subgraphs."""
+    return sum(1 + sum(_all_nodes(a.g) for a in n.attribute if a.type == onnx.AttributeProto.GRAPH) for n in graph.node)
+
+
+def test_local_functions_are_counted_before_inlining(tmp_path):
+    # 2 * 8**13 = 1.1e12 nodes inlined, from a 4 KB file: the inliner aborted the process.
+    outcome, peak = _import_capped(tmp_path, _nested_functions(13, 8))
+    assert ("has 3.3e+12 nodes once its local functions are inlined (function 'local.f13' alone expands to "
+            "1.1e+12)") in outcome
+    assert f"at most {MAX_NODES:,} are accepted" in outcome and peak < 512, (outcome, peak)
+
+
+def test_the_count_before_inlining_is_exact():
+    from onnx import inliner
+
+    m = _nested_functions(3, 3)
+    n = _all_nodes(inliner.inline_local_functions(m).graph)
+    assert n == 1 + 1 + 2 * 2 * 3**3 + 2 * 3**3  # MatMul, If, the If's branches, the call
+    reader.check_expanded_size(m, limit=n)
+    with pytest.raises(FormatError, match=f"has {n} nodes once its local functions are inlined "
+                                          r"\(function 'local.f3' alone expands to 54\)"):
+        reader.check_expanded_size(m, limit=n - 1)
+
+
+def test_a_local_function_calling_itself_is_refused():
+    m = _nested_functions(2, 2)
+    m.functions[0].node[0].op_type, m.functions[0].node[0].domain = "f2", "local"
+    with pytest.raises(FormatError, match="local function 'local.f2' calls itself .*'local.f2' -> 'local.f1' -> "
+                                          "'local.f0'"):
+        from_onnx(m)
+
+
+def test_derived_sizes_are_held_to_the_limits_graph_files_get():
+    conv = model([node("Conv", ["x", "W"], ["y"], name="conv", pads=[2**40, 0, 2**40, 0])], [vi("x", [2, 3, 8, 8])],
+                 [vi("y", None)], [w("W", 4, 3, 3, 3)])
+    with pytest.raises(FormatError, match=f"node 'conv' \\(Conv\\): dimension h = {2**41 + 6} of its Conv2D layer is "
+                                          f"absurdly large \\(at most {MAX_DIM}\\)"):
+        from_onnx(conv)
+    concat = model([node("Concat", ["a", "b"], ["y"], name="cat", axis=0)], [vi("a", [2**30, 2]), vi("b", [2**30, 2])],
+                   [vi("y", None)])
+    with pytest.raises(FormatError, match=f"node 'cat' \\(Concat\\): dimension {2**31} .* absurdly large"):
+        from_onnx(concat)
+    # Every axis within MAX_DIM, but (2**31 - 1) x 2**18 outputs are more than MAX_TENSOR_ELEMENTS.
+    weight = onnx.TensorProto(name="W", data_type=F, dims=[2**17, 2**18])
+    fc = model([node("MatMul", ["x", "W"], ["y"], name="fc")], [vi("x", [2**31 - 1, 2**17])], [vi("y", None)], [weight])
+    with pytest.raises(FormatError, match=r"node 'fc' \(MatMul\): tensor 'y' of shape \(2147483647, 262144\) of its "
+                                          "FullyConnected layer is absurdly large"):
+        from_onnx(fc)
+
+
+def test_long_attribute_lists_are_refused():
+    big = helper.make_node("Constant", [], ["k"], name="table", value_ints=[0] * (MAX_ATTRIBUTE_VALUES + 1))
+    m = model([big, node("MatMul", ["x", "W"], ["y"], name="fc")], [vi("x", [2, 8])], [vi("y", None)], [w("W", 8, 8)])
+    with pytest.raises(FormatError, match=f"node 'table' \\(Constant\\): attribute 'value_ints' lists "
+                                          f"{MAX_ATTRIBUTE_VALUES + 1:,} values"):
+        from_onnx(m)
+
+
+def test_folded_constants_share_one_budget(monkeypatch):
+    # A 1 MiB budget: the first 256 KiB constant fits its large half, later ones stay
+    # shapes; the small reshape target computed at the end is still folded.
+    monkeypatch.setattr(importer, "MAX_FOLD_BYTES", 2**20)
+    nodes = [node("ConstantOfShape", ["n"], ["c0"], value=numpy_helper.from_array(np.array([1.0])))]
+    nodes += [node("Neg", [f"c{i}"], [f"c{i + 1}"]) for i in range(4)]
+    nodes += [node("MatMul", ["x", "W"], ["h"], name="fc"), node("Concat", ["four", "four"], ["target"], axis=0),
+              node("Reshape", ["h", "target"], ["y"], name="reshape")]
+    m = model(nodes, [vi("x", [2, 8])], [vi("y", None), vi("c4", None, TensorProto.DOUBLE)],
+              [w("W", 8, 8), w("n", 1, value=[2**15]), w("four", 1, value=[4])])
+    imp = importer.Importer(m, batch=None, symbols=None, unsupported="error", name="budget")
+    g = imp.run()
+    assert g.layer("reshape").outputs[0].shape == (4, 4)
+    assert imp.values["c0"].value is not None and imp.values["c4"].value is None and imp.values["c4"].shape == (2**15,)
+    assert imp.held_bytes <= 2**20
+
+
+def test_long_messages_are_cut_in_the_middle():
+    parts = [1] * 4000
+    m = model([node("MatMul", ["x", "W"], ["h"], name="fc"),
+               node("Split", ["h"], [f"y{i}" for i in range(4000)], name="split", axis=1, split=parts)],
+              [vi("x", [2, 8])], [vi("y0", None)], [w("W", 8, 8)], opset=12)
+    with pytest.raises(FormatError) as info:
+        from_onnx(m)
+    message = str(info.value)
+    assert len(message) < 400 and message.startswith("node 'split' (Split): parts [1, 1")
+    assert " ... " in message and message.endswith("do not split axis 1 of (2, 8) into 4000 outputs")
+
+
+def test_the_parse_estimate_of_a_large_graph_is_within_the_limit():
+    # 20,000 nodes with long names and a value_info each, scaled to MAX_NODES: within the limit.
+    n = 20_000
+    nodes, infos, prev = [], [], "x"
+    for i in range(n):
+        out = f"/model/layers.{i // 10}/mlp/act/Add_{i}_output_0"
+        nodes.append(node("Add", [prev, "one"], [out], name=f"/model/layers.{i // 10}/mlp/act/Add_{i}"))
+        infos.append(vi(out, ["batch", 128, 768]))
+        prev = out
+    graph = helper.make_graph(nodes, "long", [vi("x", ["batch", 128, 768])], [vi(prev, None)], [w("one", 1)],
+                              value_info=infos)
+    data = helper.make_model(graph).SerializeToString()
+    assert reader.parse_cost(data, MAX_ONNX_PARSE_BYTES) * (MAX_NODES / n) < MAX_ONNX_PARSE_BYTES * 0.6
 
 
 def test_docstring_examples():

@@ -87,7 +87,10 @@ def _get_context():
 
 def _worker(conn, fn, args, kwargs, memory_bytes, wants_progress):
     """The job's process: limit its memory, run ``fn``, send progress and the outcome over ``conn``."""
-    resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    # Within a hard limit set from outside (a container, ulimit), which a process cannot raise.
+    soft = memory_bytes if hard == resource.RLIM_INFINITY else min(memory_bytes, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
     last = [0.0]
 
     def progress(done: int, total: int) -> None:

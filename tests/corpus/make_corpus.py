@@ -8,6 +8,13 @@ one-line message matches the regular expression recorded for it in
 ``expected.json`` (``tests/test_corpus.py`` checks both). The files are small;
 cases that need a large file (over the size limit, too many layers) are made
 by the test itself.
+
+The bombs (:func:`bomb_cases`) are small files that once made an import take
+gigabytes or hours: a ``Range`` that ONNX's data propagation expanded, nested
+local functions that inlining expanded, padding, tiling and concatenation to
+absurd sizes, constant folding that kept building large arrays, nodes with
+thousands of inputs or outputs, subgraphs nested past protobuf's depth limit.
+``tests/test_corpus.py`` also runs every file through the CLI under a memory cap.
 """
 
 from __future__ import annotations
@@ -204,10 +211,166 @@ def onnx_cases() -> dict[str, tuple[bytes, str]]:
     bad_data = mlp()
     bad_data.graph.initializer[0].raw_data = b"\x00" * 7
     cases["short_tensor_data.onnx"] = (bad_data, "initializer 'W': tensor data cannot be read")
+    cases.update(bomb_cases())
     out = {}
     for name, (value, pattern) in cases.items():
         out[name] = (value if isinstance(value, bytes) else value.SerializeToString(), pattern)
     return out
+
+
+def i64(name, value):
+    return numpy_helper.from_array(np.array(value, np.int64), name)
+
+
+def constant(name, value):
+    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.array(value, np.int64), name))
+
+
+def with_fc(nodes, out, inits=(), inputs=(), opset=17) -> onnx.ModelProto:
+    """A model whose input x (2, 8) goes through an 8x8 MatMul 'fc' to h, then ``nodes`` to ``out``."""
+    return model([helper.make_node("MatMul", ["x", "W"], ["h"], name="fc"), *nodes],
+                 [vi("x", [2, 8]), *inputs], [vi(out, None)], [w("W", 8, 8), *inits], opset)
+
+
+def nested_functions(levels: int, calls: int) -> onnx.ModelProto:
+    """Local function f0 is two Relus, f(k) calls f(k-1) ``calls`` times: 2 * calls**levels nodes inlined."""
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)]
+    functions = [helper.make_function("local", "f0", ["a"], ["b"], [helper.make_node("Relu", ["a"], ["t"]),
+                                                                     helper.make_node("Relu", ["t"], ["b"])], opsets)]
+    for k in range(1, levels + 1):
+        names = ["a"] + [f"t{j}" for j in range(calls - 1)] + ["b"]
+        body = [helper.make_node(f"f{k - 1}", [names[j]], [names[j + 1]], domain="local") for j in range(calls)]
+        functions.append(helper.make_function("local", f"f{k}", ["a"], ["b"], body, opsets))
+    m = with_fc([helper.make_node(f"f{levels}", ["h"], ["y"], name="call", domain="local")], "y")
+    m.opset_import.append(helper.make_opsetid("local", 1))
+    m.functions.extend(functions)
+    return m
+
+
+def recursive_functions() -> onnx.ModelProto:
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)]
+    m = with_fc([helper.make_node("ping", ["h"], ["y"], name="call", domain="local")], "y")
+    m.opset_import.append(helper.make_opsetid("local", 1))
+    m.functions.extend([
+        helper.make_function("local", "ping", ["a"], ["b"], [helper.make_node("pong", ["a"], ["b"], domain="local")],
+                             opsets),
+        helper.make_function("local", "pong", ["a"], ["b"], [helper.make_node("ping", ["a"], ["b"], domain="local")],
+                             opsets),
+    ])
+    return m
+
+
+def nested_ifs(depth: int) -> onnx.ModelProto:
+    """An If whose then-branch is an If... ``depth`` deep (protobuf's Python parser stops near 33)."""
+    leaf = helper.make_graph([helper.make_node("Identity", ["x"], ["z"])], "leaf", [], [vi("z", [2, 8])])
+    body = leaf
+    for k in range(depth - 1):
+        body = helper.make_graph([helper.make_node("If", ["c"], ["z"], then_branch=body, else_branch=leaf)], f"if{k}",
+                                 [], [vi("z", [2, 8])])
+    return with_fc([helper.make_node("If", ["c"], ["y"], name="if", then_branch=body, else_branch=leaf)], "y",
+                   inputs=[vi("c", [], TensorProto.BOOL)])
+
+
+def varint(n: int) -> bytes:
+    """``n`` as a protobuf varint."""
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field (a string or a message)."""
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def deep_if_bytes(depth: int) -> bytes:
+    """A model whose If bodies nest ``depth`` deep, written on the wire: the Python API
+    refuses to build one deeper than protobuf's parser reads."""
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["z"])], "leaf", [], []).SerializeToString()
+    for _ in range(depth):
+        # AttributeProto: name (1), type (20, a varint), g (6); NodeProto: input (1), output (2),
+        # op_type (4), attribute (5); GraphProto: node (1).
+        attribute = field(1, b"then_branch") + varint(20 << 3) + varint(onnx.AttributeProto.GRAPH) + field(6, graph)
+        graph = field(1, field(1, b"c") + field(2, b"z") + field(4, b"If") + field(5, attribute))
+    # A second graph field (ModelProto field 7) merges into the first: the MatMul model plus the If.
+    return with_fc([], "h").SerializeToString() + field(7, graph)
+
+
+def bomb_cases() -> dict[str, tuple[onnx.ModelProto | bytes, str]]:
+    """Small files that used to take gigabytes or hours to import (see the module docstring)."""
+    cases: dict[str, tuple[onnx.ModelProto | bytes, str]] = {}
+    # ONNX's data propagation held one entry per element of the Range (13 GB).
+    cases["range_bomb.onnx"] = (with_fc([constant("start", 0), constant("limit", 2**62), constant("delta", 1),
+                                         helper.make_node("Range", ["start", "limit", "delta"], ["r"], name="range"),
+                                         helper.make_node("Cast", ["r"], ["rf"], name="cast", to=F),
+                                         helper.make_node("Add", ["h", "rf"], ["y"], name="add")], "y"),
+                                r"'range' \(Range\): dimension 4611686018427387904 .*absurdly large")
+    # The same through a graph input: 2**30 int64 ids cast, and an operator that needs shape inference.
+    cases["cast_of_long_input.onnx"] = (with_fc([helper.make_node("Cast", ["ids"], ["f"], name="cast", to=F),
+                                                 helper.make_node("Hardmax", ["f"], ["y"], name="hardmax")], "y",
+                                                inputs=[vi("ids", [2**30], I64)]),
+                                        "operators pase cannot import: Hardmax")
+    cases["range_overflow.onnx"] = (with_fc([helper.make_node("Range", ["a", "b", "c"], ["r"], name="range"),
+                                             helper.make_node("Add", ["h", "r"], ["y"], name="add")], "y",
+                                            [i64("a", -2**63), i64("b", 2**63 - 1), i64("c", 1)]),
+                                    r"'range' \(Range\): dimension 18446744073709551615")
+    # 2 * 8**13 = 1.1e12 nodes once inlined: the inliner ran out of memory and aborted the process.
+    cases["nested_functions.onnx"] = (nested_functions(13, 8),
+                                      r"1\.1e\+12 nodes once its local functions are inlined \(function 'local\.f13'")
+    cases["recursive_functions.onnx"] = (recursive_functions(), "local function 'local.p[io]ng' calls itself")
+    cases["conv_huge_pads.onnx"] = (model([helper.make_node("Conv", ["x", "W"], ["y"], name="conv",
+                                                            pads=[2**40, 0, 2**40, 0])],
+                                          [vi("x", [2, 3, 8, 8])], [vi("y", None)], [w("W", 4, 3, 3, 3)]),
+                                    r"'conv' \(Conv\): dimension h = 2199023255558 of its Conv2D layer is absurdly large")
+    cases["pad_huge.onnx"] = (with_fc([helper.make_node("Pad", ["h", "p"], ["y"], name="pad")], "y",
+                                      [i64("p", [0, 2**40, 0, 2**40])]),
+                              r"'pad' \(Pad\): dimension 2199023255560 .*absurdly large")
+    cases["constant_of_shape_huge.onnx"] = (with_fc([helper.make_node("ConstantOfShape", ["s"], ["c"], name="fill"),
+                                                     helper.make_node("Add", ["h", "c"], ["y"], name="add")], "y",
+                                                    [i64("s", [2**31 - 1, 2**31 - 1, 8])]),
+                                            r"'fill' \(ConstantOfShape\): shape .* has 3\.69e\+19 elements")
+    cases["expand_huge.onnx"] = (with_fc([helper.make_node("Expand", ["h", "s"], ["y"], name="expand")], "y",
+                                         [i64("s", [2**31 - 1, 2**31 - 1, 2, 8])]),
+                                 r"'expand' \(Expand\): shape .* has 7\.38e\+19 elements")
+    cases["tile_huge.onnx"] = (with_fc([helper.make_node("Tile", ["h", "r"], ["y"], name="tile")], "y",
+                                       [i64("r", [2**40, 2**40])]),
+                               r"'tile' \(Tile\): dimension 2199023255552 .*absurdly large")
+    cases["reshape_huge.onnx"] = (with_fc([helper.make_node("Reshape", ["h", "s"], ["y"], name="reshape")], "y",
+                                          [i64("s", [2**62, 16, 0])]),
+                                  r"'reshape' \(Reshape\): cannot reshape \(2, 8\) to \[4611686018427387904, 16, 0\]")
+    cases["concat_too_large.onnx"] = (model([helper.make_node("Concat", ["a", "b"], ["y"], name="concat", axis=0)],
+                                            [vi("a", [2**30 + 1, 2]), vi("b", [2**30, 2])], [vi("y", None)]),
+                                      r"'concat' \(Concat\): dimension 2147483649 .*absurdly large")
+    cases["too_many_axes.onnx"] = (with_fc([helper.make_node("Unsqueeze", ["h", "axes"], ["y"], name="unsqueeze")], "y",
+                                           [i64("axes", list(range(2, 102)))]),
+                                   r"'unsqueeze' \(Unsqueeze\): a shape of 102 axes; at most 64")
+    cases["many_inputs.onnx"] = (with_fc([helper.make_node("Concat", ["h"] * 5000, ["y"], name="concat", axis=0)], "y"),
+                                 r"'concat' \(Concat\) has 5,000 inputs; at most 4,096")
+    cases["many_outputs.onnx"] = (with_fc([helper.make_node("Split", ["h"], [f"y{i}" for i in range(5000)], name="split",
+                                                            axis=1, num_outputs=5000)], "y0", opset=18),
+                                  r"'split' \(Split\) has 5,000 outputs; at most 4,096")
+    # Each Neg folded a new 128 MB array, and every one was kept (5 GB); NonZero of a
+    # (2**24, 1, ..., 1) constant needs one index per axis and element (8 GB). Two
+    # unconnected MatMuls make the files refused once everything is folded.
+    def disconnected(nodes, inits, constant_out, dtype):
+        m = with_fc([*nodes, helper.make_node("MatMul", ["x2", "W"], ["y2"], name="fc2")], "y2", inits,
+                    inputs=[vi("x2", [2, 8])])
+        m.graph.output.extend([vi("h", None), vi(constant_out, None, dtype)])
+        return m
+
+    chain = [helper.make_node("ConstantOfShape", ["n"], ["c0"], value=numpy_helper.from_array(np.array([1.0])))]
+    chain += [helper.make_node("Neg", [f"c{i}"], [f"c{i + 1}"]) for i in range(40)]
+    cases["fold_chain.onnx"] = (disconnected(chain, [i64("n", [2**24])], "c40", TensorProto.DOUBLE), "not connected")
+    ones = numpy_helper.from_array(np.array([1.0], np.float32))
+    cases["nonzero_bomb.onnx"] = (disconnected([helper.make_node("ConstantOfShape", ["n"], ["c"], value=ones),
+                                                helper.make_node("NonZero", ["c"], ["nz"], name="nonzero")],
+                                               [i64("n", [2**24] + [1] * 60)], "nz", I64), "not connected")
+    cases["nested_ifs.onnx"] = (nested_ifs(30), "operators pase cannot import: If x1")
+    cases["deep_if.onnx"] = (deep_if_bytes(200), "not a valid ONNX file")
+    return cases
 
 
 def main() -> None:

@@ -43,11 +43,16 @@ Not mapped (listed in the error, or element-wise with ``unsupported=
 "elementwise"``): control flow, other domains, GRU/RNN, grouped or dilated
 convolutions, 3-D convolutions, non-square pooling windows.
 
-Safety: the model is parsed from bytes (at most :data:`MAX_ONNX_BYTES`) with
-protobuf; nothing is executed, no pickle is involved, and tensors stored as
-*external data* are never read: their shapes suffice, and no path named in a
-model is ever opened. Every problem raises a :class:`~pase.errors.PaseError`
-subclass whose message names the node.
+Safety: the model is parsed from bytes (at most :data:`MAX_ONNX_BYTES`, and at
+most ``MAX_ONNX_PARSE_BYTES`` of memory as estimated from the bytes before
+parsing) with protobuf; nothing is executed, no pickle is involved, and tensors
+stored as *external data* are never read: their shapes suffice, and no path
+named in a model is ever opened. Local functions are inlined only when the
+result stays within ``MAX_NODES`` nodes (counted before inlining), ONNX shape
+inference runs without data propagation, constant folding is bounded per value
+and per import, and every derived dimension and tensor is held to the limits
+graph files get (:mod:`pase.limits`). Every problem raises a
+:class:`~pase.errors.PaseError` subclass whose one-line message names the node.
 
 Layout: this module is the public surface; the work is done by
 
@@ -84,6 +89,16 @@ __all__ = ["from_onnx", "SUPPORTED_OPS", "OnnxImportWarning"]
 
 SUPPORTED_OPS = frozenset(convert.CONVERTERS)
 """ONNX operators (default domain) that :func:`from_onnx` maps."""
+
+# Longest error message; longer ones (a node's 4096 split sizes) are cut in the middle.
+_MESSAGE_CHARS = 360
+
+
+def _clip(message: str) -> str:
+    """``message`` cut to about ``_MESSAGE_CHARS`` characters, keeping its start (the node
+    and the problem) and its end (the fix)."""
+    keep = (_MESSAGE_CHARS - 5) // 2
+    return f"{message[:keep]} ... {message[-keep:]}"
 
 
 def from_onnx(
@@ -152,6 +167,7 @@ def from_onnx(
     model, stem = reader.read_model(source, max_bytes)
     if not model.HasField("graph"):
         raise FormatError("not an ONNX model: it has no graph")
+    reader.check_expanded_size(model)
     if model.functions:
         try:
             from onnx import inliner
@@ -163,7 +179,10 @@ def from_onnx(
     imp = importer.Importer(model, batch=batch, symbols=symbols, unsupported=unsupported, name=graph_name)
     try:
         return imp.run()
-    except PaseError:
+    except PaseError as exc:
+        message = str(exc)
+        if len(message) > _MESSAGE_CHARS:
+            raise type(exc)(_clip(message)) from None
         raise
     except RecursionError:
         raise FormatError("the model is nested too deeply") from None

@@ -8,16 +8,22 @@ importer keeps only the result's shape.
 
 from __future__ import annotations
 
+import math
 from math import prod
 
 import numpy as np
 
 from pase.io.onnx.shapes import axes_arg, norm_axis, resolve_reshape
-from pase.limits import MAX_FOLD_ELEMENTS
+from pase.limits import MAX_FOLD_ELEMENTS, MAX_NODE_OUTPUTS
 
 
 class Fold(Exception):
-    """Constant folding not possible; fall back to inferred shapes."""
+    """Constant folding not possible: the result's shape when known (``shape``), else
+    the importer falls back to inferred shapes."""
+
+    def __init__(self, shape: tuple | None = None):
+        super().__init__()
+        self.shape = shape
 
 
 def np_dtype(onnx_type: int):
@@ -64,6 +70,8 @@ def _fold_guard(op: str, attrs: dict, vals: list) -> None:
         rest = prod(arrays[0].shape) // max(arrays[0].shape[axis], 1)
         if rest * arrays[1].size > MAX_FOLD_ELEMENTS:
             raise Fold()
+    elif op == "NonZero" and arrays[0].ndim * arrays[0].size > MAX_FOLD_ELEMENTS:
+        raise Fold()  # one index per axis and element
 
 
 def fold(op: str, attrs: dict, vals: list, opset: int) -> list:
@@ -146,9 +154,14 @@ def fold(op: str, attrs: dict, vals: list, opset: int) -> list:
                 fill = np.float32(0)
             return [np.full(shape, fill)]
         if op == "Range":
-            start, limit, delta = (np.asarray(v).reshape(-1)[0] for v in vals[:3])
-            if delta == 0 or abs((limit - start) / delta) > MAX_FOLD_ELEMENTS:
+            start, limit, delta = (np.asarray(v).reshape(-1)[0].item() for v in vals[:3])
+            # Python numbers: the length of an int64 range near the type's ends would wrap around.
+            span = limit - start
+            if delta == 0 or not math.isfinite(span / delta):
                 raise Fold()
+            length = max(int(-(-span // delta)), 0)  # the ceiling, exact for integers
+            if length > MAX_FOLD_ELEMENTS:
+                raise Fold((length,))
             return [np.arange(start, limit, delta, dtype=np.asarray(vals[0]).dtype)]
         if op == "Expand":
             shape = np.broadcast_shapes(x.shape, tuple(int(d) for d in vals[1].reshape(-1)))
@@ -184,7 +197,7 @@ def fold(op: str, attrs: dict, vals: list, opset: int) -> list:
             parts = attrs.get("split")
             if parts is None and len(vals) > 1 and vals[1] is not None:
                 parts = vals[1].reshape(-1).tolist()
-            if parts is None:
+            if parts is None or len(parts) > MAX_NODE_OUTPUTS:
                 raise Fold()
             return list(np.split(x, np.cumsum(parts)[:-1], axis=axis))
     raise Fold()

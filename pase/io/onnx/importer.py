@@ -6,6 +6,10 @@ the layers they emit; unsupported nodes are listed or approximated.
 (add a layer) and the data-movement helpers (:meth:`~Importer.reshape`,
 :meth:`~Importer.transpose`, :meth:`~Importer.crop`, :meth:`~Importer.adapt`)
 that compose and cancel reshapes and transposes as they go.
+
+Every shape a node yields and every layer it emits is checked against the size
+limits of :mod:`pase.limits` (the same as graph files get), with the node named,
+and the folded constants of one import hold at most ``MAX_FOLD_BYTES``.
 """
 
 from __future__ import annotations
@@ -18,12 +22,18 @@ from pase.errors import FormatError, PaseError
 from pase.io.onnx.build import build_graph
 from pase.io.onnx.convert import CONVERTERS, Unsupported
 from pase.io.onnx.fold import Fold, fold
-from pase.io.onnx.reader import check_shape, infer_shapes, input_shapes, node_label, read_attrs, tensor_value
+from pase.io.onnx.reader import (check_shape, infer_node, infer_shapes, input_shapes, node_label, read_attrs,
+                                 tensor_value)
 from pase.io.onnx.shapes import broadcast, letters, reshape_axis, unit_reshape
 from pase.io.onnx.values import Act, Const, Spec
 from pase.ir.graph import Graph
-from pase.limits import MAX_LAYERS, MAX_NODES
+from pase.limits import (MAX_DIM, MAX_FOLD_BYTES, MAX_LAYER_INPUTS, MAX_LAYERS, MAX_NODE_OUTPUTS, MAX_NODES,
+                         MAX_TENSOR_ELEMENTS)
 from pase.ops import build_layer
+
+# Folded constants up to this many elements are "small": they may use all of
+# MAX_FOLD_BYTES, larger ones only half of it.
+_SMALL_CONSTANT = 4096
 
 
 class OnnxImportWarning(UserWarning):
@@ -54,6 +64,9 @@ class Importer:
         self.new_batch: int | None = None
         self.input_shapes: dict[str, tuple] = {}
         self._inferred: dict[str, tuple] | None = None
+        self._types: dict[str, int] = {}
+        self._node_inferred: dict[str, tuple | None] = {}
+        self.held_bytes = 0  # bytes of the folded constants in self.values
         self.consumers: dict[str, int] = {}
         self.picks: dict = {}  # (tensor key, axis) -> the Split shared by Gathers of single elements
         self._named = False
@@ -91,6 +104,7 @@ class Importer:
             layer = build_layer(op, name, **params)
         except PaseError as exc:
             raise FormatError(f"{self.where()}: {exc}") from None
+        check_layer(layer, self.where())
         if len(inputs) > len(layer.inputs):
             raise FormatError(f"{self.where()}: {len(inputs)} inputs for a {op} layer")
         for slot, act in enumerate(inputs):
@@ -107,10 +121,32 @@ class Importer:
         return spec
 
     def inferred_shape(self, tensor: str):
-        """A tensor's shape by ONNX shape inference (run once, only when folding could not give it)."""
+        """A tensor's shape by ONNX shape inference, only when folding could not give it:
+        of the whole model (run once), else of the current node alone with the values
+        pase folded for its inputs (:func:`~pase.io.onnx.reader.infer_node`); None when
+        neither sizes it."""
         if self._inferred is None:
-            self._inferred = infer_shapes(self.model, self.input_shapes)
-        return self._inferred.get(tensor)
+            self._inferred, self._types = infer_shapes(self.model, self.input_shapes)
+        shape = self._inferred.get(tensor)
+        if shape is None and self.node is not None and tensor in self.node.output:
+            if tensor not in self._node_inferred:
+                found = infer_node(self.model, self.node, self.values, self._types)
+                self._node_inferred.update({name: found.get(name) for name in self.node.output if name})
+            shape = self._node_inferred.get(tensor)
+        return shape
+
+    def hold(self, value):
+        """``value`` (a node's output) as it is kept: a folded constant stays a value while
+        the folded constants held stay within ``MAX_FOLD_BYTES`` (half of it for large
+        ones), else becomes a shape only; anything else unchanged."""
+        if not isinstance(value, Const) or value.value is None:
+            return value
+        nbytes = value.value.nbytes
+        budget = MAX_FOLD_BYTES if value.value.size <= _SMALL_CONSTANT else MAX_FOLD_BYTES // 2
+        if self.held_bytes + nbytes > budget:
+            return Const(value.shape, None)
+        self.held_bytes += nbytes
+        return value
 
     def const_value(self, v, what: str):
         """The value of constant input ``v`` (None when absent); a FormatError naming ``what``
@@ -241,10 +277,17 @@ class Importer:
             raise FormatError("the model's graph has no nodes")
         if len(g.node) > MAX_NODES:
             raise FormatError(f"the model has {len(g.node)} nodes; at most {MAX_NODES} are accepted")
+        for node in g.node:
+            for what, names, limit in (("inputs", node.input, MAX_LAYER_INPUTS),
+                                       ("outputs", node.output, MAX_NODE_OUTPUTS)):
+                if len(names) > limit:
+                    raise FormatError(
+                        f"node {node_label(node)} has {len(names):,} {what}; at most {limit:,} are accepted"
+                    )
         for t in g.initializer:
             if not t.name:
                 raise FormatError("an initializer has no name")
-            self.values[t.name] = tensor_value(t, f"initializer {t.name!r}")
+            self.values[t.name] = self.hold(tensor_value(t, f"initializer {t.name!r}"))
         for t in g.sparse_initializer:
             self.values[t.values.name or t.indices.name] = Const(check_shape(t.dims, "sparse initializer"), None)
         self.input_shapes, self.old_batch, self.new_batch = input_shapes(g, self.batch, self.symbols)
@@ -276,7 +319,8 @@ class Importer:
                 if name:
                     if value is None:
                         value = Act((), None)
-                    self.values[name] = value
+                    check_shape(value.shape, self.where())
+                    self.values[name] = self.hold(value)
         self.node = None
         if self.unsupported:
             listing = _unsupported_listing(self.unsupported)
@@ -320,8 +364,9 @@ class Importer:
         if all(isinstance(v, Const) and v.value is not None for v in present):
             try:
                 return [Const.of(o) for o in fold(op, attrs, vals, self.opset)]
-            except Fold:
-                pass
+            except Fold as exc:
+                if exc.shape is not None:
+                    return [Const(check_shape(exc.shape, self.where()), None)]
             except FormatError:
                 raise
             except Exception:
@@ -372,6 +417,22 @@ class Importer:
                              inputs)
             outs.append(Act.of(spec, 0, axis))
         return outs
+
+
+def check_layer(layer, where: str) -> None:
+    """Refuse a layer with a dimension above ``MAX_DIM`` or a tensor (input, output or
+    weight) with an axis above ``MAX_DIM`` or more than ``MAX_TENSOR_ELEMENTS`` elements:
+    the limits graph files get, for the layers an ONNX model derives (a Conv padded by
+    2**40). The FormatError names ``where`` (the node)."""
+    for d, n in zip(layer.dims, layer.sizes):
+        if n > MAX_DIM:
+            raise FormatError(f"{where}: dimension {d} = {n} of its {layer.op} layer is absurdly large (at most "
+                              f"{MAX_DIM}); check the node's attributes and input shapes")
+    for t in layer.inputs + layer.outputs + layer.weights:
+        if max(t.shape, default=0) > MAX_DIM or t.size > MAX_TENSOR_ELEMENTS:
+            raise FormatError(f"{where}: tensor {t.name!r} of shape {t.shape} of its {layer.op} layer is absurdly "
+                              f"large (at most {MAX_DIM} per axis, {MAX_TENSOR_ELEMENTS:.3g} elements); check the "
+                              "node's attributes and input shapes")
 
 
 def _unsupported_listing(unsupported) -> str:

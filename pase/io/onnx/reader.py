@@ -1,9 +1,13 @@
-"""Reading an ONNX model safely: bytes and files with their size limit, checked
-views of its protobuf (attributes, tensors, shapes, the model's input shapes) and
-ONNX shape inference.
+"""Reading an ONNX model safely: bytes and files with their size limits (the file's,
+and the memory its parse would take), checked views of its protobuf (attributes,
+tensors, shapes, the model's input shapes, the size of its local functions once
+inlined) and ONNX shape inference.
 
 Nothing here executes anything from the model, and tensors stored as external
-data are never read: no path named in a model is ever opened.
+data are never read: no path named in a model is ever opened. Shape inference
+runs without ONNX's data propagation, which holds one entry per element of every
+one-dimensional tensor it meets (a ``Range`` to 2**62 took 13 GB); the constants
+pase folds itself stand in for it (:func:`infer_node`).
 """
 
 from __future__ import annotations
@@ -11,9 +15,16 @@ from __future__ import annotations
 from math import prod
 from pathlib import Path
 
+import numpy as np
+
 from pase.errors import FormatError
 from pase.io.onnx.values import Const
-from pase.limits import MAX_DIM, MAX_FOLD_ELEMENTS, MAX_TENSOR_ELEMENTS
+from pase.limits import (MAX_ATTRIBUTE_VALUES, MAX_DIM, MAX_FOLD_ELEMENTS, MAX_NODES, MAX_ONNX_PARSE_BYTES, MAX_RANK,
+                         MAX_TENSOR_ELEMENTS)
+
+# Constants up to this many elements go into shape inference as values (reshape
+# targets, axes, pads); larger ones as typed inputs, their shapes being enough.
+_INFERENCE_VALUES = 4096
 
 
 def onnx_module():
@@ -54,11 +65,124 @@ def read_model(source, max_bytes: int):
         )
     if not data:
         raise FormatError("the file is empty")
+    check_parse_cost(data)
     try:
         model = onnx.load_model_from_string(data)
     except Exception as exc:
         raise FormatError(f"not a valid ONNX file: {type(exc).__name__}: {str(exc)[:200]}") from None
     return model, name
+
+
+# -- the cost of parsing, from the wire format ------------------------------------------------------
+
+# Estimated parse cost, in bytes, per protobuf entry (a field of a message, an element of
+# an unpacked repeated field): upb takes 16 to 360 bytes for each; the floor keeps the
+# walk to at most MAX_ONNX_PARSE_BYTES / 128 entries, a few seconds.
+_ENTRY_COST = 128
+# Kinds of fields other than messages, in a layout.
+_BYTES, _FIXED, _VARINT = "bytes", "fixed", "varint"
+_LAYOUTS: dict = {}
+
+
+def _layout(descriptor) -> tuple[dict, int]:
+    """``({field number: kind}, cost of one message)`` of a protobuf message type: a
+    field's kind is the layout of its message type, or ``_BYTES`` (strings too),
+    ``_FIXED`` or ``_VARINT``. Recursive types share their layouts."""
+    layout = _LAYOUTS.get(descriptor.full_name)
+    if layout is None:
+        fields: dict = {}
+        # A parsed message holds a slot per declared field (measured: 355 bytes for a
+        # NodeProto with three strings).
+        layout = _LAYOUTS[descriptor.full_name] = (fields, max(_ENTRY_COST, 32 + 24 * len(descriptor.fields)))
+        for f in descriptor.fields:
+            if f.message_type is not None:
+                fields[f.number] = _layout(f.message_type)
+            elif f.type in (f.TYPE_STRING, f.TYPE_BYTES):
+                fields[f.number] = _BYTES
+            elif f.type in (f.TYPE_FLOAT, f.TYPE_DOUBLE, f.TYPE_FIXED32, f.TYPE_FIXED64, f.TYPE_SFIXED32,
+                            f.TYPE_SFIXED64):
+                fields[f.number] = _FIXED
+            else:
+                fields[f.number] = _VARINT
+    return layout
+
+
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    """The varint at ``data[i:]`` and the offset after it; IndexError past the end."""
+    value, shift = 0, 0
+    while True:
+        b = data[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, i
+        shift += 7
+
+
+def parse_cost(data: bytes, limit: int) -> int:
+    """Estimated bytes that parsing ``data`` as an ONNX ModelProto would allocate, read
+    from the wire format without parsing; the walk stops once the estimate passes
+    ``limit`` and returns it. Malformed data ends the walk (the parser reports it)."""
+    model = _layout(onnx_module().ModelProto.DESCRIPTOR)
+    cost = model[1]
+    pending = [(model, 0, len(data))]
+    try:
+        while pending:
+            (fields, _), i, end = pending.pop()
+            while i < end:
+                key = data[i]  # most keys and lengths are one byte: read those inline
+                i += 1
+                if key >= 0x80:
+                    key, i = _varint(data, i - 1)
+                wire = key & 7
+                if wire == 2:
+                    n = data[i]
+                    i += 1
+                    if n >= 0x80:
+                        n, i = _varint(data, i - 1)
+                    kind = fields.get(key >> 3, _BYTES)
+                    if kind.__class__ is tuple:  # a message
+                        cost += kind[1]
+                        if n:
+                            pending.append((kind, i, i + n))
+                    elif kind is _VARINT:  # packed: 8 bytes per element, from one byte each
+                        ends = np.count_nonzero(np.frombuffer(data, np.uint8, min(n, len(data) - i), i) < 0x80)
+                        cost += _ENTRY_COST + 8 * int(ends)
+                    else:
+                        cost += _ENTRY_COST + n
+                    i += n
+                elif wire == 0:
+                    _, i = _varint(data, i)
+                    cost += _ENTRY_COST
+                elif wire == 1 or wire == 5:
+                    i += 8 if wire == 1 else 4
+                    cost += _ENTRY_COST
+                else:
+                    return cost  # groups: not ONNX
+                if cost > limit:
+                    return cost
+    except (IndexError, ValueError):  # past the end: truncated or malformed
+        pass
+    return cost
+
+
+def check_parse_cost(data: bytes, limit: int = MAX_ONNX_PARSE_BYTES) -> None:
+    """Refuse, before parsing, an ONNX file whose parse would take more than ``limit``
+    bytes of memory (millions of tiny nodes, names or dimensions); files too small to
+    come near it are not walked."""
+    # No entry costs more than 300 times its size on the wire (an empty AttributeProto: 2 bytes).
+    if len(data) * 300 <= limit:
+        return
+    cost = parse_cost(data, limit)
+    if cost > limit:
+        raise FormatError(
+            f"parsing the file would take more than {limit / 2**30:.0f} GiB of memory: it holds millions of tiny "
+            "entries (nodes, names, dimensions), more than any model of at most "
+            f"{MAX_NODES:,} nodes; simplify the graph or export it again"
+        )
+
+
+# -- checked views ---------------------------------------------------------------------------------------
 
 
 def node_label(node) -> str:
@@ -72,6 +196,10 @@ def read_attrs(node) -> dict:
 
     out = {}
     for a in node.attribute:
+        n = max(len(a.ints), len(a.floats), len(a.strings), len(a.tensors), len(a.graphs))
+        if n > MAX_ATTRIBUTE_VALUES:
+            raise FormatError(f"node {node_label(node)}: attribute {a.name!r} lists {n:,} values; at most "
+                              f"{MAX_ATTRIBUTE_VALUES:,} are accepted (store large constants as tensors)")
         try:
             v = helper.get_attribute_value(a)
         except Exception:
@@ -89,7 +217,11 @@ def is_external(tensor) -> bool:
 
 
 def check_shape(shape, where: str) -> tuple:
-    """``shape`` as a tuple of ints, refusing negative, absurdly large or too many-element shapes."""
+    """``shape`` as a tuple of ints, refusing negative, absurdly large, too many-element or
+    too many-axis shapes (limits :data:`~pase.limits.MAX_DIM`, ``MAX_TENSOR_ELEMENTS``,
+    ``MAX_RANK``); the FormatError names ``where``."""
+    if len(shape) > MAX_RANK:
+        raise FormatError(f"{where}: a shape of {len(shape)} axes; at most {MAX_RANK} are accepted")
     shape = tuple(int(d) for d in shape)
     for d in shape:
         if d < 0:
@@ -181,11 +313,16 @@ def input_shapes(graph, batch: int | None, symbols: dict) -> tuple[dict, int | N
     return out, old_batch, new_batch
 
 
-def infer_shapes(model, shapes: dict) -> dict[str, tuple]:
-    """Static shapes of the model's tensors by ONNX shape inference, with the inputs at
-    ``shapes``; tensors it cannot size are left out (all of them when it fails)."""
+def infer_shapes(model, shapes: dict) -> tuple[dict[str, tuple], dict[str, int]]:
+    """Static shapes and ONNX element types of the model's tensors by ONNX shape
+    inference, with the inputs at ``shapes``: ``({tensor: shape}, {tensor: elem_type})``.
+    Tensors it cannot size are left out (all of them when it fails).
+
+    Runs without data propagation (see the module docstring), so shapes computed from
+    other tensors' values are missing here; :func:`infer_node` gives them from the
+    values pase folded.
+    """
     onnx = onnx_module()
-    out: dict[str, tuple] = {}
     try:
         m = onnx.ModelProto()
         m.ir_version = model.ir_version
@@ -194,21 +331,129 @@ def infer_shapes(model, shapes: dict) -> dict[str, tuple]:
         g.node.extend(model.graph.node)
         for t in model.graph.initializer:
             # Large and external weights go in as typed inputs: inference needs only their shapes.
-            if is_external(t) or prod(t.dims) > 4096:
+            if is_external(t) or prod(t.dims) > _INFERENCE_VALUES:
                 g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
             else:
                 g.initializer.append(t)
+        declared = {i.name: i for i in model.graph.input}
         for name, shape in shapes.items():
-            src = next(i for i in model.graph.input if i.name == name)
-            g.input.append(onnx.helper.make_tensor_value_info(name, src.type.tensor_type.elem_type, list(shape)))
+            g.input.append(onnx.helper.make_tensor_value_info(name, declared[name].type.tensor_type.elem_type,
+                                                              list(shape)))
         g.output.extend(model.graph.output)
         for o in g.output:
             o.type.tensor_type.ClearField("shape")
         inferred = onnx.shape_inference.infer_shapes(m, check_type=False, strict_mode=False, data_prop=False)
-        for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
-            tt = vi.type.tensor_type
-            if tt.HasField("shape") and all(d.HasField("dim_value") and d.dim_value > 0 for d in tt.shape.dim):
-                out[vi.name] = tuple(int(d.dim_value) for d in tt.shape.dim)
     except Exception:
-        pass
-    return out
+        return {}, {}
+    return _shapes_and_types(list(inferred.graph.input) + list(inferred.graph.value_info)
+                             + list(inferred.graph.output))
+
+
+def infer_node(model, node, values: dict, types: dict) -> dict[str, tuple]:
+    """The static shapes of ``node``'s outputs by ONNX shape inference of that node alone,
+    its inputs taken from ``values`` (tensor -> :class:`~pase.io.onnx.values.Act` or
+    Const: small folded constants go in as values, the rest as shapes) with element
+    types from ``types`` (float when unknown). This is what data propagation would give,
+    bounded by the limits of folding. Empty when inference fails or the node has
+    subgraphs (their outer-scope tensors are not at hand here)."""
+    onnx = onnx_module()
+    from onnx import helper, numpy_helper
+
+    if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+        return {}
+    try:
+        g = onnx.GraphProto()
+        g.node.append(node)
+        for name in dict.fromkeys(t for t in node.input if t):
+            v = values.get(name)
+            if v is None:
+                return {}
+            elem = types.get(name)
+            value = getattr(v, "value", None)
+            if value is not None and value.size <= _INFERENCE_VALUES:
+                if elem:
+                    value = value.astype(helper.tensor_dtype_to_np_dtype(elem))
+                g.initializer.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
+            else:
+                g.input.append(helper.make_tensor_value_info(name, elem or onnx.TensorProto.FLOAT, list(v.shape)))
+        for name in node.output:
+            if name:
+                g.output.append(onnx.ValueInfoProto(name=name))
+        m = onnx.ModelProto(ir_version=model.ir_version, graph=g)
+        m.opset_import.extend(model.opset_import)
+        inferred = onnx.shape_inference.infer_shapes(m, check_type=False, strict_mode=False, data_prop=False)
+    except Exception:
+        return {}
+    return _shapes_and_types(inferred.graph.output)[0]
+
+
+def _shapes_and_types(value_infos) -> tuple[dict[str, tuple], dict[str, int]]:
+    """``({name: shape}, {name: elem_type})`` of tensor value infos; only fully known, positive shapes."""
+    shapes, types = {}, {}
+    for vi in value_infos:
+        tt = vi.type.tensor_type
+        if tt.elem_type:
+            types[vi.name] = int(tt.elem_type)
+        if tt.HasField("shape") and all(d.HasField("dim_value") and d.dim_value > 0 for d in tt.shape.dim):
+            shapes[vi.name] = tuple(int(d.dim_value) for d in tt.shape.dim)
+    return shapes, types
+
+
+def check_expanded_size(model, limit: int = MAX_NODES) -> None:
+    """Refuse a model with more than ``limit`` nodes once its local functions are inlined,
+    before inlining: nodes of the graph and of its subgraphs (``If`` and ``Loop`` bodies)
+    are counted, and a call of a local function counts as the nodes of its body, each
+    function's count computed once (so ``f1`` calling ``f0`` eight times, ``f2`` calling
+    ``f1`` eight times... is counted in a few steps, not 8**n). A function calling itself
+    is refused too."""
+    onnx = onnx_module()
+    GRAPH, GRAPHS = onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS
+    functions = {(f.domain, f.name, f.overload): f for f in model.functions}
+    counts: dict = {}
+    calling: list = []
+
+    def of_nodes(nodes) -> int:
+        total = 0
+        for node in nodes:
+            key = (node.domain, node.op_type, node.overload)
+            total += of_function(key) if key in functions else 1
+            for a in node.attribute:
+                if a.type == GRAPH:
+                    total += of_nodes(a.g.node)
+                elif a.type == GRAPHS:
+                    total += sum(of_nodes(sub.node) for sub in a.graphs)
+        return total
+
+    def of_function(key) -> int:
+        if key not in counts:
+            if key in calling:
+                raise FormatError(f"local function {_function_name(key)} calls itself (through "
+                                  f"{' -> '.join(_function_name(k) for k in calling[calling.index(key):])}); "
+                                  "ONNX functions cannot recurse")
+            calling.append(key)
+            counts[key] = of_nodes(functions[key].node)
+            calling.pop()
+        return counts[key]
+
+    try:
+        total = of_nodes(model.graph.node)
+    except RecursionError:
+        raise FormatError("the model's local functions or subgraphs are nested too deeply") from None
+    if total > limit:
+        if counts:
+            key = max(counts, key=counts.get)
+            raise FormatError(f"the model has {_count(total)} nodes once its local functions are inlined (function "
+                              f"{_function_name(key)} alone expands to {_count(counts[key])}); at most {limit:,} "
+                              "are accepted: export the model without functions or simplify it")
+        raise FormatError(f"the model has {total:,} nodes, its subgraphs included; at most {limit:,} are accepted")
+
+
+def _count(n: int) -> str:
+    """A node count for messages: in full, or to three digits past a billion."""
+    return f"{n:,}" if n < 10**9 else f"{n:.3g}"
+
+
+def _function_name(key) -> str:
+    """A local function as messages name it: ``'domain.name'``."""
+    domain, name, overload = key
+    return repr(f"{domain}.{name}" + (f":{overload}" if overload else ""))

@@ -55,11 +55,18 @@ def unit_reshape(a, b) -> bool:
 
 
 def broadcast(shapes, where):
-    """The numpy broadcast of ``shapes``, or a FormatError naming ``where``."""
-    try:
-        return tuple(int(d) for d in np.broadcast_shapes(*[tuple(s) for s in shapes]))
-    except ValueError:
-        raise FormatError(f"{where}: input shapes {[tuple(s) for s in shapes]} do not broadcast") from None
+    """The numpy broadcast of ``shapes``, or a FormatError naming ``where``. Computed with
+    Python integers: numpy refuses sizes past its index range as not broadcasting, and
+    the caller's size check gives the better message."""
+    shapes = [tuple(int(d) for d in s) for s in shapes]
+    rank = max((len(s) for s in shapes), default=0)
+    out = []
+    for axis in range(rank):
+        sizes = {s[axis - rank + len(s)] for s in shapes if axis - rank + len(s) >= 0} - {1}
+        if len(sizes) > 1:
+            raise FormatError(f"{where}: input shapes {shapes} do not broadcast")
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
 
 
 def axes_arg(attrs, vals, index):
