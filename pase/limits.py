@@ -5,7 +5,7 @@ absurd input with these bounds before it allocates for it, and the planner
 refuses a cluster or a search beyond them before it enumerates or tabulates.
 """
 
-__all__ = ["MAX_FILE_BYTES", "MAX_ONNX_BYTES", "MAX_LAYERS", "MAX_NODES", "MAX_DIM", "MAX_TENSOR_ELEMENTS",
+__all__ = ["check_layer_size", "MAX_FILE_BYTES", "MAX_ONNX_BYTES", "MAX_LAYERS", "MAX_NODES", "MAX_DIM", "MAX_TENSOR_ELEMENTS",
            "MAX_FOLD_ELEMENTS", "MAX_LAYER_INPUTS", "MAX_INSTANCE_BYTES", "MAX_DEVICES", "MAX_BATCH",
            "MIN_PEAK_FLOPS", "MAX_PEAK_FLOPS", "MIN_BANDWIDTH_BPS", "MAX_BANDWIDTH_BPS", "MIN_MEMORY_BYTES",
            "MAX_MEMORY_BYTES", "MAX_LATENCY_S", "MAX_SEARCH_DEVICES", "MAX_LAYER_CONFIGS",
@@ -75,3 +75,24 @@ MAX_LAYER_CONFIGS = 100_000
 # vertex of the set plus one for the vertex eliminated, and numpy 1.26 (the oldest numpy
 # pase supports) allows 32 axes. Denser graphs go to the approximate search.
 MAX_DEPENDENT_SET = 31
+
+
+def check_layer_size(layer, where: str, fix: str = "") -> None:
+    """Refuse a layer whose dimensions or tensors pass these limits, whichever reader built it.
+
+    A dimension above :data:`MAX_DIM`, or a tensor (input, output or weight)
+    with an axis above it or more than :data:`MAX_TENSOR_ELEMENTS` elements,
+    raises :class:`~pase.errors.FormatError` naming ``where`` (the layer's
+    place in its file) and ending with ``fix`` (what to check).
+    """
+    from pase.errors import FormatError
+
+    for d, n in zip(layer.dims, layer.sizes):
+        if n > MAX_DIM:
+            raise FormatError(f"{where}: dimension {d} = {n} of its {layer.op} layer is absurdly large "
+                              f"(at most {MAX_DIM}){fix}")
+    for t in layer.inputs + layer.outputs + layer.weights:
+        if max(t.shape, default=0) > MAX_DIM or t.size > MAX_TENSOR_ELEMENTS:
+            raise FormatError(f"{where}: tensor {t.name!r} of shape {t.shape} of its {layer.op} layer is absurdly "
+                              f"large (at most {MAX_DIM} per axis, {MAX_TENSOR_ELEMENTS:.3g} elements){fix}")
+

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pase.errors import FormatError, GraphError, PaseError
 from pase.io.files import read_limited
-from pase.limits import MAX_DIM, MAX_FILE_BYTES, MAX_LAYER_INPUTS, MAX_LAYERS, MAX_ONNX_BYTES, MAX_TENSOR_ELEMENTS
+from pase.limits import MAX_FILE_BYTES, MAX_LAYER_INPUTS, MAX_LAYERS, MAX_ONNX_BYTES, check_layer_size
 from pase.ir.graph import Graph
 from pase.ops import build_layer
 
@@ -31,16 +31,6 @@ def _short(value: object, limit: int = 60) -> str:
     """``repr(value)`` cut to ``limit`` characters, for messages about uploaded data."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _check_magnitudes(layer, where: str) -> None:
-    for d, n in zip(layer.dims, layer.sizes):
-        if n > MAX_DIM:
-            raise FormatError(f"{where}: dimension {d} = {n} is absurdly large (at most {MAX_DIM})")
-    for t in layer.inputs + layer.outputs + layer.weights:
-        if t.size > MAX_TENSOR_ELEMENTS:
-            raise FormatError(f"{where}: tensor {t.name!r} of shape {t.shape} has {t.size:.3g} elements "
-                              f"(at most {MAX_TENSOR_ELEMENTS:.3g})")
 
 
 def graph_to_dict(graph: Graph) -> dict:
@@ -125,7 +115,7 @@ def graph_from_dict(data: object) -> Graph:
         except Exception as exc:  # any builder failure on uploaded parameters is a format error
             detail = " ".join(str(exc).split())[:200]
             raise FormatError(f"{where}: bad params for {_short(spec['op'], 30)}: {type(exc).__name__}: {detail}") from None
-        _check_magnitudes(layer, where)
+        check_layer_size(layer, where)
         graph.add_layer(layer, inputs)
     graph.validate()
     return graph

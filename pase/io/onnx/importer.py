@@ -27,8 +27,7 @@ from pase.io.onnx.reader import (check_shape, infer_node, infer_shapes, input_sh
 from pase.io.onnx.shapes import broadcast, letters, reshape_axis, unit_reshape
 from pase.io.onnx.values import Act, Const, Spec
 from pase.ir.graph import Graph
-from pase.limits import (MAX_DIM, MAX_FOLD_BYTES, MAX_LAYER_INPUTS, MAX_LAYERS, MAX_NODE_OUTPUTS, MAX_NODES,
-                         MAX_TENSOR_ELEMENTS)
+from pase.limits import MAX_FOLD_BYTES, MAX_LAYER_INPUTS, MAX_LAYERS, MAX_NODE_OUTPUTS, MAX_NODES, check_layer_size
 from pase.ops import build_layer
 
 # Folded constants up to this many elements are "small": they may use all of
@@ -104,7 +103,7 @@ class Importer:
             layer = build_layer(op, name, **params)
         except PaseError as exc:
             raise FormatError(f"{self.where()}: {exc}") from None
-        check_layer(layer, self.where())
+        check_layer_size(layer, self.where(), "; check the node's attributes and input shapes")
         if len(inputs) > len(layer.inputs):
             raise FormatError(f"{self.where()}: {len(inputs)} inputs for a {op} layer")
         for slot, act in enumerate(inputs):
@@ -417,22 +416,6 @@ class Importer:
                              inputs)
             outs.append(Act.of(spec, 0, axis))
         return outs
-
-
-def check_layer(layer, where: str) -> None:
-    """Refuse a layer with a dimension above ``MAX_DIM`` or a tensor (input, output or
-    weight) with an axis above ``MAX_DIM`` or more than ``MAX_TENSOR_ELEMENTS`` elements:
-    the limits graph files get, for the layers an ONNX model derives (a Conv padded by
-    2**40). The FormatError names ``where`` (the node)."""
-    for d, n in zip(layer.dims, layer.sizes):
-        if n > MAX_DIM:
-            raise FormatError(f"{where}: dimension {d} = {n} of its {layer.op} layer is absurdly large (at most "
-                              f"{MAX_DIM}); check the node's attributes and input shapes")
-    for t in layer.inputs + layer.outputs + layer.weights:
-        if max(t.shape, default=0) > MAX_DIM or t.size > MAX_TENSOR_ELEMENTS:
-            raise FormatError(f"{where}: tensor {t.name!r} of shape {t.shape} of its {layer.op} layer is absurdly "
-                              f"large (at most {MAX_DIM} per axis, {MAX_TENSOR_ELEMENTS:.3g} elements); check the "
-                              "node's attributes and input shapes")
 
 
 def _unsupported_listing(unsupported) -> str:
