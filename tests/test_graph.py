@@ -114,3 +114,12 @@ def test_oversized_file_is_refused_before_parsing():
 
     with pytest.raises(FormatError, match="MiB"):
         loads_graph(" " * (MAX_FILE_BYTES + 1))
+
+
+def test_a_graph_past_the_layer_limit_is_refused_while_it_is_built():
+    # The app's model-size inputs once built a sample of 2**24 layers until memory ran out.
+    from pase.limits import MAX_LAYERS
+    from pase.models import sample
+
+    with pytest.raises(GraphError, match=f"more than {MAX_LAYERS:,} layers"):
+        sample("gpt", layers=2**24, d_model=64, heads=2, seq=16, vocab=100, batch=2)

@@ -25,6 +25,7 @@ from typing import Iterator, Sequence
 import networkx as nx
 
 from pase.errors import GraphError
+from pase.limits import MAX_LAYERS
 
 __all__ = ["TensorSpec", "Layer", "Edge", "Graph"]
 
@@ -194,9 +195,14 @@ class Graph:
         Raises
         ------
         GraphError
-            The name is taken, a producer is unknown, or more inputs are given
-            than the layer has slots.
+            The name is taken, a producer is unknown, more inputs are given
+            than the layer has slots, or the graph already holds
+            :data:`~pase.limits.MAX_LAYERS` layers.
         """
+        if len(self._g) >= MAX_LAYERS:
+            # Refused while building, before a sample asked for millions of layers has allocated them.
+            raise GraphError(f"graph {self.name!r} would have more than {MAX_LAYERS:,} layers, more than pase plans for "
+                             "(and than a graph file may hold); use fewer layers or blocks")
         if layer.name in self._g:
             raise GraphError(f"layer name {layer.name!r} is used twice")
         if len(inputs) > len(layer.inputs):
