@@ -83,13 +83,16 @@ with st.container(key="strategy-graph" if plan is not None else "structure-graph
                     config={"scrollZoom": True, "displaylogo": False, "modeBarButtonsToRemove": ["select2d", "lasso2d"]})
 if plan is not None:
     st.caption(
-        f"{len(view.nodes)} nodes for {len(names)} layers. Colour: kind of parallelism; label: the split "
+        f"{len(view.nodes)} nodes for {len(names)} layers, {view.generations} steps deep, left to right. "
+        "Colour: kind of parallelism; label: layer, op and split "
         "(e.g. b8·n2 = batch 8 ways, n 2 ways; 1 = unsplit); square: a module of several layers; "
-        "edge shade: redistribution time. Scroll to zoom, drag to pan, double-click to reset; hover for costs."
+        "edge colour and width: redistribution time, on the scale of the colour bar. "
+        "Drag to pan along the graph, scroll to zoom, double-click to reset; hover for full names and costs."
     )
 else:
-    st.caption(f"{len(view.nodes)} nodes for {len(names)} layers; square: a module of several layers. "
-               "Hover for dimensions and configuration counts.")
+    st.caption(f"{len(view.nodes)} nodes for {len(names)} layers, {view.generations} steps deep, left to right; "
+               "square: a module of several layers. Drag to pan along the graph, scroll to zoom; "
+               "hover for full names, dimensions and configuration counts.")
     st.stop()
 
 # -- headline numbers and downloads (above the graph) ---------------------------------------

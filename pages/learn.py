@@ -10,6 +10,7 @@ from pase.models.teaching import GEMM_DIMS, small_graph
 from pase.planner import PlanOptions, parallelism_kind, plan
 from ui import state
 from ui.figures import dependent_sets_figure, gemm_cube_figure, gemm_tensors_figure, search_step_figure
+from ui.glossary import COMMON, glossary
 from ui.fmt import compact_config, config_str, fmt_count, fmt_time, md
 from ui.learnkit import ORDERING_FUNCS, gemm_communication, gemm_cost, gemm_costs, small_layout, walk
 from ui.pagekit import routed
@@ -23,6 +24,15 @@ SMALL_DEVICES = 4
 st.title("Learn")
 st.caption("The ideas behind PaSE, interactively: what a configuration is, what communication it causes, "
            "and how the search finds the best configuration for every layer.")
+
+with st.expander("What the dimension letters mean"):
+    st.markdown("Every layer is an iteration space over named dimensions; a configuration such as b8·n2 splits "
+                "dimension b 8 ways and n 2 ways. The letters of each kind of layer (from the op builders):")
+    st.markdown("\n".join(
+        f"- **{op}**: " + "; ".join(f"*{d}* {m}" for d, m in letters.items())
+        for op, letters in glossary().items() if "*" not in letters))
+    st.markdown("Other layers (Einsum, Elementwise, Softmax, LayerNorm, Reshape...) take the letters their graph "
+                "gives them; the sample models use: " + "; ".join(f"*{d}* {m}" for d, m in COMMON.items()) + ".")
 
 problem, _ = state.current_problem()
 cluster = problem.cluster if problem is not None else PRESETS["paper-model"]

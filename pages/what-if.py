@@ -2,6 +2,7 @@
 
 import streamlit as st
 
+from pase.analysis.sweep import records_csv
 from pase.errors import PaseError
 from pase.limits import MAX_BANDWIDTH_BPS, MAX_BATCH, MAX_PEAK_FLOPS, MIN_BANDWIDTH_BPS, MIN_PEAK_FLOPS
 from pase.ops import training_flops
@@ -115,6 +116,15 @@ if vary is not None:
 else:
     fig = sweep_figure(rows)
 st.plotly_chart(fig, key="wi_sweep")
+idle = sorted({(r["devices"], r["devices_used"]) for r in records
+               if r["strategy"] == "PaSE" and r.get("devices_used", r["devices"]) < r["devices"]})
+if idle:
+    st.warning("Idle devices: " + ", ".join(f"at p = {p} PaSE's layers split over at most {u}" for p, u in idle)
+               + "; the other devices only replicate work (a dimension, such as the batch, is too small to split "
+               "further).", icon=":material/warning:")
+st.download_button("Sweep records (CSV)", records_csv(records), file_name=f"{graph.name}-sweep.csv",
+                   mime="text/csv", key="wi_csv", icon=":material/download:",
+                   help="Every point and strategy: step time, speedup, memory, devices used and PaSE's configurations.")
 
 st.subheader("Where each layer's split changes")
 pase_records = [r for r in records if r["strategy"] == "PaSE"]
@@ -146,7 +156,8 @@ if len(rows_shown) > MAX_ROWS:
     st.caption(f"{len(rows_shown)} layers: showing the first layer of each of {len(reduced)} modules.")
     rows_shown = reduced
 if rows_shown:
-    st.plotly_chart(split_changes_figure(rows_shown, configs), key="wi_splits")
+    st.plotly_chart(split_changes_figure(rows_shown, configs, ops={layer.name: layer.op for layer in graph.layers}),
+                    key="wi_splits")
     st.caption("Each cell: the layer's split at that device count (b8·n2 = batch 8 ways, n 2 ways); colour: kind "
                "of parallelism; bold: the kind changed from the column to its left.")
 else:

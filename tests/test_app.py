@@ -382,3 +382,66 @@ def test_hostile_names_are_shown_literally_never_interpreted():
         assert "![x](http://host/x.png) :red[alarm] **bold**\\x1b[31m" in shown(e)
     figures = "".join(c.proto.spec for c in at.get("plotly_chart"))
     assert "href" in figures and "<a href" not in figures and "&lt;a href" in figures
+
+
+def _tiny(batch: int) -> bytes:
+    graph = json.loads(EXAMPLE)
+    for layer in graph["layers"]:
+        if "b" in layer["params"]:
+            layer["params"]["b"] = batch
+        else:
+            layer["params"]["shape"][0] = batch
+    return json.dumps(graph).encode()
+
+
+def test_the_headline_flags_idle_devices_when_the_batch_is_smaller_than_the_cluster():
+    at = new_app()
+    at.radio(key="in_graph_kind").set_value("Upload").run()
+    at.file_uploader(key="in_upload").upload("batch4.json", _tiny(4), "application/json").run()
+    at.number_input(key="in_devices").set_value(7).run()
+    solve(at)
+    # Power-of-two splits of a batch of 4 and layers of 512 and 10 features: no layer uses all 7 devices.
+    idle = [w.value for w in at.warning if "idle" in w.value]
+    assert idle and "of 7 devices are idle" in idle[0], [w.value for w in at.warning]
+    assert any("at most" in c.value and "of 7" in c.value for c in at.caption)
+    assert re.fullmatch(r"Speedup over data parallelism \(on [1-4] of 7 devices\)", at.metric[1].label)
+
+
+def test_the_headline_names_data_parallelisms_devices_beside_the_speedup():
+    at = new_app()
+    at.radio(key="in_graph_kind").set_value("Upload").run()
+    at.file_uploader(key="in_upload").upload("batch4.json", _tiny(4), "application/json").run()
+    at.number_input(key="in_devices").set_value(8).run()
+    solve(at)
+    assert at.metric[1].label == "Speedup over data parallelism (on 4 of 8 devices)"
+
+
+def test_the_headline_names_no_idle_devices_when_every_device_works():
+    at = choose_sample(new_app(), "alexnet")
+    solve(at)
+    assert not [w.value for w in at.warning if "idle" in w.value]
+    assert at.metric[1].label == "Speedup over data parallelism"
+
+
+def test_what_if_offers_the_records_as_csv_that_parse_back(monkeypatch):
+    from pase.analysis import sweep as sweep_module
+
+    written = []
+
+    def recording(records):
+        written.append((records, sweep_module.records_from_csv(text := real(records))))
+        return text
+
+    real = sweep_module.records_csv
+    monkeypatch.setattr(sweep_module, "records_csv", recording)
+    at = choose_sample(new_app(), "alexnet")
+    at.switch_page("pages/what-if.py").run()
+    at.multiselect(key="wi_devices").set_value([2, 4]).run()
+    at.button(key="wi_run").click().run()
+    no_exception(at)
+    assert [b for b in at.get("download_button") if b.proto.label == "Sweep records (CSV)"]
+    spec = json.loads(charts(at, "wi_sweep")[0].proto.spec)
+    assert spec["layout"]["xaxis"]["tickvals"] == [2, 4] and spec["layout"]["yaxis2"]["rangemode"] == "tozero"
+    records, back = written[-1]
+    assert back == records
+    assert {(r["devices"], r["strategy"]) for r in back} >= {(2, "PaSE"), (4, "PaSE"), (4, "data parallel")}

@@ -13,8 +13,8 @@ from pase.ir.graph import Graph
 from pase.planner import PlanOptions, evaluate, parallelism_kind, plan
 from ui import figures as F
 from ui.fmt import compact_config, config_str, fmt_bytes, fmt_count, fmt_time
-from ui.graphview import (auto_group_depth, build_graph_view, group_key, groups_of,
-                          layered_layout)
+from ui.graphview import (EdgeInfo, GraphView, NodeInfo, auto_group_depth, build_graph_view, group_key,
+                          groups_of, layered_layout, short_name)
 from pase.models.teaching import small_graph
 from ui.learnkit import ORDERING_FUNCS, gemm_communication, gemm_cost, gemm_costs, walk
 from ui.tables import comparison_table, differing_layers, strategy_table, totals_table
@@ -101,6 +101,30 @@ def test_layered_layout_puts_every_edge_downwards():
     for xs in rows.values():
         assert len(set(xs)) == len(xs), "no two nodes of a row overlap"
 
+    lr = layered_layout(dag, direction="LR")
+    assert all(lr[u][0] < lr[v][0] for u, v in dag.edges), "producers left of consumers"
+    assert {x for x, _ in lr.values()} == {-y for _, y in pos.values()}
+
+
+def test_layered_layout_keeps_chains_straight_and_branches_side_by_side():
+    import networkx as nx
+
+    # stem -> three branches of different lengths -> join -> tail
+    g = nx.DiGraph([("stem", "a1"), ("stem", "b1"), ("stem", "c1"), ("b1", "b2"), ("c1", "c2"), ("c2", "c3"),
+                    ("a1", "join"), ("b2", "join"), ("c3", "join"), ("join", "tail")])
+    pos = layered_layout(g, direction="LR")
+    assert pos["stem"][1] == pos["join"][1] == pos["tail"][1], "the trunk stays on one line"
+    assert pos["b1"][1] == pos["b2"][1] and pos["c1"][1] == pos["c2"][1] == pos["c3"][1], "branches stay straight"
+    assert len({pos[n][1] for n in ("a1", "b1", "c1")}) == 3, "branches side by side"
+
+
+def test_short_names():
+    assert short_name("Mixed_5b.branch3x3dbl_2.bn") == "branch3x3dbl_2.bn"
+    assert short_name("h.0.attn.q") == "attn.q"
+    assert short_name("fc") == "fc"
+    assert short_name("encoder.0.self_attention_projection") == "self_att…rojection"
+    assert all(len(short_name(n)) <= 18 for n in ("x" * 40, "a.b" * 20, "model.layers.17.mlp.down_proj"))
+
 
 def test_edge_costs_add_up_to_each_layers_edge_time(solved, data_parallel):
     for p in (solved, data_parallel):
@@ -131,6 +155,7 @@ def test_view_of_every_layer(graph, solved):
         assert node.kind == parallelism_kind(row.dims, row.config)
         assert node.label == compact_config(row.dims, row.config)
         assert row.name in node.hover and config_str(row.config) in node.hover
+        assert node.name == short_name(row.name) and node.op == row.op
 
 
 def test_grouped_view_keeps_costs_and_can_expand(graph, solved):
@@ -177,16 +202,24 @@ def test_strategy_graph_figure(graph, solved):
     edge_traces = _traces(fig, legendgroup="edges")
     # Line traces join edges with None separators: three points per edge.
     assert sum(len(t.x) for t in edge_traces) == 3 * len(view.edges)
-    assert len(edge_traces) <= 6
+    assert len(edge_traces) <= F.EDGE_LEVELS + 1
+    labels = [text for t in node_traces for text in t.text]
+    assert all("<br>" in text for text in labels), "name, op and split on every node"
+    assert node_traces[0].textfont.size >= 11
+    most = max(e.cost_s for e in view.edges)
+    scales = _traces(fig, name="edge scale")
+    assert len(scales) == (most > 0)
+    for scale in scales:
+        assert scale.marker.showscale and scale.marker.cmin == 0 and scale.marker.cmax == pytest.approx(1e3 * most)
 
 
 def test_strategy_graph_of_300_layers_is_a_few_traces():
-    g = module_graph(blocks=60)
+    g = module_graph(blocks=125)
     assert len(g) > max(300, F.MAX_LABELLED_NODES)
     c = Cluster(devices=2, peak_flops=10e12, bandwidth_Bps=16e9)
     p = evaluate(g, c, {layer.name: tuple(2 if d == "b" else 1 for d in layer.dims) for layer in g})
     fig = F.strategy_graph_figure(build_graph_view(g, p))
-    assert len(fig.data) <= 14
+    assert len(fig.data) <= len(F.KINDS) + F.EDGE_LEVELS + 3
     assert not any(t.mode and "text" in t.mode for t in _traces(fig, legendgroup="kinds")), \
         "labels left to the hover above the label limit"
 
@@ -198,7 +231,119 @@ def test_find_highlights_and_zooms(graph, solved):
     node = view.node("block1.cat")
     assert (ring.x[0], ring.y[0]) == (node.x, node.y)
     lo, hi = fig.layout.yaxis.range
-    assert lo < node.y < hi and hi - lo < view.generations + 2
+    assert lo < node.y < hi
+    lo, hi = fig.layout.xaxis.range
+    assert lo < node.x < hi
+
+
+# -- legibility: labels that do not overlap, edge colours on an absolute scale ---------------------
+
+WINDOW = (1500, 1000)
+
+
+def _label_boxes(fig, width=WINDOW[0]):
+    """Each node label's box in pixels, estimated from its text and font size (0.6 em a character,
+    1.25 em a line) and its node's position on the figure's axes, for a window ``width`` wide."""
+    import html
+    import re
+
+    lay = fig.layout
+    height = lay.height or WINDOW[1]
+    assert height <= WINDOW[1], "the graph fits the window's height"
+    d0, d1 = lay.xaxis.domain or (0, 1)
+    plot_w = (width - lay.margin.l - lay.margin.r) * (d1 - d0)
+    plot_h = height - lay.margin.t - lay.margin.b
+    (x0, x1), (y0, y1) = lay.xaxis.range, lay.yaxis.range
+    boxes = []
+    for t in _traces(fig, legendgroup="kinds"):
+        assert t.text is not None, "labels are drawn"
+        n = len(t.x)
+        sizes = list(t.marker.size) if isinstance(t.marker.size, (list, tuple)) else [t.marker.size] * n
+        where = list(t.textposition) if isinstance(t.textposition, (list, tuple)) else [t.textposition] * n
+        font = t.textfont.size
+        for x, y, text, size, at in zip(t.x, t.y, t.text, sizes, where):
+            lines = [html.unescape(re.sub("<[^>]+>", "", line)) for line in text.split("<br>")]
+            w, h = max(map(len, lines)) * 0.6 * font, len(lines) * 1.25 * font
+            px, py = (x - x0) / (x1 - x0) * plot_w, (y1 - y) / (y1 - y0) * plot_h
+            top = py + size / 2 + 1 if at.startswith("bottom") else py - size / 2 - 1 - h
+            boxes.append((px - w / 2, top, px + w / 2, top + h, lines[0]))
+    return boxes
+
+
+def _overlapping(boxes):
+    boxes = sorted(boxes)  # by left edge: only boxes starting before one ends can meet it
+    out = []
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            if b[0] >= a[2]:
+                break
+            if a[1] < b[3] and b[1] < a[3]:
+                out.append((a[4], b[4]))
+    return out
+
+
+@pytest.fixture(scope="module")
+def paper_plans():
+    """Sample graphs solved at p=64 (about 0.3 s for Inception, 1.5 s each for the Transformer and GPT)."""
+    import pase
+
+    cluster = pase.preset("paper-model", devices=64)
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            g = pase.sample(name)
+            cache[name] = (g, pase.plan(g, cluster))
+        return cache[name]
+
+    return get
+
+
+@pytest.mark.parametrize("name, depth", [("inception3", None), ("transformer", 2), ("gpt", 2), ("gpt", None)])
+def test_node_labels_do_not_overlap(name, depth, paper_plans):
+    g, p = paper_plans(name)
+    view = build_graph_view(g, p, depth=depth)
+    fig = F.strategy_graph_figure(view)
+    boxes = _label_boxes(fig)
+    assert len(boxes) == len(view.nodes)
+    assert min(b[2] - b[0] for b in boxes) > 0
+    assert not _overlapping(boxes), _overlapping(boxes)[:5]
+    # The graph runs left to right over the width: at least 10 columns show at once (all, if fewer).
+    lo, hi = fig.layout.xaxis.range
+    assert hi - lo >= min(10, view.generations)
+    assert {n.x for n in view.nodes} == set(map(float, range(view.generations)))
+    if depth is None:  # Inception's branches, GPT's q/k/v: side by side in one column
+        assert max(sum(n.x == x for n in view.nodes) for x in range(view.generations)) >= 3
+
+
+def _luminance(color: str) -> float:
+    import plotly.colors as pc
+
+    r, g, b = pc.unlabel_rgb(pc.convert_colors_to_same_type(color, "rgb")[0][0])
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def test_edge_colours_follow_their_times_on_an_absolute_scale():
+    ms = [0.0, 0.5, 1.0, 1.0, 3.0, 5.0, 9.70, 9.79, 9.79]
+    nodes = tuple(NodeInfo(f"n{i}", (f"n{i}",), "data", "1", "", 0.0, 0.0, 0.0, x=float(i), y=0.0)
+                  for i in range(len(ms) + 1))
+    edges = tuple(EdgeInfo(f"n{i}", f"n{i + 1}", t / 1e3) for i, t in enumerate(ms))
+    fig = F.strategy_graph_figure(GraphView(nodes, edges, False, len(nodes)))
+    colour, width = {}, {}
+    for t in _traces(fig, legendgroup="edges"):
+        for key in t.customdata:
+            colour[key], width[key] = t.line.color, t.line.width
+    by_time = [(t, colour[f"n{i}→n{i + 1}"], width[f"n{i}→n{i + 1}"]) for i, t in enumerate(ms)]
+    assert by_time[2][1] == by_time[3][1] and by_time[7][1] == by_time[8][1], "equal times, equal colours"
+    costly = [(t, _luminance(c), w) for t, c, w in by_time if t > 0]
+    for (t0, l0, w0), (t1, l1, w1) in zip(costly, costly[1:]):
+        assert l1 <= l0 and w1 >= w0, "darker and wider as the time grows"
+    span = _luminance(F.edge_style(0)[0]) - _luminance(F.edge_style(F.EDGE_LEVELS - 1)[0])
+    assert abs(_luminance(by_time[6][1]) - _luminance(by_time[7][1])) <= span / F.EDGE_LEVELS, \
+        "9.70 ms and 9.79 ms look alike"
+    assert _luminance(by_time[1][1]) - _luminance(by_time[6][1]) > span / 2, "0.5 ms and 9.7 ms do not"
+    (scale,) = _traces(fig, name="edge scale")
+    assert scale.marker.showscale and scale.marker.cmax == pytest.approx(9.79)
 
 
 def test_cost_breakdown_sorts_and_stacks(solved):

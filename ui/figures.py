@@ -12,6 +12,7 @@ from typing import Mapping, Sequence
 import networkx as nx
 import numpy as np
 import plotly.graph_objects as go
+from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 
 from pase.model.cost import LayerCost
@@ -24,6 +25,9 @@ __all__ = [
     "KIND_COLORS",
     "COST_COLORS",
     "strategy_graph_figure",
+    "edge_level",
+    "edge_style",
+    "node_label",
     "cost_breakdown_figure",
     "SORT_KEYS",
     "sort_layers",
@@ -55,17 +59,59 @@ MEMORY_PARTS = {  # LayerMemory / MemoryReport.totals() field -> (label, colour)
     "buffer_bytes": ("largest comm buffer", "#b279a2"),
     "reserved_bytes": ("reserve", "#9d755d"),
 }
-# Edge shades, from cheapest to most expensive redistribution.
-EDGE_SHADES = ("#fdd0a2", "#fdae6b", "#fd8d3c", "#e6550d", "#a63603")
+# Edges: colour and width on an absolute scale of redistribution time, 0 to the largest edge's,
+# in EDGE_LEVELS equal steps (one line trace per step); zero-cost edges thin and grey.
+EDGE_COLORSCALE = [[0.0, "#fdd0a2"], [0.25, "#fdae6b"], [0.5, "#fd8d3c"], [0.75, "#e6550d"], [1.0, "#7f2704"]]
+EDGE_LEVELS = 10
 ZERO_EDGE_COLOR = "#d0d0d0"
 
-# Above this many nodes, configuration labels are left to the hover.
-MAX_LABELLED_NODES = 260
+# Above this many nodes, node labels are left to the hover.
+MAX_LABELLED_NODES = 600
+# Node labels: font size (px) and the longest line drawn (characters).
+LABEL_FONT_PX = 11
+LABEL_CHARS = 18
+# The layout leaves about this many pixels per generation (column) and per branch (row):
+# labels sit under the nodes of even columns and over those of odd ones, so neighbouring
+# columns' labels never meet. A graph of more generations than a plot this wide holds
+# opens on its first columns, to pan along.
+COLUMN_PX = 72
+ROW_PX = 104
+NOMINAL_PLOT_PX = 1000
+PLOT_DOMAIN = (0.0, 0.94)  # of the figure's width: the rest holds the colour bar
 
 
 def _empty_axes(fig: go.Figure) -> None:
     fig.update_xaxes(visible=False, showgrid=False, zeroline=False)
     fig.update_yaxes(visible=False, showgrid=False, zeroline=False)
+
+
+def _clip(text: str, limit: int = LABEL_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def edge_level(cost_s: float, max_s: float) -> int:
+    """The colour step (0 .. EDGE_LEVELS - 1) of an edge of ``cost_s`` on a scale from 0 to ``max_s``; -1: no cost."""
+    if cost_s <= 0 or max_s <= 0:
+        return -1
+    return min(EDGE_LEVELS - 1, int(cost_s / max_s * EDGE_LEVELS))
+
+
+def edge_style(level: int) -> tuple[str, float]:
+    """Colour and width of edges at colour step ``level`` (their centre on the colour scale)."""
+    if level < 0:
+        return ZERO_EDGE_COLOR, 1.0
+    t = (level + 0.5) / EDGE_LEVELS
+    return sample_colorscale(EDGE_COLORSCALE, [t])[0], 1.2 + 4.3 * t
+
+
+def node_label(n, solved: bool) -> str:
+    """A node's label: short name (bold), op and, once solved, its split; at most LABEL_CHARS a line."""
+    lines = [f"<b>{plotly_text(_clip(n.name or n.key))}</b>"]
+    if n.op:
+        lines.append(plotly_text(_clip(n.op)))
+    if solved and n.label:
+        lines.append(plotly_text(_clip(n.label)))
+    return "<br>".join(lines)
 
 
 def strategy_graph_figure(
@@ -75,11 +121,12 @@ def strategy_graph_figure(
     title: str | None = None,
     labels: bool | None = None,
 ) -> go.Figure:
-    """The computation graph, layered top to bottom, coloured by parallelism kind.
+    """The computation graph, layered left to right, coloured by parallelism kind.
 
-    One scatter trace per kind, one line trace per edge shade (edges joined
-    with ``None`` separators) and one invisible trace of edge midpoints for
-    edge hover, so a 300-layer graph is a handful of traces.
+    One scatter trace per kind, one line trace per edge colour step (edges
+    joined with ``None`` separators), one invisible trace of edge midpoints for
+    edge hover and one for the colour bar of redistribution times (ms), so a
+    300-layer graph is a handful of traces.
 
     Parameters
     ----------
@@ -88,38 +135,38 @@ def strategy_graph_figure(
     highlight : str, optional
         A node key to ring and zoom to (a found layer, or its group).
     labels : bool, optional
-        Write each node's configuration beside it (default: when there are at
-        most ``MAX_LABELLED_NODES`` nodes).
+        Write each node's short name, op and split under it (default: when
+        there are at most ``MAX_LABELLED_NODES`` nodes).
     """
     fig = go.Figure()
     pos = {n.key: (n.x, n.y) for n in view.nodes}
     if labels is None:
         labels = len(view.nodes) <= MAX_LABELLED_NODES
 
-    # Edges: zero-cost ones light grey, others in 5 shades by cost quantile.
-    costs = np.array([e.cost_s for e in view.edges if e.cost_s > 0])
-    bounds = np.quantile(costs, [0.2, 0.4, 0.6, 0.8]) if len(costs) else np.array([])
+    # Edges: width and colour on an absolute scale of their time.
+    max_s = max((e.cost_s for e in view.edges), default=0.0)
     buckets: dict[int, list] = {}
     for e in view.edges:
-        b = -1 if e.cost_s <= 0 else int(np.searchsorted(bounds, e.cost_s, side="left"))
-        buckets.setdefault(b, []).append(e)
+        buckets.setdefault(edge_level(e.cost_s, max_s), []).append(e)
     for b in sorted(buckets):
-        xs, ys = [], []
+        xs, ys, ids = [], [], []
         for e in buckets[b]:
             (x0, y0), (x1, y1) = pos[e.src], pos[e.dst]
             xs += [x0, x1, None]
             ys += [y0, y1, None]
+            ids += [f"{e.src}\u2192{e.dst}"] * 3
         group = buckets[b]
+        color, width = edge_style(b)
         if b < 0:
             name = "no redistribution" if view.solved else "tensor"
-            color, width = (ZERO_EDGE_COLOR, 1.0) if view.solved else ("#9aa5b1", 1.2)
+            if not view.solved:
+                color, width = "#9aa5b1", 1.2
         else:
             lo, hi = min(e.cost_s for e in group), max(e.cost_s for e in group)
             name = f"redistribution {fmt_time(lo)}–{fmt_time(hi)}" if lo != hi else f"redistribution {fmt_time(lo)}"
-            color, width = EDGE_SHADES[b], 1.5 + 0.9 * b
         fig.add_trace(go.Scatter(
-            x=xs, y=ys, mode="lines", line=dict(color=color, width=width),
-            hoverinfo="skip", name=name, legendgroup="edges", legendgrouptitle_text="Edges",
+            x=xs, y=ys, mode="lines", line=dict(color=color, width=width), customdata=ids,
+            hoverinfo="skip", name=name, legendgroup="edges", legendgrouptitle_text="Edges", showlegend=b < 0,
         ))
     if view.edges:
         fig.add_trace(go.Scatter(
@@ -127,15 +174,24 @@ def strategy_graph_figure(
             y=[(pos[e.src][1] + pos[e.dst][1]) / 2 for e in view.edges],
             mode="markers", marker=dict(size=6, color="rgba(0,0,0,0)"),
             hovertext=[
-                f"{e.src} → {e.dst}"
+                plotly_text(f"{e.src} → {e.dst}")
                 + (f"<br>redistribution: {fmt_time(e.cost_s)}" if view.solved else "")
                 + (f" ({e.tensors} tensors)" if e.tensors > 1 else "")
                 for e in view.edges
             ],
             hoverinfo="text", showlegend=False, name="edge costs",
         ))
+    if view.solved and max_s > 0 and view.nodes:
+        n0 = view.nodes[0]
+        fig.add_trace(go.Scatter(
+            x=[n0.x], y=[n0.y], mode="markers", hoverinfo="skip", showlegend=False, name="edge scale",
+            marker=dict(size=1, opacity=0, color=[0.0], cmin=0.0, cmax=max_s * 1e3, colorscale=EDGE_COLORSCALE,
+                        showscale=True, colorbar=dict(title=dict(text="redistribution<br>(ms)", side="top"),
+                                                      x=PLOT_DOMAIN[1] + 0.01, xanchor="left", thickness=12,
+                                                      len=0.8, tickformat=".3g")),
+        ))
 
-    # Nodes: one trace per parallelism kind.
+    # Nodes: one trace per parallelism kind; labels under them.
     for kind in KINDS:
         nodes = [n for n in view.nodes if n.kind == kind]
         if not nodes:
@@ -146,8 +202,9 @@ def strategy_graph_figure(
             x=[n.x for n in nodes], y=[n.y for n in nodes],
             mode="markers+text" if labels else "markers",
             marker=dict(color=KIND_COLORS[kind], size=sizes, symbol=symbols, line=dict(color="white", width=1)),
-            text=[n.label for n in nodes] if labels else None,
-            textposition="middle right", textfont=dict(size=10),
+            text=[node_label(n, view.solved) for n in nodes] if labels else None,
+            textposition=["top center" if round(n.x) % 2 else "bottom center" for n in nodes],
+            textfont=dict(size=LABEL_FONT_PX, color="#222"),
             hovertext=[n.hover for n in nodes], hoverinfo="text",
             name=kind if kind != "unsolved" else ("layer" if not any(n.is_group for n in nodes) else "layer / module"),
             legendgroup="kinds", legendgrouptitle_text="Parallelism" if view.solved else "Not solved yet",
@@ -157,29 +214,47 @@ def strategy_graph_figure(
     if highlight is not None and highlight in pos:
         x, y = pos[highlight]
         fig.add_trace(go.Scatter(
-            x=[x], y=[y], mode="markers+text", text=[highlight], textposition="top center",
+            x=[x], y=[y], mode="markers+text", text=[plotly_text(highlight)], textposition="top center",
+            textfont=dict(size=LABEL_FONT_PX + 1),
             marker=dict(size=28, color="rgba(0,0,0,0)", line=dict(color="#111", width=3)),
             hoverinfo="skip", name="found", showlegend=False,
         ))
 
+    # Axes: about COLUMN_PX per generation and ROW_PX per branch; a longer or wider graph opens on a window.
     _empty_axes(fig)
-    height = int(min(max(420, 34 * view.generations + 120), 3200))
     xs = [n.x for n in view.nodes] or [0.0]
-    fig.update_layout(
-        title=title, height=height, margin=dict(l=10, r=10, t=40 if title else 10, b=10),
-        hovermode="closest", plot_bgcolor="white", dragmode="pan",
-        legend=dict(orientation="v", x=1.0, xanchor="right", y=1.0, bgcolor="rgba(255,255,255,0.8)"),
-        uirevision="strategy-graph",
-    )
-    # Room on the right for labels.
-    fig.update_xaxes(range=[min(xs) - 1, max(xs) + (3 if labels else 1)])
-    fig.update_yaxes(range=[-view.generations + 0.5, 0.8])
+    ys = [n.y for n in view.nodes] or [0.0]
+    columns = max(1, NOMINAL_PLOT_PX // COLUMN_PX)
+    top_margin = 70 if title else 50
+    max_plot_px = 860
+    pad = 0.55  # room over the top node and under the bottom one for their labels, in rows
+    span = max(ys) - min(ys) + 2 * pad
+    plot_px = min(max(span * ROW_PX, 300), max_plot_px)
+    rows = plot_px / ROW_PX
+    height = int(plot_px + top_margin + 10)
+    # Most of a column beside the first and last nodes, so that their centred labels are not clipped.
+    x_lo, x_hi = min(xs) - 0.9, max(xs) + 0.9
+    if x_hi - x_lo > columns:
+        x_hi = x_lo + columns
+    if span <= rows:
+        mid = (max(ys) + min(ys)) / 2
+        y_lo, y_hi = mid - rows / 2, mid + rows / 2
+    else:  # open on the top rows
+        y_hi = max(ys) + pad
+        y_lo = y_hi - rows
     if highlight is not None and highlight in pos:
-        # Zoom on the found node: a window of about 12 rows, in a figure short enough to show it whole.
+        # Open on the found node, in the middle of a window of the same size.
         x, y = pos[highlight]
-        fig.update_xaxes(range=[x - 4, x + 6])
-        fig.update_yaxes(range=[y - 6, y + 6])
-        fig.update_layout(uirevision=f"find-{highlight}", height=min(height, 640))
+        x_lo, x_hi = x - (x_hi - x_lo) / 2, x + (x_hi - x_lo) / 2
+        y_lo, y_hi = y - rows / 2, y + rows / 2
+    fig.update_layout(
+        title=title, height=height, margin=dict(l=10, r=10, t=top_margin, b=10),
+        hovermode="closest", plot_bgcolor="white", dragmode="pan",
+        legend=dict(orientation="h", x=0.0, xanchor="left", y=1.0, yanchor="bottom", bgcolor="rgba(255,255,255,0.8)"),
+        uirevision="strategy-graph" if highlight is None else f"find-{highlight}",
+    )
+    fig.update_xaxes(range=[x_lo, x_hi], domain=list(PLOT_DOMAIN))
+    fig.update_yaxes(range=[y_lo, y_hi])
     return fig
 
 
@@ -326,18 +401,39 @@ def sweep_figure(records: Sequence[Mapping], *, by: str = "devices", series: str
 
     ``records`` are :func:`pase.analysis.sweep.sweep` records (``devices``,
     ``strategy``, ``step_time_s``, ``speedup_over_dp``...); one line per
-    value of ``series``.
+    value of ``series``. When ``series`` is not ``"strategy"`` (a second
+    parameter varies), a strategy's lines share its hue and differ in
+    lightness, darkest first. Device counts are labelled at every swept value;
+    the speedup axis starts at 0.
     """
+    import colorsys
+
     fig = make_subplots(rows=1, cols=2, subplot_titles=("Estimated step time", "Speedup over data parallelism"),
                         horizontal_spacing=0.1)
     palette = ["#d62728", "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
     names = list(dict.fromkeys(r[series] for r in records))
-    for i, name in enumerate(names):
+    strategy_of = {r[series]: r.get("strategy", r[series]) for r in records}
+    strategies = list(dict.fromkeys(strategy_of[n] for n in names))
+    siblings = {s: [n for n in names if strategy_of[n] == s] for s in strategies}
+
+    def paired(name) -> str:
+        base = palette[strategies.index(strategy_of[name]) % len(palette)]
+        group = siblings[strategy_of[name]]
+        if len(group) == 1:
+            return base
+        h, _, sat = colorsys.rgb_to_hls(*(int(base[i:i + 2], 16) / 255 for i in (1, 3, 5)))
+        light = 0.3 + 0.45 * group.index(name) / (len(group) - 1)
+        return "#" + "".join(f"{round(c * 255):02x}" for c in colorsys.hls_to_rgb(h, light, sat))
+
+    for name in names:
         pts = sorted((r for r in records if r[series] == name), key=lambda r: r[by])
-        color = palette[i % len(palette)]
-        width = 3 if name == "PaSE" else 1.8
-        hover = [f"{r.get('label', name)}<br>{by} = {r[by]:g}<br>{fmt_time(r['step_time_s'])}, "
-                 f"{r['speedup_over_dp']:.2f}× data parallel" for r in pts]
+        color = paired(name)
+        width = 3 if strategy_of[name] == "PaSE" else 1.8
+        hover = [f"{plotly_text(r.get('label', name))}<br>{by} = {r[by]:g}<br>{fmt_time(r['step_time_s'])}, "
+                 f"{r['speedup_over_dp']:.2f}× data parallel"
+                 + (f"<br>uses {r['devices_used']} of {r['devices']} devices"
+                    if r.get("devices_used") is not None and r["devices_used"] < r["devices"] else "")
+                 for r in pts]
         for col, key in ((1, "step_time_s"), (2, "speedup_over_dp")):
             scale = 1e3 if key == "step_time_s" else 1.0
             fig.add_trace(go.Scatter(
@@ -351,7 +447,7 @@ def sweep_figure(records: Sequence[Mapping], *, by: str = "devices", series: str
         ticks = sorted({r["devices"] for r in records})
         fig.update_xaxes(tickvals=ticks, ticktext=[str(t) for t in ticks])
     fig.update_yaxes(title_text="ms per step", type="log", row=1, col=1)
-    fig.update_yaxes(title_text="× data parallel", row=1, col=2)
+    fig.update_yaxes(title_text="× data parallel", rangemode="tozero", row=1, col=2)
     fig.update_layout(height=430, margin=dict(l=10, r=10, t=50, b=40), hovermode="closest")
     return fig
 
@@ -359,13 +455,18 @@ def sweep_figure(records: Sequence[Mapping], *, by: str = "devices", series: str
 def split_changes_figure(
     layers: Sequence[tuple[str, Sequence[str]]],
     configs: Mapping[int, Mapping[str, Sequence[int]]],
+    *,
+    ops: Mapping[str, str] | None = None,
 ) -> go.Figure:
     """Each layer's chosen split (rows) at each device count (columns), coloured by parallelism kind.
 
     ``layers`` is (name, dims) per row; ``configs[devices][name]`` the chosen
     configuration. A cell whose kind differs from the column to its left has a
-    bold label.
+    bold label. ``ops`` (layer name -> op) adds what each dimension letter
+    means to the hover text (:mod:`ui.glossary`).
     """
+    from ui.glossary import describe_dims
+
     devices = sorted(configs)
     kinds = ("data", "parameter", "hybrid", "replicated")
     kinds_index = {k: i for i, k in enumerate(kinds)}
@@ -378,7 +479,8 @@ def split_changes_figure(
             label = compact_config(dims, cfg)
             zrow.append(kinds_index[kind])
             trow.append(f"<b>{label}</b>" if prev is not None and kind != prev else label)
-            hrow.append(f"{plotly_text(name)} at p={p}: {config_str(cfg)} {label} ({kind})")
+            hrow.append(f"{plotly_text(name)} at p={p}: {config_str(cfg)} {label} ({kind})"
+                        + (f"<br>{plotly_text(describe_dims(ops[name], dims))}" if ops and name in ops else ""))
             prev = kind
         z.append(zrow)
         text.append(trow)

@@ -5,9 +5,10 @@ draws it. Large graphs stay legible by *grouping*: layers whose names share
 a dotted prefix (``mixed_5b.branch3x3.conv`` -> ``mixed_5b`` at depth 1) become
 one node, unless the user expands that group.
 
-The layout is layered top to bottom: every node sits on the row of its
-topological generation (networkx), and nodes of a row are ordered by the mean
-position of their predecessors to keep edges short.
+The layout is layered left to right: every node sits in the column of its
+topological generation (networkx), and nodes of a column sit as near as they
+can to the mean position of their predecessors, so a chain stays on one line
+and parallel branches (Inception modules, attention q/k/v) side by side.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ __all__ = [
     "auto_group_depth",
     "groups_of",
     "layered_layout",
+    "short_name",
     "build_graph_view",
 ]
 
@@ -40,6 +42,8 @@ KINDS = ("data", "parameter", "hybrid", "replicated", "mixed", "unsolved")
 
 # A grouped view aims at no more nodes than this (see auto_group_depth).
 TARGET_GROUPED_NODES = 60
+# Node names drawn on the graph are shortened to about this many characters.
+SHORT_NAME_CHARS = 18
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,8 @@ class NodeInfo:
     edge_comm_s: float
     x: float = 0.0
     y: float = 0.0
+    name: str = ""  # the short name drawn on the node (see short_name)
+    op: str = ""  # the op (or a summary of a group's ops) drawn under it
 
     @property
     def total_s(self) -> float:
@@ -135,23 +141,71 @@ def auto_group_depth(names: Iterable[str], target: int = TARGET_GROUPED_NODES) -
     return best
 
 
-def layered_layout(g: nx.DiGraph, x_gap: float = 1.0) -> dict[str, tuple[float, float]]:
-    """Top-to-bottom layered positions: ``y = -generation``; rows centred, ordered by parents' mean x.
+def short_name(name: str, limit: int = SHORT_NAME_CHARS) -> str:
+    """``name`` shortened for a node label: its last two dotted parts (or the last), ellipsised past ``limit``.
+
+    >>> short_name("Mixed_5b.branch3x3dbl_2.bn")
+    'branch3x3dbl_2.bn'
+    >>> short_name("h.0.attn.q")
+    'attn.q'
+    >>> short_name("a_rather_long_layer_name_indeed")
+    'a_rather…me_indeed'
+    """
+    parts = name.split(".")
+    short = ".".join(parts[-2:])
+    if len(short) > limit and len(parts) > 1 and parts[-1]:
+        short = parts[-1]
+    if len(short) > limit:
+        head = (limit - 1) // 2
+        short = short[:head] + "…" + short[len(short) - (limit - 1 - head):]
+    return short
+
+
+def _spread(desired: list[float], gap: float) -> list[float]:
+    """Multiples of ``gap`` as near ``desired`` (sorted) as they can be while at least ``gap`` apart."""
+    out: list[float] = []
+    for d in desired:
+        out.append(d if not out else max(d, out[-1] + gap))
+    shift = float(np.mean(desired) - np.mean(out)) if out else 0.0
+    # Whole rows keep labels of neighbouring layers apart. Rounding half up or half down both keep the order
+    # and the gaps; of the two, the one nearer the centre line keeps long graphs from drifting off it.
+    ys = np.array(out) / gap + shift / gap
+    up, down = np.floor(ys + 0.5), np.ceil(ys - 0.5)
+    best = up if np.abs(up).sum() <= np.abs(down).sum() else down
+    return [float(v) * gap for v in best]
+
+
+def layered_layout(g: nx.DiGraph, gap: float = 1.0, direction: str = "TB") -> dict[str, tuple[float, float]]:
+    """Layered positions: one layer per topological generation, ``gap`` apart across it.
+
+    ``direction="TB"``: ``y = -generation`` (producers above consumers);
+    ``"LR"``: ``x = generation`` (producers left of consumers). Across a layer
+    each node sits as near as it can to the mean position of its predecessors
+    (roots in graph order), on a multiple of ``gap`` and at least ``gap`` from
+    its neighbours.
 
     Raises ``networkx.NetworkXUnfeasible`` if ``g`` has a cycle.
     """
-    pos: dict[str, tuple[float, float]] = {}
+    if direction not in ("TB", "LR"):
+        raise ValueError(f"direction must be 'TB' or 'LR', got {direction!r}")
+    across: dict = {}
     order = {n: i for i, n in enumerate(g.nodes)}
+    levels: dict = {}
     for level, generation in enumerate(nx.topological_generations(g)):
-        def key(n):
-            parents = [pos[p][0] for p in g.predecessors(n) if p in pos]
-            return (float(np.mean(parents)) if parents else 0.0, order[n])
+        roots = sorted((n for n in generation if not any(p in across for p in g.predecessors(n))), key=order.get)
+        root_at = {n: (j - (len(roots) - 1) / 2) * gap for j, n in enumerate(roots)}
 
-        row = sorted(generation, key=key)
-        width = (len(row) - 1) * x_gap
-        for j, n in enumerate(row):
-            pos[n] = (j * x_gap - width / 2, -float(level))
-    return pos
+        def desired(n):
+            parents = [across[p] for p in g.predecessors(n) if p in across]
+            return (float(np.mean(parents)) if parents else root_at[n], order[n])
+
+        row = sorted(generation, key=desired)
+        for n, a in zip(row, _spread([desired(n)[0] for n in row], gap)):
+            across[n] = a
+            levels[n] = level
+    if direction == "LR":
+        return {n: (float(levels[n]), -across[n]) for n in g.nodes}
+    return {n: (across[n], -float(levels[n])) for n in g.nodes}
 
 
 def _layer_hover(row, kind: str) -> str:
@@ -170,7 +224,7 @@ def _group_node(key: str, rows: list, kinds: list[str]) -> NodeInfo:
     labels = sorted({compact_config(r.dims, r.config) for r in rows})
     kind_set = set(kinds)
     kind = kinds[0] if len(kind_set) == 1 else "mixed"
-    label = labels[0] if len(labels) == 1 else f"{len(rows)} layers, {len(labels)} splits"
+    label = labels[0] if len(labels) == 1 else f"{len(labels)} splits"
     compute = sum(r.compute_s for r in rows)
     intra = sum(r.intra_comm_s for r in rows)
     edge = sum(r.edge_comm_s for r in rows)
@@ -189,6 +243,11 @@ def _group_node(key: str, rows: list, kinds: list[str]) -> NodeInfo:
         f"total: {fmt_time(compute + intra + edge)}",
     ])
     return NodeInfo(key, tuple(r.name for r in rows), kind, label, hover, compute, intra, edge)
+
+
+def _ops_summary(ops: list[str]) -> str:
+    """How many layers a group holds, and their op when they share one."""
+    return f"{len(ops)} × {ops[0]}" if len(set(ops)) == 1 else f"{len(ops)} layers"
 
 
 def _structure_hover(layer, configs: int | None) -> str:
@@ -268,7 +327,7 @@ def build_graph_view(
     for n in names:
         members[node_of[n]].append(n)
 
-    pos = layered_layout(q)
+    pos = layered_layout(q, direction="LR")
     by_name = {layer.name: layer for layer in layers}
     nodes = []
     for key in q.nodes:
@@ -291,7 +350,8 @@ def build_graph_view(
         else:
             node = _group_node(key, [rows[m] for m in ms], [kinds[m] for m in ms])
         x, y = pos[key]
-        nodes.append(replace(node, x=x, y=y))
+        op = by_name[key].op if single else _ops_summary([by_name[m].op for m in ms])
+        nodes.append(replace(node, x=x, y=y, name=short_name(key), op=op))
 
     agg: dict[tuple[str, str], list[float]] = {}
     for (u, v), cost in edge_costs.items():
@@ -302,5 +362,5 @@ def build_graph_view(
         entry[0] += cost
         entry[1] += 1
     edges = tuple(EdgeInfo(a, b, c, int(t)) for (a, b), (c, t) in agg.items())
-    generations = int(-min((n.y for n in nodes), default=0)) + 1
+    generations = int(max((n.x for n in nodes), default=0)) + 1
     return GraphView(tuple(nodes), edges, depth is not None, generations, solved=plan is not None)

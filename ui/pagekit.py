@@ -8,6 +8,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from pase.analysis.sweep import device_use
 from pase.errors import PaseError
 from pase.planner import Plan
 from ui import state
@@ -88,13 +89,24 @@ def solve_button(problem: state.Problem, *, key: str = "solve", label: str = "So
 
 
 def headline(plan: Plan, dp: Plan | None) -> None:
-    """Four metrics: estimated step time, speedup over data parallelism, search time, largest dependent set."""
+    """Four metrics: estimated step time, speedup over data parallelism, search time, largest dependent set.
+
+    Below them, how many devices the plan's layers split over (the most, and the share of layers using all of
+    them), with a warning when some devices are idle throughout; the speedup names data parallelism's device
+    count when it uses fewer than the cluster's.
+    """
+    p = plan.cluster.devices
+    use = device_use(plan)
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("Estimated step time", fmt_time(plan.step_time_s),
               help="The paper's cost F(G, φ) divided by the device's peak FLOP/s.")
     if dp is not None:
-        c2.metric("Speedup over data parallelism", f"{plan.speedup_over(dp):.2f}×",
-                  help=f"Data parallelism: {fmt_time(dp.step_time_s)} per step under the same model.")
+        dp_used = device_use(dp).used
+        label = "Speedup over data parallelism" + (f" (on {dp_used} of {p} devices)" if dp_used < p else "")
+        c2.metric(label, f"{plan.speedup_over(dp):.2f}×",
+                  help=f"Data parallelism: {fmt_time(dp.step_time_s)} per step under the same model"
+                       + (f", splitting the batch over {dp_used} devices (the batch cannot be split {p} "
+                          "ways); the others only replicate its work." if dp_used < p else "."))
     else:
         c2.metric("Speedup over data parallelism", "n/a")
     search = plan.search
@@ -105,6 +117,11 @@ def headline(plan: Plan, dp: Plan | None) -> None:
     else:
         c3.metric("Search time", "n/a")
         c4.metric("Largest dependent set", "n/a")
+    st.caption(f"Devices used: layers split over at most {use.used} of {p}; "
+               f"{use.full_fraction:.0%} of layers use all {p}.")
+    if use.idle:
+        st.warning(f"{use.idle} of {p} devices are idle: no layer splits over more than {use.used} (a dimension "
+                   f"too small to split {p} ways, e.g. a batch smaller than the device count).", icon=":material/warning:")
     if not plan.exact:
         st.warning("No elimination ordering keeps the exact search within memory (dense connections, as in "
                    "DenseNet), so windows of layers were optimised exactly, starting from every baseline: the "

@@ -7,7 +7,10 @@ per batch.
 
 from __future__ import annotations
 
-from dataclasses import replace
+import csv
+import io
+import json
+from dataclasses import dataclass, replace
 from numbers import Integral
 from typing import Callable, Sequence
 
@@ -19,7 +22,82 @@ from pase.ir.graph import Graph
 from pase.model.memory import InsufficientMemoryError
 from pase.planner import PlanOptions, plan
 
-__all__ = ["sweep", "batch_sweep"]
+__all__ = ["sweep", "batch_sweep", "DeviceUse", "device_use", "records_csv", "records_from_csv"]
+
+
+@dataclass(frozen=True)
+class DeviceUse:
+    """How many of a cluster's devices a plan's layers split over.
+
+    ``devices``: the cluster's; ``used``: the most any layer splits over (the
+    product of its configuration); ``full_fraction``: the fraction of layers
+    that split over all ``devices``. A layer over fewer devices leaves the rest
+    idle (they replicate its work, e.g. data parallelism with more devices than
+    the batch).
+    """
+
+    devices: int
+    used: int
+    full_fraction: float
+
+    @property
+    def idle(self) -> int:
+        """Devices no layer splits over (0 when some layer uses them all)."""
+        return self.devices - self.used
+
+
+def device_use(plan) -> DeviceUse:
+    """The :class:`DeviceUse` of a :class:`pase.planner.Plan` (its layers' ``devices`` against the cluster's).
+
+    Examples
+    --------
+    >>> from pase import ops as L
+    >>> from pase.hardware.cluster import Cluster
+    >>> from pase.planner import evaluate
+    >>> g = Graph("one")
+    >>> g.add_layer(L.fully_connected("fc", b=4, n=8, c=8))
+    >>> use = device_use(evaluate(g, Cluster(devices=8, peak_flops=1e12, bandwidth_Bps=1e9), {"fc": (4, 1, 1)}))
+    >>> (use.used, use.idle, use.full_fraction)
+    (4, 4, 0.0)
+    """
+    p = int(plan.cluster.devices)
+    used = [min(int(layer.devices), p) for layer in plan.layers]
+    if not used:
+        return DeviceUse(p, p, 1.0)
+    return DeviceUse(p, max(used), sum(u == p for u in used) / len(used))
+
+
+def records_csv(records: Sequence[dict]) -> str:
+    """Sweep records as CSV text: one row per record, every field a column (``configs`` as JSON)."""
+    fields = list(dict.fromkeys(k for r in records for k in r))
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fields, lineterminator="\n")
+    writer.writeheader()
+    for r in records:
+        writer.writerow({k: json.dumps(v) if isinstance(v, (dict, list)) else ("" if v is None else v)
+                         for k, v in r.items()})
+    return out.getvalue()
+
+
+def records_from_csv(text: str) -> list[dict]:
+    """:func:`records_csv` read back: numbers as numbers, ``configs`` as a dict, empty cells as None."""
+    def value(key: str, cell: str):
+        if cell == "":
+            return None
+        if key == "configs":
+            return json.loads(cell)
+        if cell in ("True", "False"):
+            return cell == "True"
+        for kind in (int, float):
+            try:
+                return kind(cell)
+            except ValueError:
+                pass
+        return cell
+
+    # Only PaSE's records have configs: an empty configs cell is a record without them.
+    return [{k: value(k, v) for k, v in row.items() if not (k == "configs" and v == "")}
+            for row in csv.DictReader(io.StringIO(text))]
 
 
 def sweep(
@@ -40,7 +118,8 @@ def sweep(
     ``bandwidth_Bps``, ``peak_flops``, ``strategy`` (``"PaSE"`` or a baseline
     name), ``label``, ``cost``, ``step_time_s``, ``speedup_over_dp``,
     ``memory_per_device_bytes``, ``fits_memory`` (None when the cluster has no
-    capacity) and, for PaSE, ``configs`` (layer name -> configuration). Where
+    capacity), ``devices_used`` (the most devices any layer splits over, see
+    :func:`device_use`) and, for PaSE, ``configs`` (layer name -> configuration). Where
     no strategy fits the cluster's memory, PaSE's record is the unconstrained
     optimum with ``fits_memory`` False. ``progress(done, total)`` is called
     after each point.
@@ -73,6 +152,7 @@ def sweep(
                 "strategy": name, "label": p.label, "cost": p.cost, "step_time_s": p.step_time_s,
                 "speedup_over_dp": p.speedup_over(dp),
                 "memory_per_device_bytes": p.memory_per_device_bytes, "fits_memory": p.fits_memory,
+                "devices_used": device_use(p).used,
             }
             if name == "PaSE":
                 record["configs"] = {k: list(v) for k, v in p.strategy.items()}
