@@ -124,7 +124,10 @@ def stores() -> dict[str, LRUStore]:
 
 def load_graph(source: GraphSource, data: bytes | None = None) -> Graph:
     """The graph of ``source``, built (sample) or parsed (upload ``data``: pase JSON or ONNX, by the
-    file name's suffix) once and cached.
+    file name's suffix) in a worker process once, and cached.
+
+    An upload's ``data`` is kept in this session (its latest upload only), so a later call
+    without ``data`` rebuilds the graph even after other sessions evicted it from the cache.
 
     Raises
     ------
