@@ -9,6 +9,7 @@ from ui import state
 from ui.figures import layer_compare_figure, totals_figure
 from ui.fmt import fmt_time, md
 from ui.pagekit import require_problem, routed, solve_button
+from ui.palette import HIGHLIGHT_ROW
 from ui.tables import comparison_table, differing_layers, totals_table
 
 routed()  # first of all: run under app.py's router (see ui.pagekit.routed)
@@ -90,7 +91,7 @@ if len(subset) > 1 and differ:
 
 
 def _highlight(row):
-    return ["background-color: #fff3cd" if row["differs"] else "" for _ in row]
+    return [f"background-color: {HIGHLIGHT_ROW}" if row["differs"] else "" for _ in row]
 
 
 st.dataframe(

@@ -69,6 +69,8 @@ except PaseError as exc:
 fig_col, text_col = st.columns([3, 2])
 with fig_col:
     st.plotly_chart(gemm_cube_figure(sizes, splits, GEMM_DIMS), key="ln_cube")
+    st.caption("Each block is drawn in its device's colour, with the device id at its centre: the ids the "
+               "tensor blocks below list.")
 with text_col:
     kind = parallelism_kind(GEMM_DIMS, splits, batch_dim="i")
     st.markdown(f"**{devices} device{'s' if devices > 1 else ''}**, configuration (i, j, k) = "

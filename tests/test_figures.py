@@ -468,3 +468,121 @@ def test_memory_figure_adds_up_to_the_total_and_marks_capacity(graph):
     layer_traces = [t for t in fig.data if list(t.y) != ["total"]]
     assert all(len(t.y) == min(5, len(p.layers)) for t in layer_traces)
     assert any("capacity" in (a.text or "") for a in fig.layout.annotations)
+
+
+# -- one palette: colours keep one meaning on every page -----------------------------------------
+
+
+def _bar_colours(fig) -> set[str]:
+    return {t.marker.color for t in fig.data if isinstance(t, go.Bar)}
+
+
+def test_compare_page_never_uses_one_colour_for_two_meanings(solved, data_parallel):
+    from ui.palette import COST_COLORS, STRATEGY_COLORS
+
+    plans = {"PaSE": solved, "data parallel": data_parallel, "Megatron": data_parallel, "your plan": solved,
+             "someone's plan": data_parallel}
+    totals = F.totals_figure({k: p.totals_s() for k, p in plans.items()})
+    layers = F.layer_compare_figure({k: p.layers for k, p in plans.items()})
+    costs = {t.name: t.marker.color for t in totals.data}
+    strategies = {t.name: t.marker.color for t in layers.data}
+    assert set(costs) == set(COST_COLORS) and set(strategies) == set(plans)
+    assert len(set(costs.values())) == len(costs) and len(set(strategies.values())) == len(strategies)
+    assert not set(costs.values()) & set(strategies.values()), "a cost component's colour is not a strategy's"
+    assert not set(COST_COLORS.values()) & set(STRATEGY_COLORS.values())
+    # The explorer's breakdown names the cost components in the same colours.
+    breakdown = F.cost_breakdown_figure(solved.layers)
+    assert {t.name: t.marker.color for t in breakdown.data} == costs
+
+
+def _memory_report(graph, **changes):
+    import dataclasses
+
+    p = plan(graph, Cluster(8, 10e12, 16e9, memory_bytes=80e9))
+    return dataclasses.replace(p.memory, **changes) if changes else p.memory
+
+
+@pytest.mark.parametrize("reserve", [0.0, 2e9])
+def test_memory_legend_lists_exactly_the_parts_drawn(graph, reserve):
+    report = _memory_report(graph, reserved_bytes=reserve)
+    fig = F.memory_figure(report, limit=5)
+    drawn = {t.name for t in fig.data if isinstance(t, go.Bar) and any(x > 0 for x in t.x)}
+    legend = [t.name for t in fig.data if t.showlegend is not False]
+    assert sorted(legend) == sorted(drawn), "one legend entry per part with a non-zero bar"
+    assert all(any(x > 0 for x in t.x) for t in fig.data if isinstance(t, go.Bar)), "no all-zero bars"
+    expected = {label for field, (label, _) in F.MEMORY_PARTS.items() if report.totals()[field] > 0}
+    assert set(legend) == expected
+    assert ("reserve" in legend) == (reserve > 0) and "largest comm buffer" not in legend
+    colours = {t.name: t.marker.color for t in fig.data}
+    assert colours == {label: c for label, c in F.MEMORY_PARTS.values() if label in colours}
+
+
+@pytest.mark.parametrize("limit", [1, 5, 40])
+def test_memory_titles_clear_the_axes(graph, limit):
+    fig = F.memory_figure(_memory_report(graph), limit=limit)
+    m = fig.layout.margin
+    plot_px = fig.layout.height - m.t - m.b
+    top, rows = fig.layout.yaxis.domain, fig.layout.yaxis2.domain
+    titles = {a.text: a for a in fig.layout.annotations if a.yref == "paper"}
+    layers_title = titles[f"the {min(limit, len(graph.layers))} layers holding most"]
+    assert layers_title.y == pytest.approx(rows[1]) and layers_title.yanchor == "bottom"
+    # Below the total's bar: its tick labels (about 20 px), then the layers' title (about 22 px).
+    assert (top[0] - rows[1]) * plot_px >= 60
+    assert top[1] - top[0] > 0 and (top[1] - top[0]) * plot_px >= 40, "the total's bar keeps its height"
+    # Above it: its own title, then the legend.
+    assert (fig.layout.legend.y - 1) * plot_px >= 40 and m.t >= 80
+
+
+def test_cube_colours_match_the_device_ids():
+    from ui.palette import device_color
+
+    for splits in ((2, 2, 4), (1, 2, 1), (4, 2, 2)):
+        fig = F.gemm_cube_figure((64, 32, 16), splits)
+        mesh, ids = fig.data
+        blocks = len(ids.text)
+        assert blocks == splits[0] * splits[1] * splits[2] and len(mesh.facecolor) == 12 * blocks
+        label_colour = dict(zip(ids.text, ids.textfont.color))
+        assert sorted(map(int, label_colour)) == list(range(blocks)), "every device id written once"
+        for b, device in enumerate(ids.text):
+            faces = set(mesh.facecolor[12 * b:12 * (b + 1)])
+            assert faces == {label_colour[device]} == {device_color(int(device))}
+            assert ids.marker.color[b] == label_colour[device]
+            assert f"device {device}<br>" in ids.hovertext[b]
+
+
+def test_learn_ordering_panels_share_one_legend():
+    from ui.learnkit import small_layout
+
+    g = small_graph()
+    pos = small_layout(g)
+
+    def legend(fig):
+        return [(t.name, t.marker.color) for t in fig.data if t.showlegend is not False]
+
+    for step in range(1, len(g) + 1):
+        panels = []
+        for name in ORDERING_FUNCS:
+            steps = walk(g, 4, ConfigOptions(), name)
+            s = steps[step - 1]
+            panels.append(F.search_step_figure(g.nx, pos, done=[t.vertex for t in steps[:step - 1]],
+                                               current=s.vertex, dependent=s.dependent, connected=s.connected))
+        first, second = (legend(f) for f in panels)
+        assert first == second and len(first) == 5, step
+        assert [f.layout.legend.to_plotly_json() for f in panels][0] == panels[1].layout.legend.to_plotly_json()
+    # Section 3's two panels: the same orderings in the same colours.
+    sets = F.dependent_sets_figure({"GenerateSeq": [1, 2], "breadth-first": [3, 1]})
+    tables = F.dependent_sets_figure({"GenerateSeq": [4, 8], "breadth-first": [9, 1]}, log_y=True)
+    assert [(t.name, t.line.color) for t in sets.data] == [(t.name, t.line.color) for t in tables.data]
+    assert len({t.line.color for t in sets.data}) == 2
+
+
+def test_figures_take_their_colours_from_the_palette():
+    import inspect
+    import re
+
+    from ui import graphview, palette
+
+    assert F.KIND_COLORS is palette.KIND_COLORS and F.COST_COLORS is palette.COST_COLORS
+    assert tuple(palette.KIND_COLORS) == graphview.KINDS
+    for module in (F, graphview):
+        assert not re.findall(r"#[0-9a-fA-F]{3,6}\b", inspect.getsource(module)), module.__name__

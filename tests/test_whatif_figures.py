@@ -15,6 +15,7 @@ from pase.ops.registry import OPS
 from pase.planner import plan
 from ui import figures as F
 from ui.glossary import glossary, meaning, op_letters
+from ui.palette import STRATEGY_COLORS
 
 CLUSTER = Cluster(devices=2, peak_flops=10e12, bandwidth_Bps=16e9, name="test")
 
@@ -90,7 +91,16 @@ def test_a_second_parameter_pairs_colours_by_strategy():
 def test_one_series_per_strategy_keeps_the_plain_palette():
     fig = F.sweep_figure(sweep(_mlp(), [2, 4], CLUSTER))
     pase = [t for t in fig.data if t.name == "PaSE"]
-    assert {t.line.color for t in pase} == {"#d62728"} and pase[0].line.width == 3
+    assert {t.line.color for t in pase} == {STRATEGY_COLORS["PaSE"]} and pase[0].line.width == 3
+
+
+def test_strategies_and_kinds_on_the_what_if_page_use_different_colours():
+    records = sweep(_mlp(), [1, 2, 4], CLUSTER)
+    lines = {t.line.color for t in F.sweep_figure(records).data}
+    configs = {r["devices"]: r["configs"] for r in records if r["strategy"] == "PaSE"}
+    heat = F.split_changes_figure([(layer.name, layer.dims) for layer in _mlp().layers], configs)
+    cells = {c for _, c in heat.data[0].colorscale}
+    assert lines and cells and not lines & cells
 
 
 def test_the_csv_parses_back_to_the_records():

@@ -20,6 +20,11 @@ from pase.model.memory import MemoryReport
 from pase.planner import parallelism_kind
 from ui.fmt import compact_config, config_str, fmt_time, plotly_text
 from ui.graphview import KINDS, GraphView
+from ui.palette import (
+    CAPACITY_COLOR, COST_COLORS, EDGE_COLORSCALE, FOUND_RING, INK, KIND_COLORS, MEMORY_COLORS, MUTED_LINE, OUTLINE,
+    PARTIAL_SUM_SCALE, REPLICATED_SCALE, STEP_COLORS, UNCOSTED_EDGE_COLOR, ZERO_EDGE_COLOR, device_color,
+    ordering_color, strategy_color,
+)
 
 __all__ = [
     "KIND_COLORS",
@@ -42,28 +47,15 @@ __all__ = [
     "dependent_sets_figure",
 ]
 
-KIND_COLORS = {
-    "data": "#1f77b4",
-    "parameter": "#d62728",
-    "hybrid": "#9467bd",
-    "replicated": "#7f7f7f",
-    "mixed": "#bcbd22",
-    "unsolved": "#8c96a3",
-}
-COST_COLORS = {"compute": "#4c78a8", "intra-layer comm": "#f58518", "edge comm": "#e45756"}
-MEMORY_PARTS = {  # LayerMemory / MemoryReport.totals() field -> (label, colour)
-    "weights_bytes": ("weights", "#4c78a8"),
-    "gradient_bytes": ("gradients", "#72b7b2"),
-    "optimizer_bytes": ("optimizer state", "#54a24b"),
-    "activation_bytes": ("activations", "#f58518"),
-    "buffer_bytes": ("largest comm buffer", "#b279a2"),
-    "reserved_bytes": ("reserve", "#9d755d"),
+# Memory parts: LayerMemory / MemoryReport.totals() field -> (label, colour).
+MEMORY_PARTS = {
+    field: (label, MEMORY_COLORS[label]) for field, label in (
+        ("weights_bytes", "weights"), ("gradient_bytes", "gradients"), ("optimizer_bytes", "optimizer state"),
+        ("activation_bytes", "activations"), ("buffer_bytes", "largest comm buffer"), ("reserved_bytes", "reserve"))
 }
 # Edges: colour and width on an absolute scale of redistribution time, 0 to the largest edge's,
-# in EDGE_LEVELS equal steps (one line trace per step); zero-cost edges thin and grey.
-EDGE_COLORSCALE = [[0.0, "#fdd0a2"], [0.25, "#fdae6b"], [0.5, "#fd8d3c"], [0.75, "#e6550d"], [1.0, "#7f2704"]]
+# in EDGE_LEVELS steps (ui.palette.EDGE_COLORSCALE).
 EDGE_LEVELS = 10
-ZERO_EDGE_COLOR = "#d0d0d0"
 
 # Above this many nodes, node labels are left to the hover.
 MAX_LABELLED_NODES = 600
@@ -160,7 +152,7 @@ def strategy_graph_figure(
         if b < 0:
             name = "no redistribution" if view.solved else "tensor"
             if not view.solved:
-                color, width = "#9aa5b1", 1.2
+                color, width = UNCOSTED_EDGE_COLOR, 1.2
         else:
             lo, hi = min(e.cost_s for e in group), max(e.cost_s for e in group)
             name = f"redistribution {fmt_time(lo)}–{fmt_time(hi)}" if lo != hi else f"redistribution {fmt_time(lo)}"
@@ -204,7 +196,7 @@ def strategy_graph_figure(
             marker=dict(color=KIND_COLORS[kind], size=sizes, symbol=symbols, line=dict(color="white", width=1)),
             text=[node_label(n, view.solved) for n in nodes] if labels else None,
             textposition=["top center" if round(n.x) % 2 else "bottom center" for n in nodes],
-            textfont=dict(size=LABEL_FONT_PX, color="#222"),
+            textfont=dict(size=LABEL_FONT_PX, color=INK),
             hovertext=[n.hover for n in nodes], hoverinfo="text",
             name=kind if kind != "unsolved" else ("layer" if not any(n.is_group for n in nodes) else "layer / module"),
             legendgroup="kinds", legendgrouptitle_text="Parallelism" if view.solved else "Not solved yet",
@@ -216,7 +208,7 @@ def strategy_graph_figure(
         fig.add_trace(go.Scatter(
             x=[x], y=[y], mode="markers+text", text=[plotly_text(highlight)], textposition="top center",
             textfont=dict(size=LABEL_FONT_PX + 1),
-            marker=dict(size=28, color="rgba(0,0,0,0)", line=dict(color="#111", width=3)),
+            marker=dict(size=28, color="rgba(0,0,0,0)", line=dict(color=FOUND_RING, width=3)),
             hoverinfo="skip", name="found", showlegend=False,
         ))
 
@@ -304,33 +296,50 @@ def cost_breakdown_figure(
     return fig
 
 
+MEMORY_TOP_PX = 56  # the plot height of the total's bar
+MEMORY_GAP_PX = 72  # between the total's axis and the layers' title: room for tick labels and the title
+MEMORY_MARGIN_TOP_PX = 96  # the legend, then the total's title and the capacity label
+
+
 def memory_figure(report: MemoryReport, *, limit: int | None = 40) -> go.Figure:
     """Memory per device: the total against the capacity (top), and the layers holding most (below).
 
     Both are stacked bars of weights, gradients, optimizer state and kept
     activations (GB); the total adds the largest communication buffer and the
     reserve, and a red line marks the capacity when it is known. ``limit``
-    keeps the layers with the most resident memory.
+    keeps the layers with the most resident memory. Only the parts that hold
+    some memory are drawn, so the legend lists exactly those. The rows are
+    laid out in pixels, so the titles clear the axes at every height.
     """
     layers = sorted(report.layers, key=lambda r: -r.resident_bytes)[:limit]
-    fig = make_subplots(rows=2, cols=1, row_heights=[0.12, 0.88], vertical_spacing=0.06,
+    height = int(max(360, 18 * len(layers) + 260))
+    margin = dict(l=10, r=10, t=MEMORY_MARGIN_TOP_PX, b=40)
+    plot_px = height - margin["t"] - margin["b"]
+    spacing = MEMORY_GAP_PX / plot_px
+    fig = make_subplots(rows=2, cols=1, row_heights=[MEMORY_TOP_PX, plot_px - MEMORY_TOP_PX - MEMORY_GAP_PX],
+                        vertical_spacing=spacing,
                         subplot_titles=("per device, all layers", f"the {len(layers)} layers holding most"))
     totals = report.totals()
     for field, (label, color) in MEMORY_PARTS.items():
-        fig.add_trace(go.Bar(y=["total"], x=[totals[field] / 1e9], orientation="h", name=label, marker_color=color,
-                             legendgroup=label, hovertemplate=f"{label}: %{{x:.4g}} GB<extra></extra>"), row=1, col=1)
-        if field in ("buffer_bytes", "reserved_bytes"):
-            continue
-        fig.add_trace(go.Bar(y=[r.name for r in layers], x=[getattr(r, field) / 1e9 for r in layers], orientation="h",
-                             name=label, marker_color=color, legendgroup=label, showlegend=False,
-                             hovertemplate="<b>%{y}</b><br>" + label + ": %{x:.4g} GB<extra></extra>"), row=2, col=1)
+        per_layer = [getattr(r, field) / 1e9 for r in layers] if field not in ("buffer_bytes", "reserved_bytes") else []
+        drawn_total = totals[field] > 0
+        drawn_layers = any(v > 0 for v in per_layer)
+        if drawn_total:
+            fig.add_trace(go.Bar(y=["total"], x=[totals[field] / 1e9], orientation="h", name=label,
+                                 marker_color=color, legendgroup=label,
+                                 hovertemplate=f"{label}: %{{x:.4g}} GB<extra></extra>"), row=1, col=1)
+        if drawn_layers:
+            fig.add_trace(go.Bar(y=[r.name for r in layers], x=per_layer, orientation="h",
+                                 name=label, marker_color=color, legendgroup=label, showlegend=not drawn_total,
+                                 hovertemplate="<b>%{y}</b><br>" + label + ": %{x:.4g} GB<extra></extra>"),
+                          row=2, col=1)
     if report.capacity_bytes is not None:
         cap = report.capacity_bytes / 1e9
-        fig.add_vline(x=cap, line_color="#d62728", line_width=2, row=1, col=1,
-                      annotation_text=f"capacity {cap:.3g} GB", annotation_position="top")
+        fig.add_vline(x=cap, line_color=CAPACITY_COLOR, line_width=2, row=1, col=1,
+                      annotation_text=f"capacity {cap:.3g} GB", annotation_position="top right")
     fig.update_layout(
-        barmode="stack", height=int(max(360, 18 * len(layers) + 200)), margin=dict(l=10, r=10, t=40, b=40),
-        legend=dict(orientation="h", y=1.06, yanchor="bottom", x=0, traceorder="normal"),
+        barmode="stack", height=height, margin=margin,
+        legend=dict(orientation="h", y=1 + 48 / plot_px, yanchor="bottom", x=0, traceorder="normal"),
     )
     fig.update_xaxes(title_text="GB per device", row=2, col=1)
     fig.update_yaxes(autorange="reversed", type="category", automargin=True, row=2, col=1)
@@ -374,7 +383,6 @@ def layer_compare_figure(
     labels = list(plans)
     first = plans[labels[0]]
     names = [r.name for r in first if only is None or r.name in set(only)]
-    palette = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#ff9da6", "#9d755d"]
     fig = go.Figure()
     for i, label in enumerate(labels):
         by_name = {r.name: r for r in plans[label]}
@@ -382,7 +390,7 @@ def layer_compare_figure(
         fig.add_trace(go.Bar(
             y=[plotly_text(n) for n in names], x=[r.total_s * 1e3 for r in rows], orientation="h",
             name=plotly_text(label),
-            marker_color=palette[i % len(palette)],
+            marker_color=strategy_color(label, labels),
             customdata=[[config_str(r.config), compact_config(r.dims, r.config)] for r in rows],
             hovertemplate="<b>%{y}</b><br>" + plotly_text(label) + ": %{customdata[1]} %{customdata[0]}<br>%{x:.4g} ms"
                           "<extra></extra>",
@@ -410,14 +418,13 @@ def sweep_figure(records: Sequence[Mapping], *, by: str = "devices", series: str
 
     fig = make_subplots(rows=1, cols=2, subplot_titles=("Estimated step time", "Speedup over data parallelism"),
                         horizontal_spacing=0.1)
-    palette = ["#d62728", "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
     names = list(dict.fromkeys(r[series] for r in records))
     strategy_of = {r[series]: r.get("strategy", r[series]) for r in records}
     strategies = list(dict.fromkeys(strategy_of[n] for n in names))
     siblings = {s: [n for n in names if strategy_of[n] == s] for s in strategies}
 
     def paired(name) -> str:
-        base = palette[strategies.index(strategy_of[name]) % len(palette)]
+        base = strategy_color(strategy_of[name], strategies)
         group = siblings[strategy_of[name]]
         if len(group) == 1:
             return base
@@ -505,22 +512,13 @@ def split_changes_figure(
 
 # -- Learn: the GEMM iteration space --------------------------------------------------------
 
-_DEVICE_PALETTE = [
-    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-    "#bcbd22", "#17becf", "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94",
-]
-
-
-def _device_color(d: int) -> str:
-    return _DEVICE_PALETTE[d % len(_DEVICE_PALETTE)]
-
-
 def gemm_cube_figure(sizes: Sequence[int], splits: Sequence[int], dims: Sequence[str] = ("i", "j", "k")) -> go.Figure:
     """The iteration space of ``C[i, j] = sum_k A[i, k] B[k, j]`` cut into per-device blocks (the paper's Fig. 1).
 
     ``splits`` gives the split factor of i, j, k; block ``(a, b, c)`` goes to
     device ``(a * sj + b) * sk + c``. Blocks are drawn slightly apart, one
-    colour per device, all in one Mesh3d trace.
+    colour per device (:func:`ui.palette.device_color`), all in one Mesh3d
+    trace; each block's device id is written at its centre in that colour.
     """
     I, J, K = (int(s) for s in sizes)
     si, sj, sk = (int(s) for s in splits)
@@ -531,7 +529,7 @@ def gemm_cube_figure(sizes: Sequence[int], splits: Sequence[int], dims: Sequence
     corners = list(product((0, 1), repeat=3))
     faces = [(0, 1, 3), (0, 3, 2), (4, 5, 7), (4, 7, 6), (0, 1, 5), (0, 5, 4),
              (2, 3, 7), (2, 7, 6), (0, 2, 6), (0, 6, 4), (1, 3, 7), (1, 7, 5)]
-    cx, cy, cz, ctext = [], [], [], []
+    cx, cy, cz, ctext, cids, ccolors = [], [], [], [], [], []
     for a, b, c in product(range(si), range(sj), range(sk)):
         device = (a * sj + b) * sk + c
         x0, y0, z0 = a * bi, b * bj, c * bk
@@ -544,10 +542,12 @@ def gemm_cube_figure(sizes: Sequence[int], splits: Sequence[int], dims: Sequence
             fi.append(base + f[0])
             fj.append(base + f[1])
             fk.append(base + f[2])
-            colors.append(_device_color(device))
+            colors.append(device_color(device))
         cx.append(x0 + bi / 2)
         cy.append(y0 + bj / 2)
         cz.append(z0 + bk / 2)
+        cids.append(str(device))
+        ccolors.append(device_color(device))
         ctext.append(
             f"device {device}<br>{dims[0]} {a * bi:g}–{(a + 1) * bi:g}, {dims[1]} {b * bj:g}–{(b + 1) * bj:g}, "
             f"{dims[2]} {c * bk:g}–{(c + 1) * bk:g}"
@@ -555,8 +555,10 @@ def gemm_cube_figure(sizes: Sequence[int], splits: Sequence[int], dims: Sequence
     fig = go.Figure([
         go.Mesh3d(x=xs, y=ys, z=zs, i=fi, j=fj, k=fk, facecolor=colors, opacity=0.85, flatshading=True,
                   hoverinfo="skip", name="blocks"),
-        go.Scatter3d(x=cx, y=cy, z=cz, mode="markers", marker=dict(size=3, color="black"),
-                     hovertext=ctext, hoverinfo="text", name="block centres", showlegend=False),
+        go.Scatter3d(x=cx, y=cy, z=cz, mode="markers+text", marker=dict(size=4, color=ccolors,
+                                                                         line=dict(color=OUTLINE, width=1)),
+                     text=cids, textposition="top center", textfont=dict(size=13, color=ccolors),
+                     hovertext=ctext, hoverinfo="text", name="device ids", showlegend=False),
     ])
     fig.update_layout(
         scene=dict(
@@ -606,7 +608,7 @@ def gemm_tensors_figure(splits: Sequence[int], dims: Sequence[str] = ("i", "j", 
             hover.append(hr)
         fig.add_trace(go.Heatmap(
             z=z, text=text, texttemplate="%{text}", hovertext=hover, hoverinfo="text",
-            colorscale=[[0, "#e8f1fa"], [1, "#08519c"]] if name != "C" else [[0, "#fde8e6"], [1, "#a50f15"]],
+            colorscale=REPLICATED_SCALE if name != "C" else PARTIAL_SUM_SCALE,
             zmin=1, zmax=max(si, sj, sk, 2), showscale=False, xgap=2, ygap=2, textfont=dict(size=11),
         ), row=1, col=col)
         fig.update_xaxes(title_text=cdim, showticklabels=False, row=1, col=col)
@@ -617,13 +619,7 @@ def gemm_tensors_figure(splits: Sequence[int], dims: Sequence[str] = ("i", "j", 
 
 # -- Learn: the search --------------------------------------------------------------------
 
-STEP_COLORS = {
-    "done": "#c7c7c7",
-    "current": "#d62728",
-    "dependent": "#ff7f0e",
-    "connected": "#9ecae1",
-    "pending": "#ffffff",
-}
+STEP_ORDER = ("current", "dependent", "connected", "done", "pending")
 
 
 def search_step_figure(
@@ -646,7 +642,7 @@ def search_step_figure(
     for u, v in g.edges():
         xs += [pos[u][0], pos[v][0], None]
         ys += [pos[u][1], pos[v][1], None]
-    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=dict(color="#999", width=1.5), hoverinfo="skip",
+    fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=dict(color=MUTED_LINE, width=1.5), hoverinfo="skip",
                              showlegend=False))
     done, dependent, connected = set(done), set(dependent), set(connected)
 
@@ -663,15 +659,16 @@ def search_step_figure(
 
     legend = {"current": "v(i): current", "dependent": "D(i): dependent set", "connected": "X(i): connected set",
               "done": "eliminated earlier", "pending": "not yet ordered"}
-    for st_name in ("current", "dependent", "connected", "done", "pending"):
+    for st_name in STEP_ORDER:
         ns = [n for n in g.nodes if state(n) == st_name]
-        if not ns:
-            continue
+        # A state with no vertex at this step still gets its (empty) legend entry: panels side by side
+        # (one per ordering) then show the same legend.
         fig.add_trace(go.Scatter(
-            x=[pos[n][0] for n in ns], y=[pos[n][1] for n in ns], mode="markers+text",
-            marker=dict(size=30, color=STEP_COLORS[st_name], line=dict(color="#333", width=1.5)),
+            x=[pos[n][0] for n in ns] or [None], y=[pos[n][1] for n in ns] or [None], mode="markers+text",
+            marker=dict(size=30, color=STEP_COLORS[st_name], line=dict(color=OUTLINE, width=1.5)),
             text=[f"{n}" + (f" ({order[n] + 1})" if order and n in order else "") for n in ns],
             textposition="middle right", hoverinfo="text", hovertext=ns, name=legend[st_name],
+            legendrank=STEP_ORDER.index(st_name),
         ))
     _empty_axes(fig)
     xs_all = [p[0] for p in pos.values()]
@@ -685,11 +682,10 @@ def dependent_sets_figure(series: Mapping[str, Sequence[float]], *, y_title: str
                           log_y: bool = False) -> go.Figure:
     """One line per ordering: the dependent-set size (or table size) at every step."""
     fig = go.Figure()
-    palette = {"GenerateSeq": "#d62728", "breadth-first": "#1f77b4"}
     for i, (name, values) in enumerate(series.items()):
         fig.add_trace(go.Scatter(
             x=list(range(1, len(values) + 1)), y=list(values), mode="lines", name=name,
-            line=dict(color=palette.get(name, _device_color(i + 2)), width=2, shape="hv"),
+            line=dict(color=ordering_color(name, i), width=2, shape="hv"),
         ))
     fig.update_layout(height=320, margin=dict(l=10, r=10, t=20, b=40), xaxis_title="step i",
                       yaxis_title=y_title, legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0))

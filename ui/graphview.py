@@ -23,6 +23,7 @@ import numpy as np
 from pase.ir.graph import Graph
 from pase.planner import Plan, parallelism_kind
 from ui.fmt import compact_config, config_str, dims_str, fmt_time, plotly_text
+from ui.palette import KIND_COLORS
 
 __all__ = [
     "KINDS",
@@ -38,7 +39,7 @@ __all__ = [
 ]
 
 # Parallelism kinds in legend order; "mixed": a group whose layers differ; "unsolved": no strategy yet.
-KINDS = ("data", "parameter", "hybrid", "replicated", "mixed", "unsolved")
+KINDS = tuple(KIND_COLORS)  # data, parameter, hybrid, replicated, mixed, unsolved
 
 # A grouped view aims at no more nodes than this (see auto_group_depth).
 TARGET_GROUPED_NODES = 60
