@@ -9,7 +9,7 @@ from pase.errors import PaseError
 from ui import state
 from ui.figures import SORT_KEYS, cost_breakdown_figure, memory_figure, strategy_graph_figure
 from ui.fmt import fmt_count, fmt_time, md
-from ui.graphview import auto_group_depth, build_graph_view, group_key, groups_of
+from ui.graphview import auto_group_depth, build_graph_view, group_key, groups_of, toggle_module
 from ui.pagekit import headline, require_problem, routed, solve_button
 from ui.tables import strategy_table
 
@@ -17,6 +17,8 @@ routed()  # first of all: run under app.py's router (see ui.pagekit.routed)
 
 # Group modules by default above this many layers.
 GROUP_ABOVE = 80
+# "Colour nodes by" choices -> strategy_graph_figure's color_by.
+COLOUR_BY = {"kind of parallelism": "kind", "time": "time", "gain over data parallelism": "gain"}
 
 st.title("PaSE explorer")
 st.caption("Find the per-layer parallelization strategy of least estimated training step time "
@@ -41,6 +43,12 @@ if plan is None:
     st.info("Press **Solve** to search for the best strategy; below is the graph's structure.", icon=":material/info:")
 # Filled after the graph is drawn, so the graph comes first.
 summary = st.container()
+dp = dp_error = None
+if plan is not None:
+    try:
+        dp = state.data_parallel_plan(problem)
+    except PaseError as exc:
+        dp_error = exc
 
 # -- the graph ---------------------------------------------------------------------------------
 
@@ -57,17 +65,26 @@ if group and can_group:
     auto = auto_group_depth(names)
     depth = g2.selectbox("Name depth", list(range(1, max_depth + 1)), index=auto - 1, key=f"ex_depth_{graph.name}",
                          help="How many dotted name parts make a module: mixed_5b (1), mixed_5b.branch1x1 (2)...")
-    multi = [k for k, ms in groups_of(names, depth).items() if len(ms) > 1]
-    expanded = g3.multiselect("Expand modules", multi, key=f"ex_expand_{graph.name}_{depth}",
-                              placeholder="Draw these modules layer by layer")
+    modules = {k: ms for k, ms in groups_of(names, depth).items() if len(ms) > 1}
+    multi = list(modules)
+    expand_key = f"ex_expand_{graph.name}_{depth}"
+    expanded = g3.multiselect("Expand modules", multi, key=expand_key,
+                              placeholder="Draw these modules layer by layer",
+                              help="Or click a module on the graph to expand it, and one of its layers to collapse it.")
 found = g4.selectbox("Find a layer", names, index=None, placeholder="Layer name...", key=f"ex_find_{graph.name}")
 
 if found is not None and depth is not None:
     key = group_key(found, depth)
     if key != found and key not in expanded:
         expanded = [*expanded, key]
+colour_by = "kind"
+if plan is not None:
+    choices = [c for c, v in COLOUR_BY.items() if v != "gain" or dp is not None]
+    colour_by = COLOUR_BY[st.radio("Colour nodes by", choices, horizontal=True, key="ex_colour",
+                                   help="Time: each node's total time. Gain: data parallelism's time minus this "
+                                        "strategy's, per node (positive: faster than data parallelism).")]
 view = build_graph_view(graph, plan, depth=depth,
-                        expanded=expanded, config_counts=counts)
+                        expanded=expanded, config_counts=counts, baseline=dp)
 highlight = None
 if found is not None:
     highlight = view.node_of_layer(found).key
@@ -76,18 +93,39 @@ if found is not None:
         st.caption(f"**{md(found)}**: configuration {row.config} over {' '.join(row.dims)}; "
                    f"total {fmt_time(row.total_s)} (compute {fmt_time(row.compute_s)}, "
                    f"intra-layer {fmt_time(row.intra_comm_s)}, edge {fmt_time(row.edge_comm_s)}).")
-fig = strategy_graph_figure(view, highlight=highlight)
+fig = strategy_graph_figure(view, highlight=highlight, color_by=colour_by)
+
+
+def _on_graph_click() -> None:
+    """A click on a node: expand its module, or collapse the module of a layer (the multiselect's state)."""
+    if depth is None:
+        return
+    event = st.session_state.get("graph_chart") or {}
+    for point in event.get("selection", {}).get("points", []):
+        key = point.get("customdata")
+        if isinstance(key, (list, tuple)):
+            key = key[0] if key else None
+        if isinstance(key, str):
+            st.session_state[expand_key] = toggle_module(st.session_state.get(expand_key, []), key, modules)
+
+
 # The container's key names the chart for tests: strategy-graph once solved, structure-graph before.
 with st.container(key="strategy-graph" if plan is not None else "structure-graph"):
-    st.plotly_chart(fig, key="graph_chart",
+    st.plotly_chart(fig, key="graph_chart", on_select=_on_graph_click, selection_mode="points",
                     config={"scrollZoom": True, "displaylogo": False, "modeBarButtonsToRemove": ["select2d", "lasso2d"]})
 if plan is not None:
     st.caption(
         f"{len(view.nodes)} nodes for {len(names)} layers, {view.generations} steps deep, left to right. "
-        "Colour: kind of parallelism; label: layer, op and split "
+        + {"kind": "Colour: kind of parallelism; ",
+           "time": "Colour: node time (compute + intra-layer + incoming edges), on the lower colour bar; ",
+           "gain": "Colour: data parallelism's time minus this strategy's, per node (green: faster, "
+                   "magenta: slower, grey: the same), on the lower colour bar; "}[colour_by]
+        + "label: layer, op and split "
         "(e.g. b8·n2 = batch 8 ways, n 2 ways; 1 = unsplit); square: a module of several layers; "
-        "edge colour and width: redistribution time, on the scale of the colour bar. "
-        "Drag to pan along the graph, scroll to zoom, double-click to reset; hover for full names and costs."
+        + "edge colour and width: redistribution time, on the scale of the "
+        + ("colour bar. " if colour_by == "kind" else "upper colour bar. ")
+        + ("Click a module to expand it, a layer of an expanded module to collapse it. " if depth is not None else "")
+        + "Drag to pan along the graph, scroll to zoom, double-click to reset; hover for full names and costs."
     )
 else:
     st.caption(f"{len(view.nodes)} nodes for {len(names)} layers, {view.generations} steps deep, left to right; "
@@ -98,11 +136,8 @@ else:
 # -- headline numbers and downloads (above the graph) ---------------------------------------
 
 with summary:
-    try:
-        dp = state.data_parallel_plan(problem)
-    except PaseError as exc:
-        dp = None
-        st.warning(f"Data parallelism could not be costed: {md(exc)}")
+    if dp_error is not None:
+        st.warning(f"Data parallelism could not be costed: {md(dp_error)}")
     headline(plan, dp)
     totals = plan.totals_s()
     total = sum(totals.values()) or 1.0

@@ -3,8 +3,9 @@
 import streamlit as st
 
 from pase.analysis.sweep import records_csv
+from pase.analysis.throughput import estimate_from_rate, sequence_length
 from pase.errors import PaseError
-from pase.limits import MAX_BANDWIDTH_BPS, MAX_BATCH, MAX_PEAK_FLOPS, MIN_BANDWIDTH_BPS, MIN_PEAK_FLOPS
+from pase.limits import MAX_BANDWIDTH_BPS, MAX_BATCH, MAX_DEVICES, MAX_PEAK_FLOPS, MIN_BANDWIDTH_BPS, MIN_PEAK_FLOPS
 from pase.ops import training_flops
 from pase.planner import parallelism_kind
 from ui import state
@@ -15,7 +16,9 @@ from ui.pagekit import require_problem, routed
 
 routed()  # first of all: run under app.py's router (see ui.pagekit.routed)
 
-DEVICE_CHOICES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+# Offered counts; any other count from 1 to MAX_DEVICES can be typed in (accept_new_options).
+DEVICE_CHOICES = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256, 512]
+SHOW = ["step time", "throughput", "MFU"]
 VARY = {
     "nothing else": None,
     "link bandwidth (GB/s)": "bandwidth_Bps",
@@ -44,7 +47,20 @@ st.markdown(f"**{md(graph.name)}** ({md(problem.source)}); hardware: {cluster.pe
             f"{cluster.bandwidth_Bps / 1e9:g} GB/s links")
 
 c1, c2, c3 = st.columns([3, 2, 2])
-devices = c1.multiselect("Devices", DEVICE_CHOICES, default=[1, 2, 4, 8, 16, 32], key="wi_devices")
+picked = c1.multiselect("Devices", DEVICE_CHOICES, default=[1, 2, 4, 8, 16, 32], key="wi_devices",
+                        accept_new_options=True,
+                        help=f"Pick counts or type any whole number from 1 to {MAX_DEVICES} (e.g. 24) and press Enter.")
+devices = []
+for v in picked:
+    try:
+        n = int(str(v).strip())
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_DEVICES:
+        st.error(f"'{v}' is not a device count: type a whole number from 1 to {MAX_DEVICES}.")
+        st.stop()
+    devices.append(n)
+devices = sorted(set(devices))
 vary_label = c2.selectbox("Also vary", list(VARY), key="wi_vary")
 vary = VARY[vary_label]
 values: list[float] = []
@@ -81,8 +97,6 @@ if all(training_flops(layer) == 0 for layer in graph):
     st.error("This graph does no work: its layers only move data, so every step time is 0 s and speedups over "
              "data parallelism are undefined; sweep a model with computing layers.")
     st.stop()
-devices = sorted(devices)
-
 key = ("sweep", problem, tuple(devices), vary, tuple(values))
 store = state.stores()["sweeps"]
 records = store.get(key)
@@ -108,13 +122,16 @@ strategies = list(dict.fromkeys(r["strategy"] for r in records))
 shown = st.multiselect("Strategies", strategies, default=[s for s in strategies if s in ("PaSE", "data parallel")]
                        or strategies[:2], key="wi_strategies")
 rows = [r for r in records if r["strategy"] in shown]
+show = st.selectbox("Show", SHOW, key="wi_show",
+                    help="Left chart: step time, throughput (tokens/s for models with a sequence, else samples/s) or "
+                         "MFU: model FLOPs / (devices x peak FLOP/s x step time), against the hardware's peak figure.")
 if vary is not None:
     unit = {"bandwidth_Bps": (1e9, "GB/s"), "peak_flops": (1e12, "TFLOP/s"), "batch": (1, "batch")}[vary]
     for r in rows:
         r["series"] = f"{r['strategy']} @ {r[vary] / unit[0]:g} {unit[1]}"
-    fig = sweep_figure(rows, series="series")
+    fig = sweep_figure(rows, series="series", show=show)
 else:
-    fig = sweep_figure(rows)
+    fig = sweep_figure(rows, show=show)
 st.plotly_chart(fig, key="wi_sweep")
 idle = sorted({(r["devices"], r["devices_used"]) for r in records
                if r["strategy"] == "PaSE" and r.get("devices_used", r["devices"]) < r["devices"]})
@@ -124,7 +141,50 @@ if idle:
                "further).", icon=":material/warning:")
 st.download_button("Sweep records (CSV)", records_csv(records), file_name=f"{graph.name}-sweep.csv",
                    mime="text/csv", key="wi_csv", icon=":material/download:",
-                   help="Every point and strategy: step time, speedup, memory, devices used and PaSE's configurations.")
+                   help="Every point and strategy: step time, throughput, MFU, speedup, memory, devices used and "
+                        "PaSE's configurations.")
+
+
+def _duration(seconds: float) -> str:
+    """A training time in the largest fitting unit (s, min, h, days)."""
+    for scale, unit in ((86400.0, "days"), (3600.0, "h"), (60.0, "min")):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds:.3g} s"
+
+
+st.subheader("Time and cost to train")
+tokens = sequence_length(graph) is not None and all(r.get("tokens_per_s") is not None for r in records)
+unit_name = "tokens" if tokens else "samples"
+t1, t2 = st.columns(2)
+amount_text = t1.text_input(f"Train on N {unit_name}", value="1e9" if tokens else "1e6", key=f"wi_train_{unit_name}",
+                            help=f"How many {unit_name} to train on, e.g. 300e9.")
+price_text = t2.text_input("Price per GPU-hour (optional)", value="", key="wi_price",
+                           help="In any currency; leave empty for no cost column.")
+estimates = []
+try:
+    amount = float(amount_text.replace(",", "").replace("_", ""))
+    price = float(price_text.replace(",", "")) if price_text.strip() else None
+    first_value = None if vary is None else records[0][vary]
+    for r in records:
+        if r["strategy"] != "PaSE" or (vary is not None and r[vary] != first_value):
+            continue
+        e = estimate_from_rate(amount, r.get(f"{unit_name}_per_s"), r["devices"], price, unit=unit_name)
+        estimates.append({
+            "devices": r["devices"],
+            "time to train": "undefined (0 s step)" if e.time_s is None else _duration(e.time_s),
+            "GPU-hours": None if e.gpu_hours is None else float(f"{e.gpu_hours:.4g}"),
+            **({} if price is None else {"cost": None if e.cost is None else round(e.cost, 2)}),
+            "MFU (% of peak)": None if r.get("mfu") is None else round(r["mfu"] * 100, 1),
+        })
+except ValueError as exc:
+    st.error(f"Cannot estimate: {md(exc) if isinstance(exc, PaseError) else 'N and the price must be numbers'} "
+             f"(N a positive number of {unit_name}, the price a number >= 0).")
+if estimates:
+    st.dataframe(estimates, hide_index=True, key="wi_train_table")
+    st.caption(f"PaSE's strategy at each device count{'' if vary is None else f', at {vary_label} = {first_value / unit[0]:g}'}: "
+               f"time = N / {unit_name} per second, GPU-hours = time x devices / 3600, cost = GPU-hours x price. "
+               "Modelled step times at the hardware's peak FLOP/s, so real runs are slower.")
 
 st.subheader("Where each layer's split changes")
 pase_records = [r for r in records if r["strategy"] == "PaSE"]

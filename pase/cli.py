@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pase.analysis.baselines import applicable_baselines, evaluate_strategy
 from pase.analysis.sweep import batch_sweep, sweep
+from pase.analysis.throughput import throughput
 from pase.errors import ClusterError, ConfigurationError, GraphError, PaseError
 from pase.hardware.cluster import PRESETS, Cluster
 from pase.io.graph_json import load_model_file
@@ -292,6 +293,21 @@ def _print_layers(result: Plan) -> None:
     print(f"\n{_printable(result.graph.name)} on {result.cluster}")
     print(f"estimated step time {result.step_time_s * 1e3:.2f} ms (compute {t['compute_s'] * 1e3:.2f}, "
           f"intra-layer communication {t['intra_comm_s'] * 1e3:.2f}, edge communication {t['edge_comm_s'] * 1e3:.2f})")
+    print(_rates_line(result))
+
+
+def _rates_line(result: Plan) -> str:
+    """One line of today's units: samples/s, tokens/s, model FLOPs per step and per device, MFU (peak-based)."""
+    d = throughput(result).to_dict()
+    if d["mfu"] is None:
+        return f"throughput undefined (a step takes 0 s); model FLOPs per step {d['model_flops_per_step']:.3g}"
+    parts = [] if d["samples_per_s"] is None else [f"{d['samples_per_s']:,.1f} samples/s"]
+    if d["tokens_per_s"] is not None:
+        parts.append(f"{d['tokens_per_s']:,.0f} tokens/s")
+    parts += [f"model FLOPs per step {d['model_flops_per_step']:.3g}",
+              f"{d['model_flops_per_device_per_s'] / 1e12:.3g} TFLOP/s per device",
+              f"MFU {d['mfu'] * 100:.1f}% of peak"]
+    return ", ".join(parts)
 
 
 def _print_memory(result: Plan) -> None:

@@ -146,7 +146,15 @@ class Plan:
         return other.step_time_s / self.step_time_s
 
     def to_dict(self) -> dict:
-        """JSON-ready summary: totals and one record per layer (the CLI's ``--json``)."""
+        """JSON-ready summary: totals and one record per layer (the CLI's ``--json``).
+
+        Includes the rates of :func:`pase.analysis.throughput.throughput`
+        (``samples_per_s``, ``tokens_per_s``, ``model_flops_per_step``,
+        ``model_flops_per_device_per_s``, ``mfu``), None where undefined.
+        """
+        from pase.analysis.throughput import throughput  # late: keeps pase.planner's imports light
+
+        rates = throughput(self)
         out = {
             "model": self.graph.name,
             "label": self.label,
@@ -169,6 +177,10 @@ class Plan:
             "memory_per_device_bytes": self.memory_per_device_bytes,
             "memory_capacity_bytes": self.memory_capacity_bytes,
             "fits_memory": self.fits_memory,
+            # Today's units (pase.analysis.throughput); None where undefined (no sequence, a 0 s step).
+            "samples_per_s": rates.samples_per_s, "tokens_per_s": rates.tokens_per_s,
+            "model_flops_per_step": rates.model_flops_per_step,
+            "model_flops_per_device_per_s": rates.model_flops_per_device_per_s, "mfu": rates.mfu,
             "layers": [
                 {
                     "name": r.name, "op": r.op, "dims": "".join(r.dims) if all(len(d) == 1 for d in r.dims) else list(r.dims),

@@ -445,3 +445,34 @@ def test_what_if_offers_the_records_as_csv_that_parse_back(monkeypatch):
     records, back = written[-1]
     assert back == records
     assert {(r["devices"], r["strategy"]) for r in back} >= {(2, "PaSE"), (4, "PaSE"), (4, "data parallel")}
+
+
+def test_explorer_graph_is_clickable_and_colours_by_kind_time_or_gain():
+    at = choose_sample(new_app(), "inception3", devices=4)
+    (graph,) = charts(at, "graph_chart")
+    assert list(graph.proto.selection_mode), "a click on a node selects it (to expand or collapse its module)"
+    solve(at)
+    (graph,) = charts(at, "graph_chart")
+    assert list(graph.proto.selection_mode)
+    colour = at.radio(key="ex_colour")
+    assert colour.value == "kind of parallelism"
+    assert list(colour.options) == ["kind of parallelism", "time", "gain over data parallelism"]
+
+    def nodes():
+        spec = json.loads(charts(at, "graph_chart")[0].proto.spec)
+        return spec, sum(len(t["x"]) for t in spec["data"] if t.get("legendgroup") == "kinds")
+
+    _, grouped = nodes()
+    for choice in ("time", "gain over data parallelism"):
+        colour.set_value(choice).run()
+        no_exception(at)
+        spec, count = nodes()
+        assert count == grouped
+        assert any(t.get("name") == "node scale" for t in spec["data"]), choice
+        colour = at.radio(key="ex_colour")
+    # The multiselect, like a click, expands a module (the state a click writes to).
+    expand = next(m for m in at.multiselect if m.key and m.key.startswith("ex_expand_inception3_"))
+    expand.set_value([expand.options[0]]).run()
+    no_exception(at)
+    _, expanded = nodes()
+    assert expanded > grouped

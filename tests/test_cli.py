@@ -191,3 +191,17 @@ def test_every_sample_solves_at_p8_from_the_cli(capsys, name):
     assert code == 0
     d = json.loads(out)
     assert d["devices"] == 8 and d["step_time_s"] > 0 and len(d["layers"]) == len(SAMPLES[name]().layers)
+
+
+def test_solve_reports_throughput_and_mfu_in_text_and_strict_json(capsys):
+    code, out, _ = run(capsys, "solve", "gpt", "-p", "4", "--json")
+    assert code == 0
+    d = json.loads(out, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
+    for key in ("samples_per_s", "tokens_per_s", "model_flops_per_step", "model_flops_per_device_per_s", "mfu"):
+        assert isinstance(d[key], float) and d[key] > 0
+    assert d["tokens_per_s"] == pytest.approx(d["samples_per_s"] * 1024, rel=1e-12)
+    assert 0 < d["mfu"] <= 1
+    code, out, _ = run(capsys, "solve", "gpt", "-p", "4")
+    assert code == 0 and re.search(r"samples/s, [\d,]+ tokens/s, model FLOPs per step .*MFU [\d.]+% of peak", out)
+    code, out, _ = run(capsys, "solve", "alexnet", "-p", "2", "--json")
+    assert json.loads(out)["tokens_per_s"] is None

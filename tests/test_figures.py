@@ -586,3 +586,108 @@ def test_figures_take_their_colours_from_the_palette():
     assert tuple(palette.KIND_COLORS) == graphview.KINDS
     for module in (F, graphview):
         assert not re.findall(r"#[0-9a-fA-F]{3,6}\b", inspect.getsource(module)), module.__name__
+
+
+# -- click to expand, colour by time or gain -----------------------------------------------------
+
+def test_toggle_module_expands_a_module_and_collapses_it_from_a_layer(graph):
+    from ui.graphview import toggle_module
+
+    modules = {k: ms for k, ms in groups_of([layer.name for layer in graph], 1).items() if len(ms) > 1}
+    assert set(modules) == {"block0", "block1", "block2"}
+    assert toggle_module([], "block1", modules) == ["block1"]
+    assert toggle_module(["block1"], "block0", modules) == ["block1", "block0"]
+    assert toggle_module(["block1"], "block1", modules) == ["block1"], "an expanded module stays expanded"
+    assert toggle_module(["block1", "block0"], "block1.right.a", modules) == ["block0"]
+    assert toggle_module(["block1"], "block0.left", modules) == ["block1"], "a layer of a collapsed module: no change"
+    assert toggle_module(["block1"], "stem", modules) == ["block1"], "a single layer: no change"
+    assert toggle_module(["block1"], "block0\u2192block1", modules) == ["block1"], "an edge: no change"
+    # What a click does to the view: the module's node becomes its layers, and back.
+    after = build_graph_view(graph, None, depth=1, expanded=toggle_module([], "block1", modules))
+    assert "block1" not in {n.key for n in after.nodes} and "block1.cat" in {n.key for n in after.nodes}
+    back = build_graph_view(graph, None, depth=1, expanded=toggle_module(["block1"], "block1.cat", modules))
+    assert "block1" in {n.key for n in back.nodes}
+
+
+def test_view_carries_the_baseline_time_of_each_node(graph, solved, data_parallel):
+    for depth in (None, 1):
+        view = build_graph_view(graph, solved, depth=depth, baseline=data_parallel)
+        dp = {r.name: r.total_s for r in data_parallel.layers}
+        for n in view.nodes:
+            assert n.baseline_s == pytest.approx(sum(dp[m] for m in n.members))
+            assert n.gain_s == pytest.approx(n.baseline_s - n.total_s)
+        assert sum(n.gain_s for n in view.nodes) == pytest.approx(data_parallel.step_time_s - solved.step_time_s)
+    assert all(n.gain_s is None for n in build_graph_view(graph, solved).nodes)
+    same = build_graph_view(graph, data_parallel, baseline=data_parallel)
+    assert all(n.gain_s == 0 for n in same.nodes)
+
+
+def _scaled_view(times_ms, baseline_ms=None):
+    nodes = tuple(
+        NodeInfo(f"n{i}", (f"n{i}",), "data", "1", "", t / 1e3, 0.0, 0.0, x=float(i), y=0.0,
+                 baseline_s=None if baseline_ms is None else baseline_ms[i] / 1e3)
+        for i, t in enumerate(times_ms))
+    edges = tuple(EdgeInfo(f"n{i}", f"n{i + 1}", 1e-3) for i in range(len(nodes) - 1))
+    return GraphView(nodes, edges, False, len(nodes))
+
+
+def _node_colours(fig):
+    (trace,) = _traces(fig, legendgroup="kinds")
+    return dict(zip(trace.customdata, trace.marker.color)), trace
+
+
+def _rgb(color):
+    import plotly.colors as pc
+
+    return pc.unlabel_rgb(pc.convert_colors_to_same_type(color, "rgb")[0][0])
+
+
+def test_colour_by_time_darkens_with_each_nodes_time():
+    times = [0.0, 0.2, 0.2, 1.0, 3.0, 3.1, 8.0]
+    fig = F.strategy_graph_figure(_scaled_view(times), color_by="time")
+    colours, trace = _node_colours(fig)
+    assert trace.text is not None and all("<br>" in t for t in trace.text), "nodes keep their labels"
+    by_time = [colours[f"n{i}"] for i in range(len(times))]
+    assert by_time[1] == by_time[2], "equal times, equal colours"
+    lum = [_luminance(c) for c in by_time]
+    for (t0, l0), (t1, l1) in zip(zip(times, lum), list(zip(times, lum))[1:]):
+        assert l1 < l0 if t1 > t0 else l1 == l0, "darker as the time grows"
+    assert lum[0] > lum[3] > lum[-1]
+    (scale,) = _traces(fig, name="node scale")
+    assert scale.marker.showscale and scale.marker.cmin == 0 and scale.marker.cmax == pytest.approx(8.0)
+    (edges,) = _traces(fig, name="edge scale")
+    assert edges.marker.colorbar.y != scale.marker.colorbar.y, "two colour bars, one above the other"
+
+
+def test_colour_by_gain_is_centred_on_data_parallelism():
+    from plotly.colors import sample_colorscale
+    from ui.palette import GAIN_COLORSCALE
+
+    times = [1.0, 1.0, 2.0, 0.5, 4.0]
+    dp = [1.0, 3.0, 2.5, 0.4, 1.0]  # gains: 0, +2, +0.5, -0.1, -3 ms
+    fig = F.strategy_graph_figure(_scaled_view(times, dp), color_by="gain")
+    colours, trace = _node_colours(fig)
+    mid = sample_colorscale(GAIN_COLORSCALE, [0.5])[0]
+    assert colours["n0"] == mid, "no gain: the midpoint colour"
+    for key in ("n1", "n2"):  # faster than data parallelism: the green side
+        r, g, b = _rgb(colours[key])
+        assert g > r, (key, colours[key])
+    for key in ("n3", "n4"):  # slower: the magenta side
+        r, g, b = _rgb(colours[key])
+        assert r > g, (key, colours[key])
+    assert _luminance(colours["n1"]) < _luminance(colours["n2"]), "a larger gain, a stronger colour"
+    (scale,) = _traces(fig, name="node scale")
+    assert scale.marker.showscale and scale.marker.cmin == pytest.approx(-3.0) and scale.marker.cmax == pytest.approx(3.0)
+    assert any("gain" in h for h in trace.hovertext)
+    with pytest.raises(ValueError, match="baseline"):
+        F.strategy_graph_figure(_scaled_view(times), color_by="gain")
+    with pytest.raises(ValueError):
+        F.strategy_graph_figure(_scaled_view(times), color_by="nonsense")
+
+
+def test_colour_by_kind_stays_the_default(graph, solved, data_parallel):
+    view = build_graph_view(graph, solved, depth=1, baseline=data_parallel)
+    assert F.strategy_graph_figure(view).to_dict() == F.strategy_graph_figure(view, color_by="kind").to_dict()
+    unsolved = build_graph_view(graph, None, depth=1)
+    fig = F.strategy_graph_figure(unsolved, color_by="time")
+    assert not _traces(fig, name="node scale"), "an unsolved graph is drawn by kind"

@@ -56,3 +56,18 @@ def test_a_bad_batch_list_is_refused_before_anything_is_built(batches):
 
     with pytest.raises(GraphError, match="batch"):
         batch_sweep(build, batches, [2], CLUSTER)
+
+
+def test_records_carry_throughput_and_mfu():
+    from pase.analysis.sweep import records_csv, records_from_csv
+
+    records = sweep(_mlp(32), [1, 2], CLUSTER)
+    for r in records:
+        assert r["samples_per_s"] == pytest.approx(32 / r["step_time_s"], rel=1e-12)
+        assert r["tokens_per_s"] is None
+        assert 0 < r["mfu"] <= 1 + 1e-12
+        assert r["mfu"] == pytest.approx(r["model_flops_per_step"] / (r["devices"] * r["peak_flops"] * r["step_time_s"]))
+    one = next(r for r in records if r["devices"] == 1 and r["strategy"] == "PaSE")
+    assert one["mfu"] == pytest.approx(1.0, rel=1e-12)
+    back = records_from_csv(records_csv(records))
+    assert [r["mfu"] for r in back] == pytest.approx([r["mfu"] for r in records])

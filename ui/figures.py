@@ -20,6 +20,7 @@ from pase.model.memory import MemoryReport
 from pase.planner import parallelism_kind
 from ui.fmt import compact_config, config_str, fmt_time, plotly_text
 from ui.graphview import KINDS, GraphView
+from ui.palette import GAIN_COLORSCALE, NODE_TIME_COLORSCALE, SCALED_NODE_OUTLINE
 from ui.palette import (
     CAPACITY_COLOR, COST_COLORS, EDGE_COLORSCALE, FOUND_RING, INK, KIND_COLORS, MEMORY_COLORS, MUTED_LINE, OUTLINE,
     PARTIAL_SUM_SCALE, REPLICATED_SCALE, STEP_COLORS, UNCOSTED_EDGE_COLOR, ZERO_EDGE_COLOR, device_color,
@@ -70,6 +71,8 @@ COLUMN_PX = 72
 ROW_PX = 104
 NOMINAL_PLOT_PX = 1000
 PLOT_DOMAIN = (0.0, 0.94)  # of the figure's width: the rest holds the colour bar
+# What the strategy graph's nodes can be coloured by (strategy_graph_figure's color_by).
+NODE_COLOR_MODES = ("kind", "time", "gain")
 
 
 def _empty_axes(fig: go.Figure) -> None:
@@ -112,8 +115,9 @@ def strategy_graph_figure(
     highlight: str | None = None,
     title: str | None = None,
     labels: bool | None = None,
+    color_by: str = "kind",
 ) -> go.Figure:
-    """The computation graph, layered left to right, coloured by parallelism kind.
+    """The computation graph, layered left to right, coloured by parallelism kind, time or gain.
 
     One scatter trace per kind, one line trace per edge colour step (edges
     joined with ``None`` separators), one invisible trace of edge midpoints for
@@ -129,7 +133,22 @@ def strategy_graph_figure(
     labels : bool, optional
         Write each node's short name, op and split under it (default: when
         there are at most ``MAX_LABELLED_NODES`` nodes).
+    color_by : {"kind", "time", "gain"}
+        ``"kind"``: one trace per kind of parallelism; ``"time"``: one node
+        trace on ``NODE_TIME_COLORSCALE`` from 0 to the largest node's total
+        time; ``"gain"``: on ``GAIN_COLORSCALE`` over each node's data-parallel
+        time minus its time (``NodeInfo.gain_s``, ms), centred on 0 (needs a
+        view built with ``baseline=``). Both draw a colour bar. An unsolved
+        view is always drawn by kind. Node traces are in legend group
+        ``"kinds"`` whatever the colouring.
     """
+    if color_by not in NODE_COLOR_MODES:
+        raise ValueError(f"color_by must be one of {NODE_COLOR_MODES}, got {color_by!r}")
+    if not view.solved:
+        color_by = "kind"
+    if color_by == "gain" and any(n.gain_s is None for n in view.nodes):
+        raise ValueError("colouring by gain needs a view built with a baseline plan")
+    scaled = color_by != "kind" and bool(view.nodes)
     fig = go.Figure()
     pos = {n.key: (n.x, n.y) for n in view.nodes}
     if labels is None:
@@ -180,27 +199,62 @@ def strategy_graph_figure(
             marker=dict(size=1, opacity=0, color=[0.0], cmin=0.0, cmax=max_s * 1e3, colorscale=EDGE_COLORSCALE,
                         showscale=True, colorbar=dict(title=dict(text="redistribution<br>(ms)", side="top"),
                                                       x=PLOT_DOMAIN[1] + 0.01, xanchor="left", thickness=12,
-                                                      len=0.8, tickformat=".3g")),
+                                                      len=0.42 if scaled else 0.8, tickformat=".3g",
+                                                      **(dict(y=1.0, yanchor="top") if scaled else {}))),
         ))
 
-    # Nodes: one trace per parallelism kind; labels under them.
-    for kind in KINDS:
-        nodes = [n for n in view.nodes if n.kind == kind]
+    # Nodes: one trace per parallelism kind (or one on a colour scale); labels under them.
+    # A click selects a node (the explorer expands or collapses its module): the others stay as they are.
+    unselected = dict(marker=dict(opacity=1.0), textfont=dict(color=INK))
+    if scaled:
+        if color_by == "time":
+            values = [n.total_s * 1e3 for n in view.nodes]
+            lo, hi, mid, scale, bar = 0.0, max(values), None, NODE_TIME_COLORSCALE, "node time<br>(ms)"
+            ts = [v / hi if hi > 0 else 0.0 for v in values]
+        else:
+            values = [n.gain_s * 1e3 for n in view.nodes]
+            m = max(abs(v) for v in values)
+            lo, hi, mid, scale, bar = -(m or 1.0), m or 1.0, 0.0, GAIN_COLORSCALE, "gain over data<br>parallelism (ms)"
+            ts = [0.5 + v / (2 * m) if m > 0 else 0.5 for v in values]
+        groups = [("nodes", list(view.nodes), sample_colorscale(scale, [min(1.0, max(0.0, t)) for t in ts]))]
+        hovers = [n.hover + (f"<br>data parallel: {fmt_time(n.baseline_s)}; gain: {v:.4g} ms"
+                             if color_by == "gain" else "") for n, v in zip(view.nodes, values)]
+        hover_of = dict(zip((n.key for n in view.nodes), hovers))
+        outline = dict(color=SCALED_NODE_OUTLINE, width=1)
+    else:
+        groups = [(kind, [n for n in view.nodes if n.kind == kind], None) for kind in KINDS]
+        hover_of = {n.key: n.hover for n in view.nodes}
+        outline = dict(color="white", width=1)
+    for kind, nodes, colors in groups:
         if not nodes:
             continue
         sizes = [14 + 4 * min(np.log2(len(n.members)), 5) if n.is_group else 12 for n in nodes]
         symbols = ["square" if n.is_group else "circle" for n in nodes]
+        if colors is not None:
+            name = {"time": "node time", "gain": "gain over data parallelism"}[color_by]
+        else:
+            name = kind if kind != "unsolved" else ("layer" if not any(n.is_group for n in nodes) else "layer / module")
         fig.add_trace(go.Scatter(
             x=[n.x for n in nodes], y=[n.y for n in nodes],
             mode="markers+text" if labels else "markers",
-            marker=dict(color=KIND_COLORS[kind], size=sizes, symbol=symbols, line=dict(color="white", width=1)),
+            marker=dict(color=colors if colors is not None else KIND_COLORS[kind], size=sizes, symbol=symbols,
+                        line=outline),
             text=[node_label(n, view.solved) for n in nodes] if labels else None,
             textposition=["top center" if round(n.x) % 2 else "bottom center" for n in nodes],
             textfont=dict(size=LABEL_FONT_PX, color=INK),
-            hovertext=[n.hover for n in nodes], hoverinfo="text",
-            name=kind if kind != "unsolved" else ("layer" if not any(n.is_group for n in nodes) else "layer / module"),
+            hovertext=[hover_of[n.key] for n in nodes], hoverinfo="text",
+            name=name, showlegend=colors is None, unselected=unselected,
             legendgroup="kinds", legendgrouptitle_text="Parallelism" if view.solved else "Not solved yet",
             customdata=[n.key for n in nodes],
+        ))
+    if scaled:
+        n0 = view.nodes[0]
+        fig.add_trace(go.Scatter(
+            x=[n0.x], y=[n0.y], mode="markers", hoverinfo="skip", showlegend=False, name="node scale",
+            marker=dict(size=1, opacity=0, color=[mid if mid is not None else lo], cmin=lo, cmax=hi or 1.0,
+                        colorscale=scale, showscale=True,
+                        colorbar=dict(title=dict(text=bar, side="top"), x=PLOT_DOMAIN[1] + 0.01, xanchor="left",
+                                      thickness=12, len=0.42, y=0.0, yanchor="bottom", tickformat=".3g")),
         ))
 
     if highlight is not None and highlight in pos:
@@ -404,8 +458,13 @@ def layer_compare_figure(
     return fig
 
 
-def sweep_figure(records: Sequence[Mapping], *, by: str = "devices", series: str = "strategy") -> go.Figure:
-    """Step time and speedup over data parallelism against ``by`` (the paper's Fig. 6, modelled).
+def sweep_figure(records: Sequence[Mapping], *, by: str = "devices", series: str = "strategy",
+                 show: str = "step time") -> go.Figure:
+    """Step time (or throughput, or MFU) and speedup over data parallelism against ``by`` (Fig. 6, modelled).
+
+    ``show`` picks the left panel: ``"step time"`` (ms per step), ``"throughput"``
+    (tokens/s when every record has ``tokens_per_s``, else samples/s) or
+    ``"MFU"`` (``mfu`` in percent of the cluster's peak FLOP/s).
 
     ``records`` are :func:`pase.analysis.sweep.sweep` records (``devices``,
     ``strategy``, ``step_time_s``, ``speedup_over_dp``...); one line per
@@ -416,7 +475,16 @@ def sweep_figure(records: Sequence[Mapping], *, by: str = "devices", series: str
     """
     import colorsys
 
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("Estimated step time", "Speedup over data parallelism"),
+    if show not in ("step time", "throughput", "MFU"):
+        raise ValueError(f"show must be 'step time', 'throughput' or 'MFU', got {show!r}")
+    tokens = bool(records) and all(r.get("tokens_per_s") is not None for r in records)
+    left, left_title, left_unit, left_scale = {
+        "step time": ("step_time_s", "Estimated step time", "ms per step", 1e3),
+        "throughput": (("tokens_per_s", "Estimated throughput", "tokens/s", 1.0) if tokens
+                       else ("samples_per_s", "Estimated throughput", "samples/s", 1.0)),
+        "MFU": ("mfu", "Model FLOPs utilisation (of peak)", "% of peak FLOP/s", 100.0),
+    }[show]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=(left_title, "Speedup over data parallelism"),
                         horizontal_spacing=0.1)
     names = list(dict.fromkeys(r[series] for r in records))
     strategy_of = {r[series]: r.get("strategy", r[series]) for r in records}
@@ -440,11 +508,13 @@ def sweep_figure(records: Sequence[Mapping], *, by: str = "devices", series: str
                  f"{r['speedup_over_dp']:.2f}× data parallel"
                  + (f"<br>uses {r['devices_used']} of {r['devices']} devices"
                     if r.get("devices_used") is not None and r["devices_used"] < r["devices"] else "")
+                 + (f"<br>MFU {r['mfu'] * 100:.1f}% of peak" if r.get("mfu") is not None else "")
                  for r in pts]
-        for col, key in ((1, "step_time_s"), (2, "speedup_over_dp")):
-            scale = 1e3 if key == "step_time_s" else 1.0
+        for col, key in ((1, left), (2, "speedup_over_dp")):
+            scale = left_scale if col == 1 else 1.0
             fig.add_trace(go.Scatter(
-                x=[r[by] for r in pts], y=[r[key] * scale for r in pts], mode="lines+markers",
+                x=[r[by] for r in pts], y=[None if r.get(key) is None else r[key] * scale for r in pts],
+                mode="lines+markers",
                 name=str(name), legendgroup=str(name), showlegend=col == 1,
                 line=dict(color=color, width=width), hovertext=hover, hoverinfo="text",
             ), row=1, col=col)
@@ -453,7 +523,9 @@ def sweep_figure(records: Sequence[Mapping], *, by: str = "devices", series: str
     if by == "devices":
         ticks = sorted({r["devices"] for r in records})
         fig.update_xaxes(tickvals=ticks, ticktext=[str(t) for t in ticks])
-    fig.update_yaxes(title_text="ms per step", type="log", row=1, col=1)
+    fig.update_yaxes(title_text=left_unit, type="linear" if show == "MFU" else "log", row=1, col=1)
+    if show == "MFU":
+        fig.update_yaxes(rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text="× data parallel", rangemode="tozero", row=1, col=2)
     fig.update_layout(height=430, margin=dict(l=10, r=10, t=50, b=40), hovermode="closest")
     return fig

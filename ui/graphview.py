@@ -36,6 +36,7 @@ __all__ = [
     "layered_layout",
     "short_name",
     "build_graph_view",
+    "toggle_module",
 ]
 
 # Parallelism kinds in legend order; "mixed": a group whose layers differ; "unsolved": no strategy yet.
@@ -63,10 +64,16 @@ class NodeInfo:
     y: float = 0.0
     name: str = ""  # the short name drawn on the node (see short_name)
     op: str = ""  # the op (or a summary of a group's ops) drawn under it
+    baseline_s: float | None = None  # the same layers' total time under a baseline plan (data parallelism)
 
     @property
     def total_s(self) -> float:
         return self.compute_s + self.intra_comm_s + self.edge_comm_s
+
+    @property
+    def gain_s(self) -> float | None:
+        """Baseline time minus this node's time (positive: faster than the baseline); ``None`` without one."""
+        return None if self.baseline_s is None else self.baseline_s - self.total_s
 
     @property
     def is_group(self) -> bool:
@@ -266,6 +273,7 @@ def build_graph_view(
     depth: int | None = None,
     expanded: Iterable[str] = (),
     config_counts: Mapping[str, int] | None = None,
+    baseline: Plan | None = None,
 ) -> GraphView:
     """Nodes, edges and layered positions for ``graph``, coloured by ``plan``'s strategy when given.
 
@@ -284,6 +292,9 @@ def build_graph_view(
         Group keys to draw layer by layer anyway.
     config_counts : mapping layer -> int, optional
         Shown in the hover of an unsolved graph.
+    baseline : Plan, optional
+        Another strategy for ``graph`` (data parallelism): each node of a
+        solved view carries its layers' total time under it as ``baseline_s``.
     """
     if plan is not None and edge_costs is None:
         edge_costs = plan.edge_costs_s
@@ -330,6 +341,7 @@ def build_graph_view(
 
     pos = layered_layout(q, direction="LR")
     by_name = {layer.name: layer for layer in layers}
+    base = {r.name: r.total_s for r in baseline.layers} if plan is not None and baseline is not None else None
     nodes = []
     for key in q.nodes:
         ms = members[key]
@@ -350,6 +362,8 @@ def build_graph_view(
                             r.compute_s, r.intra_comm_s, r.edge_comm_s)
         else:
             node = _group_node(key, [rows[m] for m in ms], [kinds[m] for m in ms])
+        if base is not None:
+            node = replace(node, baseline_s=float(sum(base[m] for m in ms)))
         x, y = pos[key]
         op = by_name[key].op if single else _ops_summary([by_name[m].op for m in ms])
         nodes.append(replace(node, x=x, y=y, name=short_name(key), op=op))
@@ -365,3 +379,25 @@ def build_graph_view(
     edges = tuple(EdgeInfo(a, b, c, int(t)) for (a, b), (c, t) in agg.items())
     generations = int(max((n.x for n in nodes), default=0)) + 1
     return GraphView(tuple(nodes), edges, depth is not None, generations, solved=plan is not None)
+
+
+def toggle_module(expanded: Iterable[str], key: str, modules: Mapping[str, Iterable[str]]) -> list[str]:
+    """The modules to expand after a click on node ``key``.
+
+    ``modules``: the modules that can expand (group key -> member layers).
+    A click on a collapsed module expands it; a click on a layer of an
+    expanded module collapses that module again; any other click changes
+    nothing. Order is kept, a newly expanded module goes last.
+
+    >>> toggle_module([], "mixed_5b", {"mixed_5b": ["mixed_5b.a", "mixed_5b.b"]})
+    ['mixed_5b']
+    >>> toggle_module(["mixed_5b"], "mixed_5b.a", {"mixed_5b": ["mixed_5b.a", "mixed_5b.b"]})
+    []
+    """
+    out = list(dict.fromkeys(expanded))
+    if key in modules:
+        return out if key in out else [*out, key]
+    for module, members in modules.items():
+        if module in out and key in set(members):
+            return [m for m in out if m != module]
+    return out

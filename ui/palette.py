@@ -15,6 +15,9 @@ __all__ = [
     "EDGE_COLORSCALE",
     "ZERO_EDGE_COLOR",
     "UNCOSTED_EDGE_COLOR",
+    "NODE_TIME_COLORSCALE",
+    "GAIN_COLORSCALE",
+    "SCALED_NODE_OUTLINE",
     "STRATEGY_COLORS",
     "strategy_color",
     "MEMORY_COLORS",
@@ -53,6 +56,11 @@ COST_COLORS = {
 EDGE_COLORSCALE = [[0.0, "#fdd0a2"], [0.25, "#fdae6b"], [0.5, "#fd8d3c"], [0.75, "#e6550d"], [1.0, "#7f2704"]]
 ZERO_EDGE_COLOR = "#d0d0d0"
 UNCOSTED_EDGE_COLOR = "#9aa5b1"
+# Nodes of the explorer's graph coloured by their total time (sequential: light to dark blue-green),
+# or by their gain over data parallelism (diverging, centred on no gain: magenta slower, green faster).
+NODE_TIME_COLORSCALE = [[0.0, "#edf8b1"], [0.25, "#7fcdbb"], [0.5, "#41b6c4"], [0.75, "#225ea8"], [1.0, "#081d58"]]
+GAIN_COLORSCALE = [[0.0, "#8e0152"], [0.25, "#de77ae"], [0.5, "#f7f7f7"], [0.75, "#7fbc41"], [1.0, "#276419"]]
+SCALED_NODE_OUTLINE = "#555"  # outline of nodes on those scales: their light colours stay visible on white
 
 # -- strategies: PaSE and the baselines (compare, what-if) ----------------------------------------
 STRATEGY_COLORS = {

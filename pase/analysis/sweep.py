@@ -15,12 +15,13 @@ from numbers import Integral
 from typing import Callable, Sequence
 
 from pase.analysis.baselines import applicable_baselines
+from pase.analysis.throughput import throughput
 from pase.errors import GraphError
 from pase.hardware.cluster import Cluster
 from pase.ir.configs import ConfigOptions
 from pase.ir.graph import Graph
 from pase.model.memory import InsufficientMemoryError
-from pase.planner import PlanOptions, plan
+from pase.planner import Plan, PlanOptions, plan
 
 __all__ = ["sweep", "batch_sweep", "DeviceUse", "device_use", "records_csv", "records_from_csv"]
 
@@ -100,6 +101,14 @@ def records_from_csv(text: str) -> list[dict]:
             for row in csv.DictReader(io.StringIO(text))]
 
 
+def _rates(p: Plan) -> dict:
+    """A plan's throughput fields, as :meth:`Plan.to_dict` names them."""
+    t = throughput(p)
+    return {"samples_per_s": t.samples_per_s, "tokens_per_s": t.tokens_per_s,
+            "model_flops_per_step": t.model_flops_per_step,
+            "model_flops_per_device_per_s": t.model_flops_per_device_per_s, "mfu": t.mfu}
+
+
 def sweep(
     graph: Graph,
     devices: Sequence[int],
@@ -119,7 +128,10 @@ def sweep(
     name), ``label``, ``cost``, ``step_time_s``, ``speedup_over_dp``,
     ``memory_per_device_bytes``, ``fits_memory`` (None when the cluster has no
     capacity), ``devices_used`` (the most devices any layer splits over, see
-    :func:`device_use`) and, for PaSE, ``configs`` (layer name -> configuration). Where
+    :func:`device_use`), the rates of :func:`pase.analysis.throughput.throughput`
+    (``samples_per_s``, ``tokens_per_s`` (None without a sequence),
+    ``model_flops_per_step``, ``model_flops_per_device_per_s``, ``mfu``; None at a
+    0 s step) and, for PaSE, ``configs`` (layer name -> configuration). Where
     no strategy fits the cluster's memory, PaSE's record is the unconstrained
     optimum with ``fits_memory`` False. ``progress(done, total)`` is called
     after each point.
@@ -153,6 +165,7 @@ def sweep(
                 "speedup_over_dp": p.speedup_over(dp),
                 "memory_per_device_bytes": p.memory_per_device_bytes, "fits_memory": p.fits_memory,
                 "devices_used": device_use(p).used,
+                **_rates(p),
             }
             if name == "PaSE":
                 record["configs"] = {k: list(v) for k, v in p.strategy.items()}
