@@ -97,21 +97,45 @@ if all(training_flops(layer) == 0 for layer in graph):
     st.error("This graph does no work: its layers only move data, so every step time is 0 s and speedups over "
              "data parallelism are undefined; sweep a model with computing layers.")
     st.stop()
+
+
+def _duration(seconds: float) -> str:
+    """A training time in the largest fitting unit (s, min, h, days)."""
+    for scale, unit in ((86400.0, "days"), (3600.0, "h"), (60.0, "min")):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds:.3g} s"
+
+
 key = ("sweep", problem, tuple(devices), vary, tuple(values))
 store = state.stores()["sweeps"]
 records = store.get(key)
+cancelled = st.session_state.get("wi_cancel")
 if st.button("Run sweep", type="primary", key="wi_run", icon=":material/play_arrow:") and records is None:
     bar = st.progress(0.0, text="Sweeping...")
+    # Clicking Cancel reruns the page, which stops this script at its next heartbeat and kills the workers;
+    # the points already solved are kept, so the next Run sweep resumes from them.
+    cancel = st.empty()
+    cancel.button("Cancel", key="wi_cancel", icon=":material/stop:", help="Stop the sweep (points done are kept).")
     beat = st.empty()
+
+    def show_progress(done: int, total: int, eta_s: float | None) -> None:
+        left = "" if eta_s is None or done >= total else f" (about {_duration(eta_s)} left)"
+        bar.progress(done / total if total else 1.0, text=f"Points solved: {done} of {total}{left}")
+
     try:
-        records = state.sweep(problem, graph, devices, cluster, vary, values,
-                              progress=state.throttled_progress(bar, "Points solved", 0.0), heartbeat=beat.empty)
+        records = state.sweep(problem, graph, devices, cluster, vary, values, progress=show_progress,
+                              heartbeat=beat.empty)
         store.put(key, records)
     except PaseError as exc:
         records = None
         st.error(f"{type(exc).__name__}: {md(exc)}")
     finally:
         bar.empty()
+        cancel.empty()
+elif cancelled and records is None:
+    st.info("Sweep cancelled: the points already solved are kept, and **Run sweep** resumes from them.",
+            icon=":material/stop_circle:")
 
 if records is None:
     st.info("Press **Run sweep**: each point runs the search and costs every applicable baseline.",
@@ -143,14 +167,6 @@ st.download_button("Sweep records (CSV)", records_csv(records), file_name=f"{gra
                    mime="text/csv", key="wi_csv", icon=":material/download:",
                    help="Every point and strategy: step time, throughput, MFU, speedup, memory, devices used and "
                         "PaSE's configurations.")
-
-
-def _duration(seconds: float) -> str:
-    """A training time in the largest fitting unit (s, min, h, days)."""
-    for scale, unit in ((86400.0, "days"), (3600.0, "h"), (60.0, "min")):
-        if seconds >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds:.3g} s"
 
 
 st.subheader("Time and cost to train")

@@ -91,3 +91,63 @@ def test_an_exception_from_the_heartbeat_stops_the_worker():
         jobs.run(time.sleep, 30, heartbeat=stop)
     assert time.monotonic() - start < 10
     assert not [p for p in multiprocessing.active_children() if p.is_alive()]
+
+
+def _rnnlm_problem(batch: int = 16) -> state.Problem:
+    source = state.GraphSource("sample", "rnnlm", (("batch", batch), ("vocab", 1000), ("hidden", 64), ("seq", 8)))
+    return state.Problem(source, CLUSTER)
+
+
+@pytest.mark.parametrize("vary, values", [(None, []), ("bandwidth_Bps", [4.0, 16.0]), ("peak_flops", [10.0, 40.0]),
+                                          ("batch", [16, 32])])
+def test_a_sweep_point_by_point_gives_the_records_of_one_sweep(vary, values):
+    from pase.analysis.sweep import batch_sweep, sweep
+    from pase.models import batch_builder
+
+    problem = _rnnlm_problem()
+    graph = sample("rnnlm", batch=16, vocab=1000, hidden=64, seq=8)
+    devices = [1, 2, 4]
+    reports = []
+    got = state.sweep(problem, graph, devices, CLUSTER, vary, values, progress=lambda *a: reports.append(a))
+    if vary == "batch":
+        want = batch_sweep(batch_builder("rnnlm", vocab=1000, hidden=64, seq=8), [16, 32], devices, CLUSTER)
+    else:
+        grid = {"bandwidth_Bps": {"bandwidths_Bps": [v * 1e9 for v in values]},
+                "peak_flops": {"peak_flops": [v * 1e12 for v in values]}}.get(vary, {})
+        want = sweep(graph, devices, CLUSTER, **grid)
+    assert got == want
+    total = len(devices) * max(len(values), 1)
+    assert reports[-1][:2] == (total, total) and all(r[1] == total for r in reports)
+    again = []
+    assert state.sweep(problem, graph, devices, CLUSTER, vary, values, progress=lambda *a: again.append(a)) == want
+    assert again == [(total, total, None)], "every point comes from the store the second time"
+
+
+def test_a_cancelled_sweep_kills_its_workers_and_resumes_from_the_points_done():
+    class Stopped(Exception):
+        pass
+
+    # Points of a fraction of a second to about two seconds each, so that the sweep is stopped mid-way.
+    problem = state.Problem(state.GraphSource("sample", "transformer"), CLUSTER)
+    graph = sample("transformer")
+    devices = [1, 2, 4, 8, 16, 32]
+    seen = []
+
+    def progress(done, total, eta_s):
+        seen.append(done)
+
+    def stop_after_one():
+        if seen and seen[-1] >= 1:
+            raise Stopped
+
+    with pytest.raises(Stopped):
+        state.sweep(problem, graph, devices, CLUSTER, None, [], progress=progress, heartbeat=stop_after_one)
+    deadline = time.monotonic() + 10
+    while [p for p in multiprocessing.active_children() if p.is_alive()] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in multiprocessing.active_children() if p.is_alive()]
+    resumed = []
+    records = state.sweep(problem, graph, devices, CLUSTER, None, [], progress=lambda d, t, e: resumed.append((d, e)))
+    assert resumed[0][0] >= 1, "the points solved before the cancel are reused"
+    assert resumed[-1][0] == len(devices)
+    assert sorted({r["devices"] for r in records}) == devices

@@ -203,25 +203,108 @@ def baseline_plans(problem: Problem) -> dict[str, Plan]:
                                                             what="costing the baselines"))
 
 
-def sweep(problem: Problem, graph: Graph, devices: list[int], cluster: Cluster, vary: str | None, values: list[float],
-          progress: Callable[[int, int], None] | None = None, heartbeat: Callable[[], None] | None = None) -> list[dict]:
-    """The what-if sweep, in a worker process: ``graph`` at every device count, and at every value of ``vary``.
+class _SweepCancelled(Exception):
+    """Raised from a sweep thread's heartbeat once the sweep is cancelled: its job's worker is killed."""
 
-    ``vary``: ``None``, ``"bandwidth_Bps"`` (``values`` in GB/s), ``"peak_flops"`` (TFLOP/s) or
-    ``"batch"`` (the problem's sample rebuilt at each batch size). Records as
-    :func:`pase.analysis.sweep.sweep` returns them.
+
+def _sweep_points(problem: Problem, graph: Graph, devices: list[int], cluster: Cluster, vary: str | None,
+                  values: list[float]) -> list[tuple[Hashable, Callable, tuple, dict]]:
+    """The sweep's points in the order of today's records: ``(point key, fn, args, kwargs)`` per point.
+
+    One point is one device count (and one varied value): a call of :func:`pase.analysis.sweep.sweep`
+    (or ``batch_sweep``) over that point alone, whose records are the whole sweep's records for it.
     """
     from pase.analysis.sweep import batch_sweep, sweep as grid_sweep
     from pase.models import batch_builder
 
-    common = dict(progress=progress, heartbeat=heartbeat, what="the sweep")
+    options = problem.options
     if vary == "batch":
         others = {k: v for k, v in problem.source.params if k != "batch"}
-        return jobs.run(batch_sweep, batch_builder(problem.source.name, **others), [int(v) for v in values], devices,
-                        cluster, options=problem.options, **common)
-    grid = {"bandwidth_Bps": {"bandwidths_Bps": [v * 1e9 for v in values]},
-            "peak_flops": {"peak_flops": [v * 1e12 for v in values]}}.get(vary, {})
-    return jobs.run(grid_sweep, graph, devices, cluster, options=problem.options, **grid, **common)
+        build = batch_builder(problem.source.name, **others)
+        return [((int(v), p), batch_sweep, (build, [int(v)], [p], cluster), {"options": options})
+                for v in values for p in devices]
+    if vary in ("bandwidth_Bps", "peak_flops"):
+        name, scale = {"bandwidth_Bps": ("bandwidths_Bps", 1e9), "peak_flops": ("peak_flops", 1e12)}[vary]
+        return [((p, v), grid_sweep, (graph, [p], cluster), {"options": options, name: [v * scale]})
+                for p in devices for v in values]
+    return [((p, None), grid_sweep, (graph, [p], cluster), {"options": options}) for p in devices]
+
+
+def sweep(problem: Problem, graph: Graph, devices: list[int], cluster: Cluster, vary: str | None, values: list[float],
+          progress: Callable[..., None] | None = None, heartbeat: Callable[[], None] | None = None) -> list[dict]:
+    """The what-if sweep, point by point in worker processes: ``graph`` at every device count, and at every value of ``vary``.
+
+    ``vary``: ``None``, ``"bandwidth_Bps"`` (``values`` in GB/s), ``"peak_flops"`` (TFLOP/s) or
+    ``"batch"`` (the problem's sample rebuilt at each batch size). Records as
+    :func:`pase.analysis.sweep.sweep` returns them (same fields, same order).
+
+    Each point (device count x value) is its own job, up to :data:`ui.jobs.MAX_JOBS` at once (threads
+    each calling :func:`ui.jobs.run`); its records are kept in ``stores()["sweeps"]`` (one entry per
+    problem, ``vary`` and cluster, holding a dict by point), so that a cancelled sweep resumes from the
+    points already done. The calling (script) thread polls the points and alone calls
+    ``progress(done, total, eta_s)`` (``eta_s``: the points left x the median seconds per point solved
+    so far / the points run at once; None before the first) and ``heartbeat()``. When either raises
+    (Streamlit stopping the script), or a point fails, the other points' workers are killed and the
+    exception is re-raised.
+    """
+    import statistics
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+    points = _sweep_points(problem, graph, devices, cluster, vary, values)
+    store = stores()["sweeps"]
+    done_key = ("sweep-points", problem, vary, cluster)
+    done: dict = store.get(done_key)
+    if done is None:
+        done = {}
+        store.put(done_key, done)
+    todo = [pt for pt in points if pt[0] not in done]
+    total = len(points)
+    cancelled = threading.Event()
+    times: list[float] = []
+
+    def check() -> None:
+        if cancelled.is_set():
+            raise _SweepCancelled("the sweep was cancelled")
+
+    def one(point_key, fn, args, kwargs) -> None:
+        t0 = time.perf_counter()
+        records = jobs.run(fn, *args, heartbeat=check, waiting=check, what="the sweep", **kwargs)
+        times.append(time.perf_counter() - t0)
+        done[point_key] = records
+        store.put(done_key, done)  # keep the points most recently used
+
+    def report() -> None:
+        if progress is None:
+            return
+        n = sum(pt[0] in done for pt in points)
+        eta = None
+        if times and n < total:
+            at_once = min(jobs.MAX_JOBS, total - n)
+            eta = statistics.median(times) * -(-(total - n) // at_once)
+        progress(n, total, eta)
+
+    report()
+    if todo:
+        pool = ThreadPoolExecutor(max_workers=min(jobs.MAX_JOBS, len(todo)), thread_name_prefix="pase-sweep")
+        futures = [pool.submit(one, *pt) for pt in todo]
+        try:
+            pending = set(futures)
+            beat = time.monotonic()
+            while pending:
+                finished, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                for f in finished:
+                    f.result()  # a point's error: raised here, the others stopped below
+                if finished:
+                    report()
+                if heartbeat is not None and time.monotonic() - beat > 0.5:
+                    beat = time.monotonic()
+                    heartbeat()
+        except BaseException:
+            cancelled.set()
+            raise
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+    return [r for key, *_ in points for r in done[key]]
 
 
 def current_problem() -> tuple[Problem | None, str | None]:

@@ -321,3 +321,32 @@ def test_an_upload_stays_with_its_session_while_another_churns_uploads(chromium,
     finally:
         for c in contexts:
             c.close()
+
+
+def test_a_cancelled_sweep_resumes_from_the_points_done(page, app_url, artifacts):
+    """What-if, 6 device counts: Cancel after the first point, then Run sweep again resumes from the points done."""
+    import re
+
+    open_page(page, f"{app_url}/what-if")
+    page.get_by_text("What if?").first.wait_for()
+    # A transformer of 24 + 24 layers: points of one to six seconds, and no point cached by another test.
+    page.get_by_text("Model sizes").first.click()
+    set_number(page, "encoder_layers", "24")
+    set_number(page, "decoder_layers", "24")
+    progress = re.compile(r"Points solved: (\d) of 6")
+    page.get_by_role("button", name="Run sweep").click()
+    page.get_by_text(re.compile(r"Points solved: [1-6] of 6")).first.wait_for(timeout=120_000)
+    page.get_by_role("button", name="Cancel").click()
+    page.get_by_text("Sweep cancelled").first.wait_for(timeout=30_000)
+    wait_idle(page)
+    assert_no_exception(page, "the what-if page after Cancel")
+    assert page.locator(".st-key-wi_sweep .js-plotly-plot").count() == 0, "the cancelled sweep drew no chart"
+    page.get_by_role("button", name="Run sweep").click()
+    first = page.get_by_text(progress).first
+    first.wait_for(timeout=60_000)
+    started_at = int(progress.search(first.inner_text()).group(1))
+    assert started_at >= 1, "the points solved before the cancel are reused"
+    page.wait_for_selector(".st-key-wi_sweep .js-plotly-plot", state="attached", timeout=180_000)
+    wait_idle(page, timeout_ms=180_000)
+    assert_no_exception(page, "the what-if page after the resumed sweep")
+    shoot(page, artifacts / "browser-what-if-resumed.png")
