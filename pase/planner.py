@@ -154,7 +154,6 @@ class Plan:
         """
         from pase.analysis.throughput import throughput  # late: keeps pase.planner's imports light
 
-        rates = throughput(self)
         out = {
             "model": self.graph.name,
             "label": self.label,
@@ -178,9 +177,7 @@ class Plan:
             "memory_capacity_bytes": self.memory_capacity_bytes,
             "fits_memory": self.fits_memory,
             # Today's units (pase.analysis.throughput); None where undefined (no sequence, a 0 s step).
-            "samples_per_s": rates.samples_per_s, "tokens_per_s": rates.tokens_per_s,
-            "model_flops_per_step": rates.model_flops_per_step,
-            "model_flops_per_device_per_s": rates.model_flops_per_device_per_s, "mfu": rates.mfu,
+            **throughput(self).rates(),
             "layers": [
                 {
                     "name": r.name, "op": r.op, "dims": "".join(r.dims) if all(len(d) == 1 for d in r.dims) else list(r.dims),

@@ -12,6 +12,7 @@ to commit are made here.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -45,6 +46,14 @@ FILES = sorted(EXPECTED)
 CAP_BYTES = 4 << 30
 TIME_LIMIT_S = 60
 PEAK_LIMIT_BYTES = 1 << 30
+
+
+def _make_corpus():
+    """The corpus generator as a module (tests/corpus is not a package), for its protobuf helpers."""
+    spec = importlib.util.spec_from_file_location("make_corpus", CORPUS / "make_corpus.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture
@@ -191,20 +200,10 @@ def test_millions_of_tiny_nodes_are_refused_before_parsing(tmp_path):
     node = b"\x0a\x00"  # GraphProto field 1 (node), length 0
     graph = node * (8 << 20)
     path = tmp_path / "tiny_nodes.onnx"
-    path.write_bytes(b"\x08\x08\x42\x02\x10\x11" + b"\x3a" + _varint(len(graph)) + graph)  # ir 8, opset 17, graph
+    path.write_bytes(b"\x08\x08\x42\x02\x10\x11" + b"\x3a" + _make_corpus().varint(len(graph)) + graph)  # ir 8, opset 17, graph
     [r] = _run_capped([path])
     assert r["status"] == 2 and f"more than {MAX_ONNX_PARSE_BYTES / 2**30:.0f} GiB of memory" in r["err"], r
     assert r["peak"] < PEAK_LIMIT_BYTES and r["seconds"] < TIME_LIMIT_S, r
-
-
-def _varint(n: int) -> bytes:
-    """``n`` as a protobuf varint."""
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 @pytest.mark.parametrize("suffix, limit", [(".json", MAX_FILE_BYTES), (".onnx", MAX_ONNX_BYTES)])

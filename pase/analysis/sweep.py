@@ -21,7 +21,7 @@ from pase.hardware.cluster import Cluster
 from pase.ir.configs import ConfigOptions
 from pase.ir.graph import Graph
 from pase.model.memory import InsufficientMemoryError
-from pase.planner import Plan, PlanOptions, plan
+from pase.planner import PlanOptions, plan
 
 __all__ = ["sweep", "batch_sweep", "DeviceUse", "device_use", "records_csv", "records_from_csv"]
 
@@ -101,14 +101,6 @@ def records_from_csv(text: str) -> list[dict]:
             for row in csv.DictReader(io.StringIO(text))]
 
 
-def _rates(p: Plan) -> dict:
-    """A plan's throughput fields, as :meth:`Plan.to_dict` names them."""
-    t = throughput(p)
-    return {"samples_per_s": t.samples_per_s, "tokens_per_s": t.tokens_per_s,
-            "model_flops_per_step": t.model_flops_per_step,
-            "model_flops_per_device_per_s": t.model_flops_per_device_per_s, "mfu": t.mfu}
-
-
 def sweep(
     graph: Graph,
     devices: Sequence[int],
@@ -165,7 +157,7 @@ def sweep(
                 "speedup_over_dp": p.speedup_over(dp),
                 "memory_per_device_bytes": p.memory_per_device_bytes, "fits_memory": p.fits_memory,
                 "devices_used": device_use(p).used,
-                **_rates(p),
+                **throughput(p).rates(),
             }
             if name == "PaSE":
                 record["configs"] = {k: list(v) for k, v in p.strategy.items()}

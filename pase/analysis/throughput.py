@@ -108,6 +108,11 @@ class Throughput:
         """Plain, JSON-ready fields (no NaN or infinity)."""
         return asdict(self)
 
+    def rates(self) -> dict:
+        """The rate fields only, as :meth:`pase.planner.Plan.to_dict` and sweep records name them."""
+        return {k: getattr(self, k) for k in ("samples_per_s", "tokens_per_s", "model_flops_per_step",
+                                              "model_flops_per_device_per_s", "mfu")}
+
 
 @dataclass(frozen=True)
 class TrainingEstimate:
