@@ -1,0 +1,274 @@
+"""Pipeline schedules: the step time of ``S`` stages training on ``m`` microbatches.
+
+A pipeline cuts the model into ``S`` stages, each on its own devices, and
+feeds them ``m`` microbatches. Under the interleaved schedule each device
+holds ``v`` chunks (virtual stages): virtual stage ``q = c S + s`` is chunk
+``c`` of device ``s``, so a microbatch visits every device ``v`` times.
+
+The model
+---------
+Every device runs its operations in the schedule's fixed order (below). An
+operation is the forward ``F(q, j)`` or backward ``B(q, j)`` of microbatch
+``j`` on virtual stage ``q``; it starts when its device has finished the
+previous operation in its order and its input has arrived:
+
+* ``F(q, j)`` after ``F(q - 1, j)`` plus the send between the two stages;
+* ``B(q, j)`` after ``B(q + 1, j)`` plus the send back; ``B(Q - 1, j)``
+  after ``F(Q - 1, j)``.
+
+Sends run on their own stream: they delay the receiver, not the sender.
+This is exact for the schedule (a longest path through its dependency
+graph), whatever the stage times; the published closed forms follow for
+equal stages (``(m + S - 1)(f + b)`` for GPipe and 1F1B, a bubble of
+``(S - 1)/v`` stage times interleaved) and tests check both against an
+event simulation.
+
+After its last backward a device reduces its gradients over its
+data-parallel group (``reduce_s``): serially (the paper's model) or, with
+``overlap``, alongside that last backward (bucketed reduction, as DDP and
+Megatron do), exposing only what outlasts it. The step ends when the last
+device finishes; the optimizer step is not modelled.
+
+Orders (Megatron-LM's ``schedules.py`` and GPipe)
+--------------------------------------------------
+``gpipe``
+    All ``m`` forwards, then all ``m`` backwards. Every device keeps ``m``
+    microbatches of activations.
+``1f1b``
+    Device ``s`` runs ``min(S - s - 1, m)`` warm-up forwards, then alternates
+    one forward and one backward, then drains the backwards. Device ``s``
+    keeps at most ``min(S - s, m)`` microbatches.
+``interleaved``
+    Megatron's interleaved 1F1B: ``(S - s - 1) 2 + (v - 1) S`` warm-up
+    forwards, then 1F1B; forward number ``i`` of a device is chunk
+    ``(i // S) mod v`` of microbatch ``(i // (S v)) S + i mod S``, backwards
+    visit the chunks in reverse. Needs ``m`` a multiple of ``S``. Device 0
+    keeps ``S + (S - 1)/v`` microbatches' worth of activations (each chunk
+    holding ``1/v``), Korthikanti et al.'s ``S (1 + (S - 1)/(S v))``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from pase.errors import ConfigurationError
+
+__all__ = ["SCHEDULES", "Operation", "ScheduleResult", "device_orders", "in_flight", "simulate"]
+
+SCHEDULES = ("1f1b", "interleaved", "gpipe")
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One forward (``kind`` ``"F"``) or backward (``"B"``) of a microbatch on a chunk of a device; times in seconds."""
+
+    device: int
+    chunk: int
+    microbatch: int
+    kind: str
+    start_s: float
+    end_s: float
+
+
+@dataclass(frozen=True)
+class ScheduleResult:
+    """Timing of one training step under a schedule.
+
+    Attributes
+    ----------
+    step_time_s : float
+        From the first forward to the end of the last gradient reduction.
+    finish_s : tuple of float
+        Per device, when its last backward ends.
+    busy_s : tuple of float
+        Per device, seconds of forward and backward work.
+    exposed_reduce_s : tuple of float
+        Per device, gradient-reduction seconds not hidden behind its backward.
+    in_flight : tuple of float
+        Per device, the most microbatches' worth of activations it holds at once
+        (a chunk of an interleaved stage counts ``1/v``).
+    operations : tuple of Operation
+        Every operation with its start and end (empty unless asked for).
+    """
+
+    step_time_s: float
+    finish_s: tuple[float, ...]
+    busy_s: tuple[float, ...]
+    exposed_reduce_s: tuple[float, ...]
+    in_flight: tuple[float, ...]
+    operations: tuple[Operation, ...] = ()
+
+    @property
+    def bubble_fraction(self) -> float:
+        """Idle share of the busiest device's step, ``1 - busy / step time``."""
+        return 1.0 - max(self.busy_s) / self.step_time_s if self.step_time_s > 0 else 0.0
+
+
+def _check(schedule: str, stages: int, microbatches: int, chunks: int) -> None:
+    if schedule not in SCHEDULES:
+        raise ConfigurationError(f"unknown pipeline schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
+    for name, value in (("stages", stages), ("microbatches", microbatches), ("virtual stages per device", chunks)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigurationError(f"pipeline {name} must be a positive integer, not {value!r}")
+    if schedule != "interleaved" and chunks != 1:
+        raise ConfigurationError(
+            f"the {schedule} schedule has one stage per device; {chunks} virtual stages per device need "
+            "the interleaved schedule")
+    if schedule == "interleaved" and microbatches % stages:
+        raise ConfigurationError(
+            f"the interleaved schedule needs the number of microbatches ({microbatches}) to be a multiple of the "
+            f"pipeline stages ({stages}); choose a global batch or microbatch size that makes it one")
+
+
+def device_orders(schedule: str, stages: int, microbatches: int, chunks: int = 1) -> list[list[tuple[str, int, int]]]:
+    """Per device, its operations in order as ``(kind, chunk, microbatch)``; see the module docstring.
+
+    Raises
+    ------
+    ConfigurationError
+        An unknown schedule, a count below 1, ``chunks > 1`` without the
+        interleaved schedule, or ``microbatches`` not a multiple of ``stages``
+        for it.
+    """
+    _check(schedule, stages, microbatches, chunks)
+    S, m, v = stages, microbatches, chunks
+    orders = []
+    for s in range(S):
+        if schedule == "gpipe":
+            order = [("F", 0, j) for j in range(m)] + [("B", 0, j) for j in range(m)]
+        else:
+            total = m * v
+
+            def unit(i: int, forward: bool) -> tuple[int, int]:
+                group, within = divmod(i, S * v)
+                chunk = within // S
+                return (chunk if forward else v - 1 - chunk), group * S + within % S
+
+            warmup = min(total, (S - s - 1) if v == 1 else (S - s - 1) * 2 + (v - 1) * S)
+            order = [("F", *unit(i, True)) for i in range(warmup)]
+            for k in range(total - warmup):
+                order += [("F", *unit(warmup + k, True)), ("B", *unit(k, False))]
+            order += [("B", *unit(k, False)) for k in range(total - warmup, total)]
+        orders.append(order)
+    return orders
+
+
+def in_flight(schedule: str, stages: int, microbatches: int, chunks: int = 1) -> tuple[float, ...]:
+    """Per device, the most microbatches' worth of activations held at once (a chunk counts ``1/chunks``).
+
+    Raises ``ConfigurationError`` as :func:`device_orders`.
+    """
+    out = []
+    for order in device_orders(schedule, stages, microbatches, chunks):
+        held = peak = 0
+        for kind, _, _ in order:
+            held += 1 if kind == "F" else -1
+            peak = max(peak, held)
+        out.append(peak / chunks)
+    return tuple(out)
+
+
+def simulate(
+    schedule: str,
+    forward_s: Sequence[float],
+    backward_s: Sequence[float],
+    microbatches: int,
+    *,
+    chunks: int = 1,
+    send_s: Sequence[float] | None = None,
+    reduce_s: Sequence[float] | None = None,
+    overlap: bool = False,
+    record: bool = False,
+) -> ScheduleResult:
+    """Time one training step under ``schedule`` (see the module docstring for the model).
+
+    Parameters
+    ----------
+    forward_s, backward_s : sequence of float
+        Seconds of one microbatch's forward and backward on each virtual stage
+        ``q = c S + s`` (``S x chunks`` entries; ``S`` stages when ``chunks`` is 1).
+    microbatches : int
+        Microbatches per step, ``m``.
+    chunks : int
+        Virtual stages per device ``v`` (interleaved schedule only).
+    send_s : sequence of float, optional
+        Seconds to send one microbatch's activation (and, back, its gradient)
+        from virtual stage ``q`` to ``q + 1``; ``Q - 1`` entries, default none.
+    reduce_s : sequence of float, optional
+        Per device, seconds of its gradient reduction after the last backward.
+    overlap : bool
+        Overlap each device's reduction with its last backward.
+    record : bool
+        Keep every operation's start and end in the result (for charts).
+
+    Raises
+    ------
+    ConfigurationError
+        The counts or schedule are invalid (:func:`device_orders`), or the
+        time vectors have the wrong length or a negative entry.
+    """
+    f, b = [float(x) for x in forward_s], [float(x) for x in backward_s]
+    Q = len(f)
+    if not Q or len(b) != Q or Q % chunks:
+        raise ConfigurationError(
+            f"pipeline stage times: {len(f)} forward and {len(b)} backward entries for {chunks} virtual stage(s) "
+            "per device; give one of each per virtual stage")
+    S = Q // chunks
+    sends = [0.0] * (Q - 1) if send_s is None else [float(x) for x in send_s]
+    reduces = [0.0] * S if reduce_s is None else [float(x) for x in reduce_s]
+    if len(sends) != Q - 1 or len(reduces) != S:
+        raise ConfigurationError(f"pipeline: {len(sends)} send times for {Q - 1} stage boundaries and "
+                                 f"{len(reduces)} reduction times for {S} devices")
+    if min(f + b + sends + reduces) < 0:
+        raise ConfigurationError("pipeline: stage, send and reduction times must not be negative")
+    orders = device_orders(schedule, S, microbatches, chunks)
+    fwd_end: dict[tuple[int, int], float] = {}
+    bwd_end: dict[tuple[int, int], float] = {}
+    free = [0.0] * S
+    nxt = [0] * S
+    ops: list[Operation] = []
+    remaining = sum(len(o) for o in orders)
+    while remaining:
+        progressed = False
+        for s in range(S):
+            order = orders[s]
+            while nxt[s] < len(order):
+                kind, c, j = order[nxt[s]]
+                q = c * S + s
+                if kind == "F":
+                    ready = 0.0 if q == 0 else fwd_end.get((q - 1, j))
+                    if ready is not None and q:
+                        ready += sends[q - 1]
+                else:
+                    if q == Q - 1:
+                        ready = fwd_end.get((q, j))
+                    else:
+                        ready = bwd_end.get((q + 1, j))
+                        if ready is not None:
+                            ready += sends[q]
+                if ready is None:
+                    break
+                start = max(free[s], ready)
+                end = start + (f[q] if kind == "F" else b[q])
+                (fwd_end if kind == "F" else bwd_end)[(q, j)] = end
+                free[s] = end
+                if record:
+                    ops.append(Operation(s, c, j, kind, start, end))
+                nxt[s] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            raise ConfigurationError(f"the {schedule} order deadlocks with {S} stages and {microbatches} microbatches")
+    last_backward = []
+    for s in range(S):
+        kind, c, j = orders[s][-1]
+        last_backward.append(b[c * S + s])
+    exposed = tuple(max(0.0, r - lb) if overlap else r for r, lb in zip(reduces, last_backward))
+    busy = tuple(microbatches * sum(f[c * S + s] + b[c * S + s] for c in range(chunks)) for s in range(S))
+    return ScheduleResult(
+        step_time_s=max(t + e for t, e in zip(free, exposed)),
+        finish_s=tuple(free), busy_s=busy, exposed_reduce_s=exposed,
+        in_flight=in_flight(schedule, S, microbatches, chunks),
+        operations=tuple(sorted(ops, key=lambda o: (o.start_s, o.device))),
+    )
