@@ -11,6 +11,7 @@ files are escaped, and ``--json`` output is strict JSON (no NaN or Infinity).
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import math
 import os
@@ -31,10 +32,13 @@ from pase.limits import (
     MAX_BANDWIDTH_BPS, MAX_BATCH, MAX_DEVICES, MAX_DIM, MAX_INSTANCE_BYTES, MAX_MEMORY_BYTES, MAX_PEAK_FLOPS,
     MIN_BANDWIDTH_BPS, MIN_MEMORY_BYTES, MIN_PEAK_FLOPS,
 )
-from pase.models import SAMPLES, sample
+from pase.model.pipeline import SCHEDULES
+from pase.model.training import RECOMPUTE, Parallelism, evaluate_training
+from pase.models import LANGUAGE_MODELS, SAMPLES, batch_builder, sample
 from pase.ops import training_flops
 from pase.planner import Plan, PlanOptions, parallelism_kind, plan
 from pase.search.exact import DEFAULT_ORDERING, ORDERINGS
+from pase.search.stages import search_training
 
 __all__ = ["main"]
 
@@ -277,9 +281,37 @@ def _add_solve(sub) -> None:
     _add_model_options(p)
     _add_cluster_options(p)
     p.add_argument("--ordering", choices=ORDERINGS, help="search ordering (default: the best available)")
+    p.add_argument("--search", choices=("auto", "layers", "3d"), default="auto",
+                   help="layers: per-layer splits on all devices (the paper's search); 3d: pipeline stages, "
+                        "microbatches, schedule, recomputation, ZeRO and tensor/data sizes jointly (sample models); "
+                        "auto (default): 3d for the large language models (megatron-*, gpt3-175b), else layers")
+    p.add_argument("--global-batch", type=_BATCH, help="samples per step for --search 3d (default: the sample's)")
+    p.add_argument("--intra-search", action="store_true",
+                   help="with --search 3d, also try the exact per-layer search on each stage's group")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object (a baseline's speedup is null where PaSE takes 0 s and it does not)")
     p.set_defaults(func=_solve)
+
+
+def _solve_training(args) -> int:
+    """``pase solve --search 3d``: the joint search of :mod:`pase.search.stages`."""
+    cluster = _cluster(args)
+    args.seq = None
+    build, batch = _builder(args), _global_batch(args)
+    progress = None if args.json else lambda done, total: print(f"  searched {done}/{total} microbatch and group "
+                                                                 "sizes", file=sys.stderr)
+    found = search_training(build, cluster, batch, options=_options(args), intra_search=args.intra_search,
+                            progress=progress)
+    if args.json:
+        _print_json(found.to_dict())
+        return 0
+    _print_training(found.best)
+    print(f"search {found.search_time_s:.2f} s: {found.configurations:,} configurations "
+          f"({found.skipped:,} skipped by the bound); cuts within {found.gap_bound_s * 1e3:.1f} ms of any cut's bound")
+    for r in found.runners_up[:3]:
+        print(f"  runner-up {r.label}: {r.step_time_s:.3f} s "
+              f"({(r.step_time_s / found.best.step_time_s - 1) * 100:.1f}% slower)")
+    return 0
 
 
 def _print_layers(result: Plan) -> None:
@@ -324,6 +356,10 @@ def _speedup(result: Plan, baseline: Plan) -> float | None:
 
 
 def _solve(args) -> int:
+    if args.search == "3d" or (args.search == "auto" and args.model in LANGUAGE_MODELS):
+        return _solve_training(args)
+    if args.global_batch is not None or args.intra_search:
+        raise GraphError("--global-batch and --intra-search apply to --search 3d")
     graph, cluster, options = _load_model(args), _cluster(args), _options(args)
     result = plan(graph, cluster, PlanOptions(configs=options, ordering=args.ordering))
     baselines = applicable_baselines(graph, cluster, options)
@@ -364,10 +400,136 @@ def _add_evaluate(sub) -> None:
                                    "the plan leaves out are data parallel. docs/plan-format.md describes the file.")
     _add_model_options(p)
     _add_cluster_options(p)
-    p.add_argument("--plan", required=True, metavar="PLAN.json",
+    p.add_argument("--plan", metavar="PLAN.json",
                    help="strategy file: a plan (pase solve --json, the app's download) or {layer: [factors...]}")
+    _add_training_options(p)
     p.add_argument("--json", action="store_true", help="print the evaluated plan as one JSON object")
     p.set_defaults(func=_evaluate)
+
+
+_SIZE = _whole("a parallel size", 1, MAX_DEVICES)
+
+
+def _add_training_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("3-D parallel training (sample models; see pase.model.training)")
+    g.add_argument("--tp", type=_SIZE, help="tensor-parallel size")
+    g.add_argument("--pp", type=_SIZE, help="pipeline stages")
+    g.add_argument("--dp", type=_SIZE, help="data-parallel size (default: devices / (tp x pp x cp))")
+    g.add_argument("--cp", type=_SIZE, help="context-parallel size (the sequence split)")
+    g.add_argument("--vp", type=_SIZE, help="virtual stages per device (interleaved schedule)")
+    g.add_argument("--microbatch-size", type=_BATCH, help="samples per microbatch per replica (default: the best)")
+    g.add_argument("--global-batch", type=_BATCH, help="samples per step (default: the sample's batch)")
+    g.add_argument("--seq", type=_whole("a sequence length", 1, MAX_DIM), help="sequence length (sample models)")
+    g.add_argument("--sp", action="store_true", help="Megatron's sequence parallelism")
+    g.add_argument("--recompute", choices=RECOMPUTE, help="activation recomputation (default none)")
+    g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage over the data-parallel replicas")
+    g.add_argument("--schedule", choices=SCHEDULES, help="pipeline schedule (default 1f1b; interleaved with --vp)")
+    g.add_argument("--overlap", action="store_true",
+                   help="overlap the gradient reduction with the last backward (default: serial, the paper's model)")
+
+
+_TRAINING_FLAGS = ("tp", "pp", "dp", "cp", "vp", "microbatch_size", "global_batch", "seq", "recompute", "zero",
+                   "schedule")
+
+
+def _training_asked(args) -> bool:
+    return any(getattr(args, f, None) is not None for f in _TRAINING_FLAGS) or args.sp or args.overlap
+
+
+def _builder(args):
+    """``build(batch)`` for a sample model with ``--seq``, or GraphError naming the fix."""
+    if args.model not in SAMPLES:
+        raise GraphError(f"3-D parallel training needs the model rebuilt at the microbatch size: give a sample "
+                         f"name ({', '.join(SAMPLES)}), not {_short(args.model)}")
+    if args.batch is not None:
+        raise GraphError("give the batch of a 3-D configuration with --global-batch (and --microbatch-size), "
+                         "not --batch")
+    params = {} if args.seq is None else {"seq": args.seq}
+    try:
+        sample(args.model, batch=1, **params)
+    except GraphError as exc:
+        raise GraphError(f"{exc} (--seq applies to sequence models)") from None
+    return batch_builder(args.model, **params)
+
+
+def _global_batch(args) -> int:
+    if args.global_batch is not None:
+        return args.global_batch
+    default = inspect.signature(SAMPLES[args.model]).parameters["batch"].default
+    return int(default)
+
+
+def _evaluate_training(args) -> int:
+    """``pase evaluate MODEL --tp ...``: one 3-D configuration; options left out are chosen and reported."""
+    cluster = _cluster(args)
+    build, batch = _builder(args), _global_batch(args)
+    t, pp, cp = args.tp or 1, args.pp or 1, args.cp or 1
+    if args.dp is None:
+        if cluster.devices % (t * pp * cp):
+            raise ConfigurationError(f"tp {t} x pp {pp} x cp {cp} = {t * pp * cp} does not divide the "
+                                     f"{cluster.devices} devices; choose sizes whose product divides them")
+        dp = cluster.devices // (t * pp * cp)
+    else:
+        dp = args.dp
+    if t * pp * cp * dp != cluster.devices:
+        raise ConfigurationError(f"tp {t} x pp {pp} x cp {cp} x dp {dp} = {t * pp * cp * dp:,} devices, but the "
+                                 f"cluster has {cluster.devices:,}; choose sizes whose product is the device count")
+    chosen = [] if args.microbatch_size is not None else ["microbatch size"]
+    microbatches = [args.microbatch_size] if args.microbatch_size is not None else [
+        b for b in (1, 2, 4, 8) if batch % (dp * b) == 0]
+    schedule = args.schedule or ("interleaved" if args.vp else "1f1b")
+    if schedule == "interleaved" and args.vp is None:
+        chosen.append("virtual stages")
+    virtual = [args.vp] if args.vp is not None else ([2, 3, 4] if schedule == "interleaved" else [1])
+    if not microbatches:
+        raise ConfigurationError(f"the global batch {batch} does not split over {dp} data-parallel replicas; "
+                                 "give a --global-batch that is a multiple of --dp")
+    best, error = None, None
+    for b in microbatches:
+        for v in virtual:
+            try:
+                par = Parallelism(tensor=t, pipeline=pp, data=dp, context=cp, virtual_stages=v, microbatch_size=b,
+                                  global_batch=batch, sequence_parallel=args.sp, recompute=args.recompute or "none",
+                                  zero=args.zero or 0, schedule=schedule, overlap=args.overlap)
+                got = evaluate_training(build, cluster, par, options=_options(args))
+            except ConfigurationError as exc:
+                if len(microbatches) * len(virtual) == 1:
+                    raise
+                error = exc
+                continue
+            rank = (not got.fits_memory if got.fits_memory is not None else False, got.step_time_s)
+            if best is None or rank < best[0]:
+                best = (rank, got)
+    if best is None:
+        raise error
+    result = replace(best[1], chosen=tuple(chosen))
+    if args.json:
+        _print_json(result.to_dict())
+        return 0
+    _print_training(result)
+    return 0
+
+
+def _print_training(result) -> None:
+    """A 3-D plan as text: the configuration, its step, memory and rates, one line per stage."""
+    d = result.to_dict()
+    print(f"{_printable(result.graph_name)} on {result.cluster}: {result.label}"
+          + (f" (chosen: {', '.join(result.chosen)})" if result.chosen else ""))
+    rows = [["stage", "layers", "forward (ms)", "backward (ms)", "in flight", "memory (GB)"]]
+    for s in result.stages:
+        runs = "; ".join(f"{a} .. {b}" for a, b in s.layers)
+        rows.append([str(s.index), runs, f"{s.forward_s * 1e3:.2f}", f"{s.backward_s * 1e3:.2f}",
+                     f"{s.in_flight:g}", f"{s.memory_bytes / 1e9:.2f}"])
+    print(_table(rows))
+    p = d["pipeline"]
+    print(f"step time {d['step_time_s']:.3f} s with {p['microbatches']} microbatches of {p['microbatch_size']} "
+          f"({p['schedule']}, bubble {d['bubble_fraction'] * 100:.1f}%); "
+          f"{d['model_flops_per_device_per_s'] / 1e12:.1f} TFLOP/s per device, MFU {d['mfu'] * 100:.1f}%, "
+          f"HFU {d['hfu'] * 100:.1f}% of the cluster's peak")
+    if d["memory_capacity_bytes"] is not None:
+        fits = "fits" if d["fits_memory"] else "does NOT fit"
+        print(f"memory per device {d['memory_per_device_bytes'] / 1e9:.2f} GB of "
+              f"{d['memory_capacity_bytes'] / 1e9:.2f} GB: {fits}")
 
 
 def _strategy(args) -> tuple[dict[str, tuple[int, ...]], str]:
@@ -377,6 +539,13 @@ def _strategy(args) -> tuple[dict[str, tuple[int, ...]], str]:
 
 
 def _evaluate(args) -> int:
+    if _training_asked(args):
+        if args.plan is not None:
+            raise GraphError("give either --plan PLAN.json or a 3-D configuration (--tp, --pp, --dp...), not both")
+        return _evaluate_training(args)
+    if args.plan is None:
+        raise GraphError("give the strategy to cost: --plan PLAN.json, or a 3-D configuration "
+                         "(--tp T --pp P --dp D ...)")
     graph, cluster, options = _load_model(args), _cluster(args), _options(args)
     strategy, label = _strategy(args)
     try:

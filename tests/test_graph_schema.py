@@ -45,6 +45,8 @@ EXAMPLES = {
                "pointwise": 1, "bias": True},
     "Pooling": {"b": 2, "c": 3, "height": 8, "width": 8, "kernel": 2, "stride": 2, "pad": 0, "mode": "max"},
     "Elementwise": {"shape": [2, 8], "dims": ["b", "n"], "inputs": 2, "pointwise": 1},
+    "Dropout": {"shape": [2, 8], "dims": ["b", "n"]},
+    "Gelu": {"shape": [2, 8], "dims": ["b", "n"]},
     "BatchNorm": {"b": 2, "c": 3, "h": 4, "w": 4},
     "LayerNorm": {"shape": [2, 4, 8], "dims": ["b", "s", "d"], "axis": "d"},
     "Softmax": {"shape": [2, 8], "dims": ["b", "n"], "axis": "n"},

@@ -88,6 +88,10 @@ HAND_COUNTED = [
     # divide (1) = 5; backward dx = y (dy - sum(dy y)): dy y (1), sum (1), subtract (1), * y (1) = 4.
     # 40 * 9 = 360.
     (L.softmax("sm", (4, 10), ("b", "n")), 360),
+    # Dropout: the mask's product forward and backward, 2 per element: 2 * 4 * 10 = 80.
+    (L.dropout("drop", (4, 10), ("b", "n")), 80),
+    # Unfused GeLU: value forward, derivative and chain-rule product backward, 3 per element: 120.
+    (L.gelu("gelu", (4, 10), ("b", "n")), 120),
     # Cross-entropy as softmax, log and pick: forward softmax (5) + log of every probability (1) = 6
     # per logit; backward the log's derivative d / p (1) then the softmax backward (4) = 5. The
     # labels take no gradient. 40 * 11 = 440.

@@ -387,6 +387,8 @@ EVERY_OP = [
     L.reshape("flat", (4, 4, 2, 2), ("b", "c", "h", "w"), (4, 16)),
     L.transpose("tr", (4, 4, 8), ("b", "s", "d"), (1, 0, 2)),
     L.reduce_mean("mean", (4, 4, 8), ("b", "s", "d"), ["s"]),
+    L.dropout("drop", (2, 8), ("b", "n")),
+    L.gelu("gelu", (2, 8), ("b", "n")),
 ]
 
 

@@ -151,6 +151,19 @@ def test_in_flight_microbatches_as_published():
         assert in_flight("interleaved", S, 4 * S, v)[0] == pytest.approx(S * (1 + (S - 1) / (S * v)))
 
 
+@pytest.mark.parametrize("schedule,v", CASES)
+def test_in_flight_is_the_peak_of_the_order(schedule, v):
+    for S, m in ((1, 4), (4, 8), (3, 9), (5, 5), (4, 4)):
+        peaks = []
+        for order in _orders(schedule, S, m, v):
+            held = peak = 0
+            for kind, _, _ in order:
+                held += 1 if kind == "F" else -1
+                peak = max(peak, held)
+            peaks.append(peak / v)
+        assert in_flight(schedule, S, m, v) == pytest.approx(tuple(peaks))
+
+
 def test_serial_reduction_adds_and_overlap_hides_it():
     serial = simulate("1f1b", [1.0] * 2, [2.0] * 2, 4, reduce_s=[1.5, 1.5])
     hidden = simulate("1f1b", [1.0] * 2, [2.0] * 2, 4, reduce_s=[1.5, 1.5], overlap=True)

@@ -34,7 +34,11 @@ def _short(value: object, limit: int = 60) -> str:
 
 
 def graph_to_dict(graph: Graph) -> dict:
-    """The JSON-ready form of ``graph`` (layers in topological order)."""
+    """The JSON-ready form of ``graph`` (layers in topological order).
+
+    A layer with tied weights (:attr:`~pase.ir.graph.TensorSpec.tied`) gets a
+    ``tied`` object, weight name -> shared parameter name; other layers have none.
+    """
     layers = []
     for layer in graph.layers:
         inputs: list = [None] * len(layer.inputs)
@@ -42,7 +46,11 @@ def graph_to_dict(graph: Graph) -> dict:
             inputs[e.dst_input] = e.src if e.src_output == 0 else [e.src, e.src_output]
         while inputs and inputs[-1] is None:
             inputs.pop()
-        layers.append({"name": layer.name, "op": layer.op, "params": layer.param_dict, "inputs": inputs})
+        record = {"name": layer.name, "op": layer.op, "params": layer.param_dict, "inputs": inputs}
+        tied = {w.name: w.tied for w in layer.weights if w.tied}
+        if tied:
+            record["tied"] = tied
+        layers.append(record)
     return {"format": FORMAT, "version": VERSION, "name": graph.name, "layers": layers}
 
 
@@ -115,6 +123,11 @@ def graph_from_dict(data: object) -> Graph:
         except Exception as exc:  # any builder failure on uploaded parameters is a format error
             detail = " ".join(str(exc).split())[:200]
             raise FormatError(f"{where}: bad params for {_short(spec['op'], 30)}: {type(exc).__name__}: {detail}") from None
+        tied = spec.get("tied", {})
+        if not isinstance(tied, dict) or not all(isinstance(v, str) and v for v in tied.values()):
+            raise FormatError(f"{where}: field 'tied' must map weight names to non-empty strings, got {_short(tied)}")
+        if tied:
+            layer = layer.with_tied(tied)
         check_layer_size(layer, where)
         graph.add_layer(layer, inputs)
     graph.validate()

@@ -36,6 +36,8 @@ def graph_schema() -> dict:
             "op": {"enum": list(OPS)},
             "params": {"type": "object"},
             "inputs": {"type": "array", "maxItems": MAX_LAYER_INPUTS, "items": slot},
+            "tied": {"description": "weight name -> name of the parameter it shares (counted once)",
+                     "type": "object", "additionalProperties": {"type": "string", "minLength": 1}},
         },
         "allOf": [{"if": {"properties": {"op": {"const": name}}},
                    "then": {"properties": {"params": spec.params_schema()}}} for name, spec in OPS.items()],

@@ -18,9 +18,9 @@ nothing about particular ops.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import prod
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import networkx as nx
 
@@ -46,12 +46,19 @@ class TensorSpec:
     differentiable : bool
         False for inputs that get no gradient (token ids, labels), so nothing
         flows back along their edge.
+    tied : str
+        For a weight, the name of the parameter it shares (``""``: its own).
+        Weights of a graph with the same non-empty ``tied`` are one parameter
+        (a vocabulary projection tied to the token embedding's table):
+        :attr:`Graph.parameter_count` counts it once, and they must hold the
+        same number of elements (:meth:`Graph.validate`).
     """
 
     shape: tuple[int, ...]
     axes: tuple[str | None, ...]
     name: str = ""
     differentiable: bool = True
+    tied: str = ""
 
     def __post_init__(self):
         object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
@@ -141,8 +148,26 @@ class Layer:
 
     @property
     def weight_count(self) -> int:
-        """Number of trainable parameters (elements of all weight tensors)."""
+        """Number of trainable parameters (elements of all weight tensors, tied ones included)."""
         return sum(w.size for w in self.weights)
+
+    def with_tied(self, tied: Mapping[str, str]) -> Layer:
+        """This layer with weight ``name`` tied to parameter ``tied[name]`` (:attr:`TensorSpec.tied`).
+
+        Raises
+        ------
+        GraphError
+            A key is not the name of one of the layer's weights, or a value
+            is not a non-empty string.
+        """
+        names = [w.name for w in self.weights]
+        for key, value in tied.items():
+            if key not in names:
+                raise GraphError(f"layer {self.name!r}: no weight named {key!r} to tie (weights: {names})")
+            if not isinstance(value, str) or not value:
+                raise GraphError(f"layer {self.name!r}: weight {key!r} must be tied to a non-empty name, got {value!r}")
+        weights = tuple(replace(w, tied=tied.get(w.name, w.tied)) for w in self.weights)
+        return replace(self, weights=weights)
 
     def __str__(self) -> str:
         dims = " ".join(f"{d}={s}" for d, s in zip(self.dims, self.sizes))
@@ -275,8 +300,15 @@ class Graph:
 
     @property
     def parameter_count(self) -> int:
-        """Trainable parameters of all layers."""
-        return sum(layer.weight_count for layer in self)
+        """Trainable parameters of all layers; the weights tied to one name (:attr:`TensorSpec.tied`) count once."""
+        own, tied = 0, {}
+        for data in self._g.nodes.values():
+            for w in data["layer"].weights:
+                if w.tied:
+                    tied[w.tied] = w.size
+                else:
+                    own += w.size
+        return own + sum(tied.values())
 
     # -- checking ---------------------------------------------------------------
 
@@ -287,8 +319,9 @@ class Graph:
         ------
         GraphError
             Naming the layer and problem: the graph is empty, has a cycle, is
-            not weakly connected, an input slot is fed twice, or the shapes at
-            the two ends of an edge differ.
+            not weakly connected, an input slot is fed twice, the shapes at
+            the two ends of an edge differ, or weights tied to one name hold
+            different numbers of elements.
         """
         if len(self) == 0:
             raise GraphError(f"graph {self.name!r} has no layers")
@@ -315,3 +348,13 @@ class Graph:
                         f"edge {e}: {e.src!r} produces shape {src_t.shape} but {layer.name!r} "
                         f"input {e.dst_input} ({dst_t.name}) expects {dst_t.shape}"
                     )
+        tied: dict[str, tuple[str, int]] = {}
+        for data in self._g.nodes.values():
+            layer = data["layer"]
+            for w in layer.weights:
+                if not w.tied:
+                    continue
+                first = tied.setdefault(w.tied, (f"{layer.name}.{w.name}", w.size))
+                if first[1] != w.size:
+                    raise GraphError(f"weight {layer.name}.{w.name} ({w.size:,} elements) is tied to {w.tied!r} "
+                                     f"with {first[0]} ({first[1]:,} elements); tied weights must be the same size")

@@ -147,6 +147,9 @@ class CostModel:
         Layer name -> training FLOPs per device, per configuration.
     comm_s : dict
         Layer name -> seconds of communication inside the layer, per configuration.
+    gradient_comm_s : dict
+        Layer name -> the part of ``comm_s`` that reduces weight gradients
+        (once per step however many microbatches a pipeline runs).
     edge_tables : list of (Edge, ndarray)
         Per edge, seconds to redistribute its tensor forward and its gradient
         backward, for every (source configuration, target configuration).
@@ -160,6 +163,7 @@ class CostModel:
     placements: dict
     compute_flops: dict
     comm_s: dict
+    gradient_comm_s: dict
     edge_tables: list
 
     @property
@@ -167,14 +171,20 @@ class CostModel:
         """Layer name -> node index in :meth:`cost_graph`."""
         return {layer.name: i for i, layer in enumerate(self.layers)}
 
-    def layer_cost_vector(self, name: str) -> np.ndarray:
-        """FLOP-equivalent cost of layer ``name`` per configuration (the search's node vector)."""
-        return self.compute_flops[name] + self.cluster.peak_flops * self.comm_s[name]
+    def layer_cost_vector(self, name: str, gradient_share: float = 1.0) -> np.ndarray:
+        """FLOP-equivalent cost of layer ``name`` per configuration (the search's node vector).
 
-    def cost_graph(self) -> CostGraph:
+        ``gradient_share`` scales the weight-gradient reductions: ``1/m`` when
+        the graph is one of ``m`` microbatches that reduce their gradients once.
+        """
+        comm = self.comm_s[name] - (1.0 - gradient_share) * self.gradient_comm_s[name]
+        return self.compute_flops[name] + self.cluster.peak_flops * comm
+
+    def cost_graph(self, gradient_share: float = 1.0) -> CostGraph:
         """The search's input: node cost vectors and edge cost matrices in FLOP-equivalents.
 
-        Several tensors between the same two layers add into one matrix. A
+        ``gradient_share`` as :meth:`layer_cost_vector`. Several tensors
+        between the same two layers add into one matrix. A
         table that repeated blocks share is scaled once and shared (the arrays
         are read-only), so the copy takes no more than the model's own tables.
         """
@@ -187,7 +197,7 @@ class CostModel:
             key = (index[edge.src], index[edge.dst])
             merged[key] = scaled[id(table)] if key not in merged else merged[key] + scaled[id(table)]
         return CostGraph(
-            node_costs=tuple(self.layer_cost_vector(layer.name) for layer in self.layers),
+            node_costs=tuple(self.layer_cost_vector(layer.name, gradient_share) for layer in self.layers),
             edges=tuple((u, v, m) for (u, v), m in merged.items()),
             names=tuple(layer.name for layer in self.layers),
         )
@@ -251,8 +261,8 @@ class CostModel:
 
 
 def _layer_comm_s(graph: Graph, layer: Layer, configs: np.ndarray, placement: Placement, cluster: Cluster,
-                  options: ConfigOptions) -> np.ndarray:
-    """Seconds of communication inside ``layer`` per configuration, under ``options.cost_model``."""
+                  options: ConfigOptions) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds of communication inside ``layer`` per configuration under ``options.cost_model``: all, and weight gradients'."""
     cfg = np.asarray(configs, dtype=float)
     found = collectives(layer, cfg, CollectiveOptions(sync_batchnorm=options.batchnorm_synchronised))
     if options.cost_model == "paper":
@@ -262,10 +272,13 @@ def _layer_comm_s(graph: Graph, layer: Layer, configs: np.ndarray, placement: Pl
         read = {e.src_output for e in graph.out_edges(layer.name)}
         found += [c for i, c in enumerate(partial_collectives(layer, cfg, [False] * len(layer.inputs)))
                   if i not in read]
-    total = np.zeros(len(cfg))
+    total, gradients = np.zeros(len(cfg)), np.zeros(len(cfg))
     for c in found:
-        total += collective_s(c, axis_factors(layer, placement, c.dims), placement.mesh, cluster.bytes_per_element)
-    return total
+        seconds = collective_s(c, axis_factors(layer, placement, c.dims), placement.mesh, cluster.bytes_per_element)
+        total += seconds
+        if c.weight_gradient:
+            gradients += seconds
+    return total, gradients
 
 
 def _corrected_edge_s(src: Layer, e: Edge, src_place: Placement, dst: Layer, dst_place: Placement,
@@ -363,10 +376,12 @@ def build_cost_model(
                                      configs[e.dst], mesh, bpe, paper)
         return cache[key]
 
+    comm = {l.name: _layer_comm_s(graph, l, configs[l.name], placements[l.name], cluster, options) for l in layers}
     return CostModel(
         graph=graph, cluster=cluster, options=options, layers=layers, configs=configs, placements=placements,
         compute_flops={l.name: layer_compute_flops(l, configs[l.name], needs_gradient(l)) for l in layers},
-        comm_s={l.name: _layer_comm_s(graph, l, configs[l.name], placements[l.name], cluster, options) for l in layers},
+        comm_s={name: both[0] for name, both in comm.items()},
+        gradient_comm_s={name: both[1] for name, both in comm.items()},
         edge_tables=[(e, edge_table(e, key)) for e, key in zip(edges, keys, strict=True)],
     )
 

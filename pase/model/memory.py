@@ -12,6 +12,11 @@ Blocks follow the configuration exactly as the cost model's do
 of the dimensions its axes follow and replicated over the others.
 
 * **weights**: the layer's weight blocks at the cluster's ``bytes_per_element``.
+  A tied weight (:attr:`~pase.ir.graph.TensorSpec.tied`: the vocabulary
+  projection sharing the token embedding's table) is one parameter: each of
+  the ``n`` weights of the graph tied to it counts ``1/n`` of its own block
+  (exact when their layouts agree), here and in its gradient and optimizer
+  state.
 * **gradients**: one gradient per weight element, at ``bytes_per_element``.
 * **optimizer state**, per weight element, in fp32 (``state_bytes = 4``): SGD
   none, momentum one tensor, Adam two (first and second moments); plus a fp32
@@ -41,6 +46,8 @@ of the dimensions its axes follow and replicated over the others.
   - Embedding: the token ids. LSTM: the input and, per layer and step, the
     four gates, the cell state and the hidden state (``6 e`` per row).
   - Elementwise: its output when it fuses a pointwise op, else nothing.
+  - Dropout: its mask, one byte per element (``saved_extra_bytes``),
+    whatever ``bytes_per_element``. Gelu: its input.
   - Concat, Split, Reshape, Transpose, ReduceMean: nothing. An op not listed
     keeps all its inputs.
 
@@ -68,6 +75,7 @@ needs a little less).
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -87,6 +95,7 @@ __all__ = [
     "MemoryModel",
     "InsufficientMemoryError",
     "build_memory_model",
+    "activation_bytes",
 ]
 
 # fp32 state tensors per parameter, besides the master copy.
@@ -250,25 +259,96 @@ class MemoryReport:
 # -- what each op keeps for the backward pass ---------------------------------------------------
 
 
-def _activation_bytes(graph: Graph, layer: Layer, cfg: np.ndarray, keeps: dict, bpe: int, index_bytes: int):
-    """Kept activation bytes of ``layer`` per configuration, sharing tensors as the module describes."""
+def _activation_bytes(graph: Graph, layer: Layer, cfg: np.ndarray, keeps: dict, bpe: int, index_bytes: int,
+                      producer_cfg: Mapping[str, np.ndarray] | None = None, dropped: frozenset = frozenset()):
+    """Kept activation bytes of ``layer`` per configuration, sharing tensors as the module describes.
+
+    ``producer_cfg`` (layer name -> one configuration) keeps each input at the
+    smaller of its own and its producer's block; ``dropped`` layers' products
+    are not kept (see :func:`activation_bytes`).
+    """
     kept_inputs, kept_outputs = keeps[layer.name]
-    total = OPS[layer.op].saved_extra(layer, cfg, np.asarray(layer.sizes, dtype=float) / cfg) * bpe
+    spec = OPS[layer.op]
+    extra_bytes = bpe if spec.saved_extra_bytes is None else spec.saved_extra_bytes
+    total = np.zeros(len(cfg))
+    if layer.name not in dropped:
+        total = total + spec.saved_extra(layer, cfg, np.asarray(layer.sizes, dtype=float) / cfg) * extra_bytes
     feeds = {e.dst_input: e for e in graph.in_edges(layer.name)}
     for slot in kept_inputs:
         t = layer.inputs[slot]
         share = 1.0
         e = feeds.get(slot)
+        block = block_elements(layer, t, cfg)
         if e is not None:
+            if e.src in dropped:
+                continue
             keepers = sum(1 for c in _consumers(graph, e.src, e.src_output) if c.dst_input in keeps[c.dst][0])
             share = 1.0 / keepers
+            if producer_cfg is not None:
+                src = graph.layer(e.src)
+                block = np.minimum(block, block_elements(src, src.outputs[e.src_output], producer_cfg[e.src])[0])
         size = bpe if t.differentiable else index_bytes
-        total = total + share * block_elements(layer, t, cfg) * size
+        total = total + share * block * size
     for out in kept_outputs:
-        if any(c.dst_input in keeps[c.dst][0] for c in _consumers(graph, layer.name, out)):
-            continue  # a consumer keeps it
+        if layer.name in dropped or any(c.dst_input in keeps[c.dst][0] for c in _consumers(graph, layer.name, out)):
+            continue  # a consumer keeps it, or it is recomputed
         total = total + block_elements(layer, layer.outputs[out], cfg) * bpe
     return total
+
+
+def activation_bytes(graph: Graph, configs: Mapping[str, np.ndarray], bytes_per_element: int, index_bytes: int = 4,
+                     *, producer_blocks: bool = False, dropped: frozenset = frozenset(),
+                     checkpoints: Mapping[str, str] | None = None) -> dict[str, np.ndarray]:
+    """Bytes each layer keeps for its backward pass, per configuration (layer name -> ``(K,)``).
+
+    With no options this is :class:`MemoryModel`'s count. The options are
+    the ways training trades memory for work; the first needs one
+    configuration per layer:
+
+    * ``producer_blocks``: an input is kept at the smaller of the consumer's
+      and its producer's block (Megatron's sequence parallelism stores the
+      sequence shard of what it all-gathered and gathers it again in the backward);
+    * ``dropped``: layers whose products are recomputed, not kept (selective
+      recomputation of the attention core): their extras, their outputs and
+      their consumers' copies of them;
+    * ``checkpoints`` (layer name -> block name): full recomputation. Only the
+      tensors entering a block from another one are kept, once each, by their
+      first consumer in the block (graph inputs stay kept as usual).
+    """
+    keeps = {layer.name: saved_tensors(layer) for layer in graph.layers}
+    producer_cfg = None
+    if producer_blocks:
+        producer_cfg = {name: np.asarray(c).reshape(1, -1) for name, c in configs.items()}
+        if any(len(c) != 1 for c in configs.values()):
+            raise ValueError("producer_blocks needs one configuration per layer")
+    out = {}
+    if checkpoints is None:
+        for layer in graph.layers:
+            cfg = np.asarray(configs[layer.name])
+            out[layer.name] = _activation_bytes(graph, layer, cfg, keeps, bytes_per_element, index_bytes,
+                                                producer_cfg, dropped)
+        return out
+    first: set[tuple[str, int, str]] = set()
+    for layer in graph.layers:
+        cfg = np.asarray(configs[layer.name])
+        total = np.zeros(len(cfg))
+        fed = set()
+        for e in graph.in_edges(layer.name):
+            fed.add(e.dst_input)
+            key = (e.src, e.src_output, checkpoints[layer.name])
+            if checkpoints[e.src] == checkpoints[layer.name] or key in first:
+                continue
+            first.add(key)
+            block = block_elements(layer, layer.inputs[e.dst_input], cfg)
+            if producer_cfg is not None:
+                src = graph.layer(e.src)
+                block = np.minimum(block, block_elements(src, src.outputs[e.src_output], producer_cfg[e.src])[0])
+            total = total + block * bytes_per_element
+        for slot in keeps[layer.name][0] - fed:
+            t = layer.inputs[slot]
+            total = total + block_elements(layer, t, cfg) * (bytes_per_element if t.differentiable else index_bytes)
+        out[layer.name] = total
+    return out
 
 
 def _consumers(graph: Graph, name: str, output: int):
@@ -376,12 +456,13 @@ def build_memory_model(
     bpe = cluster.bytes_per_element
     per_param = options.bytes_per_parameter(bpe)
     keeps = {layer.name: saved_tensors(layer) for layer in layers}
+    ties = Counter(w.tied for layer in layers for w in layer.weights if w.tied)
     weights, grads, optim, acts, bufs = {}, {}, {}, {}, {}
     for layer in layers:
         cfg = np.asarray(configs[layer.name])
         params = np.zeros(len(cfg))
         for w in layer.weights:
-            params = params + block_elements(layer, w, cfg)
+            params = params + block_elements(layer, w, cfg) / (ties[w.tied] if w.tied else 1)
         weights[layer.name] = params * per_param["weights"]
         grads[layer.name] = params * per_param["gradients"]
         optim[layer.name] = params * per_param["optimizer"]

@@ -157,15 +157,20 @@ def device_orders(schedule: str, stages: int, microbatches: int, chunks: int = 1
 def in_flight(schedule: str, stages: int, microbatches: int, chunks: int = 1) -> tuple[float, ...]:
     """Per device, the most microbatches' worth of activations held at once (a chunk counts ``1/chunks``).
 
+    The peak of forwards begun and backwards not yet done in the device's
+    order (:func:`device_orders`): its warm-up forwards plus the first
+    steady-state one, or every forward when there is no steady state.
+
     Raises ``ConfigurationError`` as :func:`device_orders`.
     """
+    _check(schedule, stages, microbatches, chunks)
+    S, m, v = stages, microbatches, chunks
+    if schedule == "gpipe":
+        return (float(m),) * S
     out = []
-    for order in device_orders(schedule, stages, microbatches, chunks):
-        held = peak = 0
-        for kind, _, _ in order:
-            held += 1 if kind == "F" else -1
-            peak = max(peak, held)
-        out.append(peak / chunks)
+    for s in range(S):
+        warmup = (S - s - 1) if v == 1 else (S - s - 1) * 2 + (v - 1) * S
+        out.append(min(m * v, warmup + 1) / v)
     return tuple(out)
 
 

@@ -20,6 +20,26 @@ Name, network, vertices and parameters with the default sizes:
 * ``gpt``: GPT-2-medium-like decoder, 24 layers, model 1024, 16 heads,
   sequence 1024, vocabulary 50257, batch 32; 318, 406,286,336.
 
+Megatron-LM's GPT runs (:mod:`pase.models.megatron`: dropout vertices, GeLU
+unfused, the vocabulary projection tied to the token embedding), sequence
+2048, vocabulary 51,200, the published global batch; name: heads, hidden,
+layers, batch; vertices, parameters:
+
+* ``megatron-1.7b``: 24, 2304, 24, 512; 415, 1,652,230,656.
+* ``megatron-3.6b``: 32, 3072, 30, 512; 517, 3,562,168,320.
+* ``megatron-7.5b``: 32, 4096, 36, 512; 619, 7,467,786,240.
+* ``megatron-18b``: 48, 6144, 40, 1024; 687, 18,449,756,160.
+* ``megatron-39b``: 64, 8192, 48, 1536; 823, 39,096,041,472.
+* ``megatron-76b``: 80, 10240, 60, 1792; 1027, 76,050,739,200.
+* ``megatron-146b``: 96, 12288, 80, 2304; 1367, 145,622,261,760.
+* ``megatron-310b``: 128, 16384, 96, 2160; 1639, 310,130,540,544.
+* ``megatron-530b``: 128, 20480, 105, 2520; 1792, 529,600,819,200.
+* ``megatron-1t``: 160, 25600, 128, 3072; 2183, 1,008,038,758,400.
+* ``megatron-22b``: Korthikanti et al.'s 22B, 64 heads, hidden 6144, FFN
+  24576, 48 layers, batch 4; 823, 22,074,273,792.
+* ``gpt3-175b``: GPT-3 175B, 96 heads, hidden 12288, 96 layers, batch
+  1536; 1639, 174,615,846,912.
+
 :mod:`pase.models.teaching` holds the small graphs the app's Learn page draws
 (one GEMM, a branchy 8-layer graph); they are not samples.
 """
@@ -33,6 +53,7 @@ from pase.errors import GraphError
 from pase.ir.graph import Graph
 from pase.models.cnn import alexnet, densenet121, inception3, resnet101
 from pase.models.sequence import gpt, rnnlm, transformer, transformer_large
+from pase.models.megatron import MEGATRON_SAMPLES, megatron_gpt
 
 __all__ = [
     "SAMPLES",
@@ -46,6 +67,8 @@ __all__ = [
     "transformer_large",
     "densenet121",
     "gpt",
+    "megatron_gpt",
+    "LANGUAGE_MODELS",
 ]
 
 SAMPLES: dict[str, Callable[..., Graph]] = {
@@ -57,7 +80,12 @@ SAMPLES: dict[str, Callable[..., Graph]] = {
     "transformer_large": transformer_large,
     "densenet121": densenet121,
     "gpt": gpt,
+    **MEGATRON_SAMPLES,
 }
+
+# Samples planned with pipeline stages, microbatches, ZeRO and recomputation by default
+# (``pase solve --search auto``): the large language models.
+LANGUAGE_MODELS: tuple[str, ...] = tuple(MEGATRON_SAMPLES)
 
 
 def batch_builder(name: str, **params) -> Callable[[int], Graph]:

@@ -4,7 +4,7 @@
 contraction rule, what the backward pass keeps) and :data:`OPS`; the families
 register their ops on import: :mod:`.gemm` (``FullyConnected``, ``Einsum``),
 :mod:`.conv` (``Conv2D``, ``Pooling``), :mod:`.norm` (``Elementwise``,
-``BatchNorm``, ``LayerNorm``, ``Softmax``, ``SoftmaxCrossEntropy``),
+``Dropout``, ``Gelu``, ``BatchNorm``, ``LayerNorm``, ``Softmax``, ``SoftmaxCrossEntropy``),
 :mod:`.sequence` (``Embedding``, ``LSTM``), :mod:`.movement` (``Concat``,
 ``Split``, ``Reshape``, ``Transpose``, ``ReduceMean``).
 """
@@ -13,8 +13,9 @@ from pase.ops.conv import conv2d, pooling
 from pase.ops.gemm import einsum, fully_connected
 from pase.ops.movement import concat, reduce_mean, reshape, split, transpose
 from pase.ops.norm import (
-    NORM_FLOPS_PER_ELEMENT, SOFTMAX_FLOPS_PER_ELEMENT, XENT_FLOPS_PER_ELEMENT,
-    batch_norm, elementwise, layer_norm, softmax, softmax_cross_entropy,
+    DROPOUT_FLOPS_PER_ELEMENT, DROPOUT_MASK_BYTES, GELU_FLOPS_PER_ELEMENT, NORM_FLOPS_PER_ELEMENT,
+    SOFTMAX_FLOPS_PER_ELEMENT, XENT_FLOPS_PER_ELEMENT,
+    batch_norm, dropout, elementwise, gelu, layer_norm, softmax, softmax_cross_entropy,
 )
 from pase.ops.registry import (
     OPS, Collective, CollectiveOptions, Flops, OpSpec, block_elements, build_layer, collectives, column,
@@ -25,7 +26,8 @@ from pase.ops.sequence import LSTM_POINTWISE_FLOPS, embedding, lstm
 __all__ = [
     "OPS", "OpSpec", "Collective", "CollectiveOptions", "Flops", "build_layer", "training_flops", "collectives",
     "partial_collectives", "saved_tensors", "column", "split_over", "tensor_splits", "block_elements", "missing_dims",
-    "fully_connected", "einsum", "conv2d", "pooling", "elementwise", "batch_norm", "layer_norm", "softmax",
+    "fully_connected", "einsum", "conv2d", "pooling", "elementwise", "dropout", "gelu", "batch_norm", "layer_norm", "softmax",
     "softmax_cross_entropy", "embedding", "lstm", "concat", "split", "reshape", "transpose", "reduce_mean",
-    "NORM_FLOPS_PER_ELEMENT", "SOFTMAX_FLOPS_PER_ELEMENT", "XENT_FLOPS_PER_ELEMENT", "LSTM_POINTWISE_FLOPS",
+    "NORM_FLOPS_PER_ELEMENT", "DROPOUT_FLOPS_PER_ELEMENT", "DROPOUT_MASK_BYTES", "GELU_FLOPS_PER_ELEMENT",
+    "SOFTMAX_FLOPS_PER_ELEMENT", "XENT_FLOPS_PER_ELEMENT", "LSTM_POINTWISE_FLOPS",
 ]

@@ -1,4 +1,4 @@
-"""Pointwise and normalising ops: elementwise, batch and layer norm, softmax, cross-entropy."""
+"""Pointwise and normalising ops: elementwise, dropout, GeLU, batch and layer norm, softmax, cross-entropy."""
 
 from __future__ import annotations
 
@@ -25,6 +25,12 @@ SOFTMAX_FORWARD_FLOPS = 5
 # Softmax plus log and pick (6), and the logits' gradient p - onehot, scaled (5).
 XENT_FLOPS_PER_ELEMENT = 11
 XENT_FORWARD_FLOPS = 6
+# Dropout: the mask's product forward (1), the same product backward (1); drawing the mask is not counted.
+DROPOUT_FLOPS_PER_ELEMENT = 2
+# Bytes per element of a dropout mask: one byte (a bool), whatever the activations' precision.
+DROPOUT_MASK_BYTES = 1
+# GeLU: the value forward (1), its derivative and the chain-rule product backward (2), as a fused pointwise op.
+GELU_FLOPS_PER_ELEMENT = 3
 
 
 def _elementwise_flops(layer, blk):
@@ -58,6 +64,58 @@ def elementwise(name: str, shape: Sequence[int], dims: Sequence[str], *, inputs:
         outputs=(TensorSpec(shape, dims, "y"),),
         params=params(shape=shape, dims=dims, inputs=inputs, pointwise=pointwise),
     )
+
+
+def _unary_layer(op: str, name: str, shape: Sequence[int], dims: Sequence[str]) -> Layer:
+    """A one-input, one-output pointwise layer of op ``op`` over ``dims`` (every tensor indexes every dimension)."""
+    shape = tuple(shape)
+    dims = check_letters(name, dims, shape)
+    return Layer(name, op, dims, shape, inputs=(TensorSpec(shape, dims, "x"),), outputs=(TensorSpec(shape, dims, "y"),),
+                 params=params(shape=shape, dims=dims))
+
+
+def _dropout_flops(layer, blk):
+    elements = np.prod(blk, axis=1)
+    forward = DROPOUT_FLOPS_PER_ELEMENT / 2
+    return Flops(forward=forward * elements, backward=np.zeros(len(blk)),
+                 inputs=((DROPOUT_FLOPS_PER_ELEMENT - forward) * elements,))
+
+
+def _dropout_mask(layer, cfg, blk):
+    return block_elements(layer, layer.outputs[0], cfg)
+
+
+@register("Dropout", _dropout_flops, no_collectives, contraction=False,
+          saved=lambda layer: (frozenset(), frozenset()), saved_extra=_dropout_mask,
+          saved_extra_bytes=DROPOUT_MASK_BYTES)
+def dropout(name: str, shape: Sequence[int], dims: Sequence[str]) -> Layer:
+    """Dropout (training mode): ``y = x * mask / (1 - p)``, elementwise over ``dims``.
+
+    Keeps for backward only its mask, ``DROPOUT_MASK_BYTES`` (1) byte per
+    element whatever the activations' precision, not its input. FLOPs:
+    ``DROPOUT_FLOPS_PER_ELEMENT`` (2) per element, the mask's product forward
+    and backward (drawing the mask is not counted). No communication.
+    """
+    return _unary_layer("Dropout", name, shape, dims)
+
+
+def _gelu_flops(layer, blk):
+    elements = np.prod(blk, axis=1)
+    return Flops(forward=elements, backward=np.zeros(len(blk)), inputs=((GELU_FLOPS_PER_ELEMENT - 1) * elements,))
+
+
+@register("Gelu", _gelu_flops, no_collectives, contraction=False,
+          saved=lambda layer: (frozenset({0}), frozenset()))
+def gelu(name: str, shape: Sequence[int], dims: Sequence[str]) -> Layer:
+    """GeLU as a vertex of its own (not fused into the product before it), elementwise over ``dims``.
+
+    Keeps its input for backward (its derivative is a function of the input),
+    as Megatron-LM's unfused GeLU does; the next product keeps the output, so
+    both count. FLOPs: ``GELU_FLOPS_PER_ELEMENT`` (3) per element, the value
+    forward, the derivative and the chain-rule product backward (a fused
+    pointwise op's count). No communication.
+    """
+    return _unary_layer("Gelu", name, shape, dims)
 
 
 def _norm_flops(layer, blk):

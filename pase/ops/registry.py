@@ -19,7 +19,9 @@ its module and its tests only. A spec holds:
 * ``contraction``: whether the contraction rule below applies;
 * ``saved(layer)``: which inputs and outputs the backward pass reads (the
   memory model counts them), and ``saved_extra(layer, cfg, block)`` elements it
-  keeps besides (softmax probabilities, LSTM gates);
+  keeps besides (softmax probabilities, LSTM gates), each of
+  ``saved_extra_bytes`` bytes (``None``: the activations' bytes per element;
+  ``1`` for a dropout mask, whatever the precision);
 * ``spatial_dims``: dimensions split only when the options allow (image rows);
 * ``onnx``: the ONNX operators :func:`pase.io.onnx.from_onnx` imports as this
   op (the converters live in :mod:`pase.io.onnx`, which the ops never import);
@@ -77,12 +79,17 @@ class Collective:
         The group: devices that differ only in these dimensions of the layer.
     what : str
         Short description (``"y partial sums"``, ``"weight gradient"``...).
+    weight_gradient : bool
+        Whether it reduces a weight's gradient: once per training step,
+        whatever the microbatches (a pipeline accumulates them), where the
+        others run for every microbatch.
     """
 
     kind: str
     elements: np.ndarray
     dims: tuple[str, ...]
     what: str = ""
+    weight_gradient: bool = False
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -147,6 +154,7 @@ class OpSpec:
     contraction: bool = True
     saved: Callable[[Layer], tuple[frozenset[int], frozenset[int]]] = _saves_inputs
     saved_extra: Callable[[Layer, np.ndarray, np.ndarray], np.ndarray] = field(default=_no_extra)
+    saved_extra_bytes: int | None = None
     spatial_dims: tuple[str, ...] = ()
     onnx: tuple[str, ...] = ()
 
@@ -200,11 +208,11 @@ OPS: dict[str, OpSpec] = {}
 
 
 def register(name, flops, collectives=None, *, contraction=True, saved=_saves_inputs, saved_extra=_no_extra,
-             spatial_dims=(), onnx=()):
+             saved_extra_bytes=None, spatial_dims=(), onnx=()):
     """Decorator registering a builder as op ``name`` with its rules (:class:`OpSpec`)."""
     def wrap(build):
         OPS[name] = OpSpec(name, build, flops, collectives or weight_gradient_collectives, contraction,
-                           saved, saved_extra, spatial_dims, tuple(onnx))
+                           saved, saved_extra, saved_extra_bytes, spatial_dims, tuple(onnx))
         return build
 
     return wrap
@@ -335,7 +343,7 @@ def weight_gradient_collectives(layer: Layer, cfg: np.ndarray, block: np.ndarray
     """
     out_dims = {a for t in layer.outputs for a in t.axes}
     return [Collective("allreduce", block_elements(layer, w, cfg), tuple(d for d in missing_dims(layer, w) if d in out_dims),
-                       f"{w.name} weight gradient")
+                       f"{w.name} weight gradient", weight_gradient=True)
             for w in layer.weights]
 
 

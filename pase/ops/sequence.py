@@ -69,7 +69,7 @@ def _lstm_collectives(layer, cfg, blk, options=CollectiveOptions()):
         Collective("allreduce", b * s * d, ("e",), "x gradient"),
         # Activations and gradients between stages.
         Collective("exchange", np.where(column(layer, cfg, "l") > 1, 2.0 * b * s * e, 0.0), ("l",), "pipeline stages"),
-    ] + [Collective("allreduce", block_elements(layer, w, cfg), ("b",), f"{w.name} weight gradient")
+    ] + [Collective("allreduce", block_elements(layer, w, cfg), ("b",), f"{w.name} weight gradient", weight_gradient=True)
          for w in layer.weights]
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
+from pase.errors import ConfigurationError
 from pase.ir.configs import ConfigOptions, split_factors
 from pase.ir.graph import Graph, Layer
 
@@ -21,6 +22,7 @@ __all__ = [
     "Baseline",
     "BASELINES",
     "data_parallel_config",
+    "tensor_parallel_strategy",
 ]
 
 BATCH = "b"
@@ -46,6 +48,50 @@ def data_parallel_config(layer: Layer, devices: int, options: ConfigOptions = Co
     Layers without a batch dimension are replicated.
     """
     return _config(layer, {BATCH: _largest(layer, BATCH, devices, options)})
+
+
+def tensor_parallel_strategy(graph: Graph, tensor: int, context: int = 1,
+                             sequence_parallel: bool = False) -> dict[str, tuple[int, ...]]:
+    """Megatron-LM's layer splits on one group of ``tensor x context`` devices (one pipeline stage's replica).
+
+    Tensor parallelism splits the first model dimension a layer has
+    (vocabulary ``v``, heads ``h``, feed-forward ``e``) ``tensor`` ways:
+    column- then row-parallel products, heads split, a vocabulary-parallel
+    embedding and loss. Context parallelism splits the sequence ``s`` of
+    every layer ``context`` ways (a key dimension ``k`` stays whole, so keys
+    and values are all-gathered). Sequence parallelism also splits ``s``
+    ``tensor`` ways in the layers without a model dimension (norms, dropouts,
+    residual adds); otherwise they are replicated over the tensor group. A
+    vocabulary ``tensor`` does not divide stays whole (Megatron pads it to a
+    multiple instead; GPT-2's 50,257).
+
+    Raises
+    ------
+    ConfigurationError
+        A split does not divide the dimension it splits (heads not a multiple
+        of ``tensor``, a sequence not a multiple of ``context``); the message
+        names the layer and the fix.
+    """
+    def split(layer: Layer, dim: str, ways: int, role: str) -> int:
+        base = layer.split_base[layer.dims.index(dim)]
+        if base % ways:
+            raise ConfigurationError(
+                f"{role} size {ways} does not divide dimension {dim!r} (size {layer.size_of[dim]}) of layer "
+                f"{layer.name!r}; choose a {role} size that divides it")
+        return ways
+
+    strategy = {}
+    for layer in graph:
+        splits = {}
+        model = next((d for d in MODEL_DIMS if d in layer.dims), None)
+        if model is not None and tensor > 1 and not (model == "v" and layer.split_base[layer.dims.index("v")] % tensor):
+            splits[model] = split(layer, model, tensor, "tensor-parallel")
+        sequence = context * (tensor if sequence_parallel and model is None else 1)
+        if "s" in layer.dims and sequence > 1:
+            splits["s"] = split(layer, "s", sequence,
+                                "context-parallel" if sequence == context else "sequence-parallel (tensor x context)")
+        strategy[layer.name] = _config(layer, splits)
+    return strategy
 
 
 def _parameter_parallel_config(layer: Layer, devices: int, options: ConfigOptions) -> tuple[int, ...]:

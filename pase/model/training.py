@@ -1,0 +1,728 @@
+"""Step time and memory of 3-D parallel training: tensor, context, data and pipeline parallelism.
+
+A :class:`Parallelism` places ``N = t x c x d x p`` devices on the cluster's
+mesh, innermost first: a *group* of ``t x c`` devices (tensor and context
+parallelism) runs every layer of one pipeline stage under per-layer splits
+(Megatron's rule, :func:`~pase.strategies.baselines.tensor_parallel_strategy`,
+or any strategy of the graph on that group); ``d`` groups replicate it (data
+parallelism); ``p`` stages, each ``v`` chunks under the interleaved
+schedule, cut the layers into ``p v`` contiguous virtual stages. The global
+batch ``G`` splits into ``m = G / (d b)`` microbatches of ``b`` samples per
+replica. A group size that does not tile the mesh is refused.
+
+Per microbatch (the graph built at batch ``b``, costed on the group by
+:mod:`pase.model.cost`), layer ``i`` takes ``f_i`` forward and ``b_i``
+backward seconds: its forward FLOPs at peak, the rest of its FLOPs at peak,
+and its activation communication (inside the layer and on its incoming
+edges) half in each, since forward and backward move the same volumes.
+Weight-gradient reductions are left out of ``f`` and ``b``: they run once a
+step (below). Recomputation adds to ``b_i``: ``full`` the whole forward
+(communication included, as Megatron re-runs it), ``selective`` the FLOPs of
+the attention core (the score product and the softmax and dropout between it
+and the context product).
+
+Stages: unless the cuts are given, the layer order is cut into ``p v``
+contiguous pieces minimising the slowest piece's ``f + b`` (any cut of the
+topological order). Every tensor crossing a cut is sent once (however many
+layers read it), ``1/(t c)`` of it per device (Megatron's scatter-gather),
+across the mesh axis the pipeline's neighbours differ in, at every boundary
+between its producer and its last consumer. The schedule's step time
+is :func:`pase.model.pipeline.simulate`'s.
+
+Gradients, once a step, per device: its group's weight-gradient reductions
+(the cost model's), then its weight blocks reduced over the ``d`` replicas: an
+all-reduce (ZeRO 0), a reduce-scatter and an all-gather of the updated weights
+(ZeRO 1 and 2: the same time). ZeRO 3 instead all-gathers a layer's weights
+before its forward and again before its backward and reduce-scatters its
+gradient, every microbatch (DeepSpeed's schedule), inside ``f`` and ``b``.
+``overlap`` hides each device's reduction behind its last backward.
+
+Memory per device of a stage (the peak at the start of the first backward):
+
+* weights, gradients and optimizer state of its layers' blocks, from
+  :class:`~pase.model.memory.MemoryOptions` (mixed-precision Adam: 2 + 2 + 12
+  bytes per parameter), the optimizer state sharded over the ``d`` replicas
+  under ZeRO 1, the gradients too under 2, the weights too under 3
+  (Rajbhandari et al.: ``4 + 12/d``, ``2 + 14/d``, ``16/d``);
+* activations: what each layer keeps for backward on the group
+  (:func:`pase.model.memory.activation_bytes`) times the microbatches the
+  schedule holds on that device (:func:`pase.model.pipeline.in_flight`).
+  Sequence parallelism keeps each gathered input at its producer's smaller
+  block (re-gathered in the backward, as Megatron does); selective
+  recomputation keeps nothing the attention core produces; full
+  recomputation keeps only each block's input (blocks: layers whose names
+  share a numbered prefix, ``h.3`` for ``h.3.attn.q``) and, transiently, one
+  block's activations while it is recomputed;
+* transient: the largest communication buffer, the largest layer's gathered
+  weights under ZeRO 3, and the reserve.
+
+Model FLOPs are the graph's training FLOPs (:func:`pase.analysis.throughput.model_flops`)
+at the global batch; MFU divides them by ``N x peak x step time``, HFU adds
+the recomputed FLOPs. Peak is the cluster's figure (a published specification
+for the presets).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from dataclasses import dataclass, field, replace
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from pase.errors import ConfigurationError
+from pase.hardware.cluster import Cluster
+from pase.hardware.mesh import DeviceMesh
+from pase.ir.configs import ConfigOptions
+from pase.ir.graph import Graph, Layer
+from pase.model.cost import build_cost_model
+from pase.model.memory import MemoryOptions, activation_bytes, build_memory_model
+from pase.model.pipeline import SCHEDULES, ScheduleResult, in_flight, simulate
+from pase.ops import OPS, block_elements
+
+__all__ = ["RECOMPUTE", "Parallelism", "StageReport", "TrainingPlan", "LayerTimes", "evaluate_training",
+           "layer_times", "assemble", "check_devices", "group_extents", "balanced_cuts", "attention_core", "blocks"]
+
+RECOMPUTE = ("none", "selective", "full")
+
+GraphSource = Callable[[int], Graph] | Graph
+
+
+def _positive(name: str, value, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{name} must be a positive integer, not {value!r}")
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """One 3-D parallel training configuration (see the module docstring).
+
+    Parameters
+    ----------
+    tensor, context, data, pipeline : int
+        Tensor-, context-, data-parallel and pipeline sizes ``t c d p``.
+    virtual_stages : int
+        Chunks per device ``v`` (more than 1: the interleaved schedule).
+    microbatch_size : int
+        Samples per microbatch per data-parallel replica, ``b``.
+    global_batch : int
+        Samples per step, ``G``; a multiple of ``d b``.
+    sequence_parallel : bool
+        Megatron's sequence parallelism in the layers between tensor-parallel products.
+    recompute : str
+        ``"none"``, ``"selective"`` or ``"full"`` activation recomputation.
+    zero : int
+        ZeRO stage 0 to 3 over the data-parallel replicas.
+    schedule : str or None
+        ``"1f1b"``, ``"interleaved"`` or ``"gpipe"``; ``None``: interleaved
+        when ``virtual_stages > 1``, else 1F1B.
+    stage_cuts : tuple of int or None
+        Positions in the graph's layer order where virtual stages 1 ..
+        ``p v - 1`` begin; ``None``: balanced (module docstring).
+    overlap : bool
+        Overlap each device's gradient reduction with its last backward.
+
+    Raises
+    ------
+    ConfigurationError
+        A size is not a positive integer, ZeRO is not 0-3, the recomputation
+        or schedule is unknown, ``v > 1`` without the interleaved schedule,
+        or the batch does not split (:meth:`microbatches`).
+    """
+
+    tensor: int = 1
+    pipeline: int = 1
+    data: int = 1
+    context: int = 1
+    virtual_stages: int = 1
+    microbatch_size: int = 1
+    global_batch: int = 1
+    sequence_parallel: bool = False
+    recompute: str = "none"
+    zero: int = 0
+    schedule: str | None = None
+    stage_cuts: tuple[int, ...] | None = None
+    overlap: bool = False
+
+    def __post_init__(self):
+        for name in ("tensor", "pipeline", "data", "context", "virtual_stages", "microbatch_size", "global_batch"):
+            _positive(name.replace("_", " "), getattr(self, name))
+        if self.recompute not in RECOMPUTE:
+            raise ConfigurationError(f"unknown recomputation {self.recompute!r}; choose one of {', '.join(RECOMPUTE)}")
+        if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
+            raise ConfigurationError(f"ZeRO stage must be 0, 1, 2 or 3, not {self.zero!r}")
+        if self.schedule is None:
+            object.__setattr__(self, "schedule", "interleaved" if self.virtual_stages > 1 else "1f1b")
+        if self.schedule not in SCHEDULES:
+            raise ConfigurationError(f"unknown pipeline schedule {self.schedule!r}; choose one of {', '.join(SCHEDULES)}")
+        if self.virtual_stages > 1 and self.schedule != "interleaved":
+            raise ConfigurationError(f"{self.virtual_stages} virtual stages per device need the interleaved schedule, "
+                                     f"not {self.schedule}")
+        if self.stage_cuts is not None:
+            object.__setattr__(self, "stage_cuts", tuple(int(c) for c in self.stage_cuts))
+        self.microbatches  # noqa: B018 - validates the batch split
+
+    @property
+    def devices(self) -> int:
+        """``t x c x d x p``."""
+        return self.tensor * self.context * self.data * self.pipeline
+
+    @property
+    def group(self) -> int:
+        """Devices of one stage replica, ``t x c``."""
+        return self.tensor * self.context
+
+    @property
+    def microbatches(self) -> int:
+        """``m = G / (d b)``.
+
+        Raises ``ConfigurationError`` when ``G`` is not a multiple of ``d b``
+        or the interleaved schedule gets an ``m`` that is not a multiple of ``p``.
+        """
+        per_step = self.data * self.microbatch_size
+        if self.global_batch % per_step:
+            raise ConfigurationError(
+                f"the global batch {self.global_batch} does not split into microbatches of {self.microbatch_size} "
+                f"over {self.data} data-parallel replicas (it must be a multiple of {per_step})")
+        m = self.global_batch // per_step
+        if self.schedule == "interleaved" and m % self.pipeline:
+            raise ConfigurationError(
+                f"the interleaved schedule needs the {m} microbatches to be a multiple of the {self.pipeline} "
+                "pipeline stages; change the microbatch size or the global batch")
+        return m
+
+    def describe(self) -> str:
+        """Short label, ``"t8 p2 d32 mb1 1f1b"``."""
+        parts = [f"t{self.tensor}"] + ([f"c{self.context}"] if self.context > 1 else []) + [
+            f"p{self.pipeline}", f"d{self.data}", f"mb{self.microbatch_size}"]
+        parts.append(f"v{self.virtual_stages}" if self.virtual_stages > 1 else self.schedule)
+        parts += (["sp"] if self.sequence_parallel else []) + (
+            [f"recompute {self.recompute}"] if self.recompute != "none" else []) + (
+            [f"zero{self.zero}"] if self.zero else [])
+        return " ".join(parts)
+
+
+def group_extents(mesh: DeviceMesh, sizes: Sequence[int], names: Sequence[str]) -> list[tuple[int, ...]]:
+    """Place groups of ``sizes`` (innermost first) on ``mesh``; per group, its extent on every mesh axis.
+
+    A group fills the innermost axis left before moving out: its size must
+    divide what is left of an axis, or be a multiple of it.
+
+    Raises
+    ------
+    ConfigurationError
+        The sizes do not multiply to the mesh's devices, or a group does not
+        tile the mesh (``names`` name it in the message).
+    """
+    if math.prod(sizes) != mesh.devices:
+        raise ConfigurationError(
+            f"{' x '.join(f'{n} {s}' for n, s in zip(names, sizes))} = {math.prod(sizes):,} devices, but the cluster "
+            f"has {mesh.devices:,}; choose sizes whose product is the device count")
+    left = list(mesh.shape)
+    axis = len(left) - 1
+    out = []
+    for size, name in zip(sizes, names):
+        extents = [1] * len(left)
+        need = size
+        while need > 1:
+            while axis >= 0 and left[axis] == 1:
+                axis -= 1
+            if need <= left[axis] and left[axis] % need == 0:
+                extents[axis] *= need
+                left[axis] //= need
+                need = 1
+            elif need % left[axis] == 0:
+                extents[axis] *= left[axis]
+                need //= left[axis]
+                left[axis] = 1
+            else:
+                raise ConfigurationError(
+                    f"the {name} size {size} does not fit the device mesh {mesh}: {left[axis]} devices are left on "
+                    f"its {mesh.axes[axis].name!r} axis, which {size} must divide or be a multiple of; choose sizes "
+                    "that follow the nodes")
+        out.append(tuple(extents))
+    return out
+
+
+def _sub_cluster(cluster: Cluster, extents: Sequence[int]) -> Cluster:
+    """The cluster's hardware on the devices of one group of mesh ``extents``."""
+    axes = tuple(replace(a, size=k) for a, k in zip(cluster.mesh.axes, extents) if k > 1)
+    if not axes:
+        axes = (replace(cluster.mesh.axes[-1], size=1),)
+    return replace(cluster, devices=math.prod(extents), mesh_axes=axes, devices_per_node=None, inter_bandwidth_Bps=None)
+
+
+def attention_core(graph: Graph) -> frozenset[str]:
+    """Layers of the attention core: products of two activations whose output outgrows both, and the
+    non-contraction layers fed only by the core (the softmax and dropout before the context product)."""
+    core: set[str] = set()
+    for layer in graph.layers:
+        feeds = [e.src for e in graph.in_edges(layer.name)]
+        spec = OPS[layer.op]
+        if spec.contraction:
+            out = max(t.size for t in layer.outputs)
+            if not layer.weights and len(layer.inputs) >= 2 and all(out > t.size for t in layer.inputs):
+                core.add(layer.name)
+        elif feeds and all(src in core for src in feeds):
+            core.add(layer.name)
+    return frozenset(core)
+
+
+def blocks(graph: Graph) -> dict[str, str]:
+    """Layer name -> its block for full recomputation: the name up to its first numbered part
+    (``h.3`` for ``h.3.attn.q``); a layer without one is its own block."""
+    out = {}
+    for layer in graph.layers:
+        parts = layer.name.split(".")
+        num = next((i for i, p in enumerate(parts) if p.isdigit()), None)
+        out[layer.name] = ".".join(parts[:num + 1]) if num is not None and num + 1 < len(parts) else layer.name
+    return out
+
+
+def balanced_cuts(times: Sequence[float], pieces: int) -> tuple[int, ...]:
+    """Cut ``times`` (per layer, in order) into ``pieces`` non-empty runs minimising the largest run's sum.
+
+    Returns the start index of runs 1 .. pieces - 1. Exact: a binary search
+    over the run sums, each tried greedily.
+
+    Raises ``ConfigurationError`` when there are fewer layers than pieces.
+    """
+    n = len(times)
+    if pieces > n:
+        raise ConfigurationError(f"{pieces} pipeline stages need at least {pieces} layers; the graph has {n}")
+    prefix = [0.0, *itertools.accumulate(float(t) for t in times)]
+
+    def greedy(limit: float) -> list[int] | None:
+        cuts, start = [], 0
+        slack = limit * (1 + 1e-12)
+        for k in range(pieces - 1):
+            # The furthest end keeping the run within limit, leaving a layer for each later run.
+            end = min(bisect.bisect_right(prefix, prefix[start] + slack) - 1, n - (pieces - 1 - k))
+            if end <= start:
+                return None
+            cuts.append(end)
+            start = end
+        return cuts if prefix[n] - prefix[start] <= slack else None
+
+    lo, hi = max((float(t) for t in times), default=0.0), prefix[n]
+    best = greedy(hi) or list(range(1, pieces))
+    while hi - lo > 1e-12 * max(hi, 1e-30):
+        mid = (lo + hi) / 2
+        found = greedy(mid)
+        if found is None:
+            lo = mid
+        else:
+            hi, best = mid, found
+    return tuple(best)
+
+
+@dataclass(frozen=True)
+class StageReport:
+    """One device position of the pipeline: its chunks' layers, times per microbatch and memory per device (bytes).
+
+    ``layers`` lists, per chunk, the first and last layer name of its run.
+    """
+
+    index: int
+    layers: tuple[tuple[str, str], ...]
+    layer_count: int
+    forward_s: float
+    backward_s: float
+    send_s: float
+    reduce_s: float
+    in_flight: float
+    weights_bytes: float
+    gradient_bytes: float
+    optimizer_bytes: float
+    activation_bytes: float
+    transient_bytes: float
+    memory_bytes: float
+
+    def to_dict(self) -> dict:
+        """Plain types for JSON."""
+        return {"index": self.index, "layers": [list(r) for r in self.layers], "layer_count": self.layer_count,
+                "forward_s": self.forward_s, "backward_s": self.backward_s, "send_s": self.send_s,
+                "reduce_s": self.reduce_s, "in_flight_microbatches": self.in_flight,
+                "weights_bytes": self.weights_bytes, "gradient_bytes": self.gradient_bytes,
+                "optimizer_bytes": self.optimizer_bytes, "activation_bytes": self.activation_bytes,
+                "transient_bytes": self.transient_bytes, "memory_bytes": self.memory_bytes}
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """A configuration's modelled training step.
+
+    Attributes
+    ----------
+    parallelism : Parallelism
+        The configuration (its ``stage_cuts`` filled in).
+    cluster : Cluster
+    graph_name : str
+    step_time_s : float
+    stages : tuple of StageReport
+        One per pipeline device position.
+    schedule : ScheduleResult
+    model_flops_per_step, hardware_flops_per_step : float
+        Training FLOPs of the global batch, without and with recomputation.
+    memory_capacity_bytes : float or None
+    label : str
+    chosen : tuple of str
+        Options the caller left out and the evaluation chose (``"microbatch size"``...).
+    """
+
+    parallelism: Parallelism
+    cluster: Cluster
+    graph_name: str
+    step_time_s: float
+    stages: tuple[StageReport, ...]
+    schedule: ScheduleResult
+    model_flops_per_step: float
+    hardware_flops_per_step: float
+    memory_capacity_bytes: float | None
+    tokens_per_sample: int | None = None
+    label: str = ""
+    chosen: tuple[str, ...] = field(default=())
+
+    @property
+    def memory_per_device_bytes(self) -> float:
+        """The largest per-device memory over the stages."""
+        return max(s.memory_bytes for s in self.stages)
+
+    @property
+    def fits_memory(self) -> bool | None:
+        """Whether every stage fits the capacity (None: capacity unknown)."""
+        cap = self.memory_capacity_bytes
+        return None if cap is None else self.memory_per_device_bytes <= cap
+
+    def _rate(self, flops: float) -> float | None:
+        return flops / self.step_time_s if self.step_time_s > 0 else None
+
+    @property
+    def model_flops_per_device_per_s(self) -> float | None:
+        """Model FLOPs per device per second."""
+        rate = self._rate(self.model_flops_per_step)
+        return None if rate is None else rate / self.parallelism.devices
+
+    @property
+    def mfu(self) -> float | None:
+        """Model FLOPs utilisation against the cluster's peak."""
+        rate = self.model_flops_per_device_per_s
+        return None if rate is None else rate / self.cluster.peak_flops
+
+    @property
+    def hfu(self) -> float | None:
+        """Hardware FLOPs utilisation: recomputed FLOPs counted too."""
+        rate = self._rate(self.hardware_flops_per_step)
+        return None if rate is None else rate / self.parallelism.devices / self.cluster.peak_flops
+
+    def to_dict(self) -> dict:
+        """The JSON of ``pase evaluate --tp ...``: step time, memory, rates, the pipeline and its stages."""
+        p = self.parallelism
+        samples = p.global_batch / self.step_time_s if self.step_time_s > 0 else None
+        return {
+            "graph": self.graph_name, "cluster": self.cluster.name, "devices": p.devices, "label": self.label,
+            "step_time_s": self.step_time_s,
+            "memory_per_device_bytes": self.memory_per_device_bytes,
+            "memory_capacity_bytes": self.memory_capacity_bytes, "fits_memory": self.fits_memory,
+            "model_flops_per_step": self.model_flops_per_step,
+            "hardware_flops_per_step": self.hardware_flops_per_step,
+            "model_flops_per_device_per_s": self.model_flops_per_device_per_s, "mfu": self.mfu, "hfu": self.hfu,
+            "samples_per_s": samples,
+            "tokens_per_s": None if samples is None or self.tokens_per_sample is None
+            else samples * self.tokens_per_sample,
+            "bubble_fraction": self.schedule.bubble_fraction,
+            "tensor_parallel": p.tensor, "context_parallel": p.context, "data_parallel": p.data,
+            "pipeline_parallel": p.pipeline, "sequence_parallel": p.sequence_parallel,
+            "zero_stage": p.zero, "recompute": p.recompute,
+            "pipeline": {
+                "stages": p.pipeline, "virtual_stages": p.virtual_stages, "schedule": p.schedule,
+                "microbatches": p.microbatches, "microbatch_size": p.microbatch_size,
+                "global_batch": p.global_batch, "stage_cuts": list(p.stage_cuts or ()),
+                "stages_detail": [s.to_dict() for s in self.stages],
+            },
+            "chosen_by_search": list(self.chosen),
+        }
+
+
+def _graph_at(source: GraphSource, batch: int) -> Graph:
+    if isinstance(source, Graph):
+        from pase.analysis.throughput import batch_size  # late: pase.analysis imports the planner
+
+        have = batch_size(source)
+        if have != batch:
+            raise ConfigurationError(
+                f"graph {source.name!r} is built for a batch of {have}, but a microbatch of {batch} samples per "
+                "replica is asked for; use a sample model (it is rebuilt at any batch) or give the graph at the "
+                "microbatch size")
+        return source
+    return source(batch)
+
+
+@dataclass(frozen=True)
+class LayerTimes:
+    """Per layer (graph order), seconds per microbatch on the group, and what stage memory needs."""
+
+    graph: Graph
+    layers: tuple[Layer, ...]
+    edges: np.ndarray  # (E, 3): producer index, consumer index, tensor index
+    tensor_elements: np.ndarray  # per tensor an edge carries, its elements
+    forward_s: np.ndarray
+    backward_s: np.ndarray
+    recompute_s: np.ndarray  # extra backward seconds under the configuration's recomputation
+    gradient_s: np.ndarray  # weight-gradient reductions inside the group, once a step
+    params: np.ndarray  # weight elements per device
+    activations: np.ndarray  # bytes kept per microbatch
+    buffers: np.ndarray
+    forward_flops: np.ndarray
+    recompute_flops: np.ndarray
+    block_transient: Mapping[str, float]
+    block_of: Mapping[str, str]
+    model_flops: float
+    cuts: dict = field(default_factory=dict, compare=False)  # balanced cuts already found, by stage count
+
+
+def layer_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int, ...]], par: Parallelism,
+                options: ConfigOptions = ConfigOptions(), memory: MemoryOptions = MemoryOptions(),
+                recompute: Sequence[str] | None = None) -> LayerTimes | dict[str, LayerTimes]:
+    """Per-layer seconds and bytes of one microbatch ``graph`` under ``strategy`` on ``par``'s ``t x c`` group.
+
+    Depends on ``par`` only through its group, sequence parallelism and
+    recomputation; :func:`assemble` turns it into a step. With ``recompute``
+    (a sequence of modes), returns mode -> times, costing the graph once.
+
+    Raises ``ConfigurationError`` when the sizes do not tile the cluster or a
+    layer's split is invalid on the group.
+    """
+    from pase.analysis.throughput import model_flops  # late: pase.analysis imports the planner
+
+    group = _sub_cluster(cluster, check_devices(par, cluster)[0])
+    configs = {name: np.array([cfg]) for name, cfg in strategy.items()}
+    cost = build_cost_model(graph, group, options, configs=configs)
+    rows = cost.breakdown({name: 0 for name in configs})
+    peak = cluster.peak_flops
+    layers = cost.layers
+    fwd_flops = np.array([float(OPS[l.op].flops(l, np.asarray(l.sizes, float)[None] / configs[l.name]).forward[0])
+                          for l in layers])
+    total_flops = np.array([r.compute_flops for r in rows])
+    grad = np.array([float(cost.gradient_comm_s[l.name][0]) for l in layers])
+    comm = np.array([r.intra_comm_s + r.edge_comm_s for r in rows]) - grad
+    forward = fwd_flops / peak + comm / 2
+    backward = (total_flops - fwd_flops) / peak + comm / 2
+    mem = build_memory_model(graph, group, memory, configs=configs)
+    params = np.array([float(sum(block_elements(l, w, configs[l.name])[0] for w in l.weights)) for l in layers])
+    index = {l.name: i for i, l in enumerate(layers)}
+    tensors = {key: t for t, key in enumerate(dict.fromkeys((e.src, e.src_output) for e in graph.edges))}
+    sizes = [graph.layer(src).outputs[out].size for src, out in tensors]
+    edges = np.array([(index[e.src], index[e.dst], tensors[(e.src, e.src_output)]) for e in graph.edges],
+                     dtype=np.int64).reshape(-1, 3)
+    bpe = group.bytes_per_element
+    plain = activation_bytes(graph, configs, bpe, memory.index_bytes, producer_blocks=par.sequence_parallel)
+    flops = model_flops(graph, options.cost_model)
+    out = {}
+    for mode in ((par.recompute,) if recompute is None else recompute):
+        core = attention_core(graph) if mode == "selective" else frozenset()
+        block_of = blocks(graph) if mode == "full" else {}
+        transient: dict[str, float] = {}
+        if mode == "full":
+            recompute_flops, recompute_s = fwd_flops.copy(), forward.copy()
+            acts = activation_bytes(graph, configs, bpe, memory.index_bytes, producer_blocks=par.sequence_parallel,
+                                    checkpoints=block_of)
+            for l in layers:
+                transient[block_of[l.name]] = transient.get(block_of[l.name], 0.0) + float(plain[l.name][0])
+        else:
+            recompute_flops = np.array([fwd_flops[i] if l.name in core else 0.0 for i, l in enumerate(layers)])
+            recompute_s = recompute_flops / peak
+            acts = activation_bytes(graph, configs, bpe, memory.index_bytes, producer_blocks=par.sequence_parallel,
+                                    dropped=core) if core else plain
+        out[mode] = LayerTimes(
+            graph=graph, layers=tuple(layers), edges=edges, tensor_elements=np.array(sizes, dtype=float),
+            forward_s=forward, backward_s=backward, recompute_s=recompute_s, gradient_s=grad,
+            params=params, activations=np.array([float(acts[l.name][0]) for l in layers]),
+            buffers=np.array([float(mem.buffer_bytes[l.name][0]) for l in layers]),
+            forward_flops=fwd_flops, recompute_flops=recompute_flops, block_transient=transient, block_of=block_of,
+            model_flops=flops)
+    return out[par.recompute] if recompute is None else out
+
+
+def evaluate_training(
+    source: GraphSource,
+    cluster: Cluster,
+    parallelism: Parallelism,
+    *,
+    strategy: Mapping[str, tuple[int, ...]] | None = None,
+    options: ConfigOptions = ConfigOptions(),
+    memory: MemoryOptions = MemoryOptions(),
+    memory_limit_bytes: float | None = None,
+    label: str = "",
+    record: bool = False,
+) -> TrainingPlan:
+    """Model one training step of ``parallelism`` on ``cluster`` (see the module docstring).
+
+    ``source`` builds the graph at a batch (``pase.models.batch_builder``), or
+    is a graph already at the microbatch size. ``strategy`` gives every
+    layer's split on the ``t x c`` group (default Megatron's,
+    :func:`~pase.strategies.baselines.tensor_parallel_strategy`).
+    ``memory_limit_bytes`` defaults to the cluster's memory. ``record`` keeps
+    every pipeline operation's times (for a Gantt chart).
+
+    Raises
+    ------
+    ConfigurationError
+        The sizes do not multiply to the cluster's devices or do not tile its
+        mesh, a split does not divide a dimension, there are fewer layers than
+        virtual stages, the stage cuts are not increasing positions inside the
+        layer order, or the batch does not split; each message names the
+        constraint.
+    GraphError
+        The graph cannot be built at the microbatch size.
+    """
+    from pase.strategies.baselines import tensor_parallel_strategy
+
+    par = parallelism
+    check_devices(par, cluster)
+    graph = _graph_at(source, par.microbatch_size)
+    if strategy is None:
+        strategy = tensor_parallel_strategy(graph, par.tensor, par.context, par.sequence_parallel)
+    lt = layer_times(graph, cluster, strategy, par, options, memory)
+    capacity = cluster.memory_bytes if memory_limit_bytes is None else memory_limit_bytes
+    return assemble(lt, cluster, par, memory, capacity, label=label, record=record)
+
+
+def _step_lower_bound(fq: Sequence[float], bq: Sequence[float], S: int, m: int, reduce: Sequence[float],
+                      overlap: bool) -> float:
+    """A lower bound of any schedule's step: device ``s`` cannot start before the first microbatch has passed
+    the stages before it, works ``m`` times its chunks' ``f + b``, and its last backward (chunk 0) must still
+    pass back through those stages; a serial reduction follows its own work."""
+    best = 0.0
+    for s in range(S):
+        busy = m * sum(fq[q] + bq[q] for q in range(s, len(fq), S))
+        tail = sum(bq[:s]) if s else (0.0 if overlap else reduce[0])
+        best = max(best, sum(fq[:s]) + busy + tail, busy + (0.0 if overlap else reduce[s]))
+    return best
+
+
+def check_devices(par: Parallelism, cluster: Cluster) -> list[tuple[int, ...]]:
+    """The mesh extents of the tensor x context, data and pipeline groups of ``par`` on ``cluster``.
+
+    Raises ``ConfigurationError`` when the sizes do not multiply to the
+    cluster's devices or do not tile its mesh (:func:`group_extents`).
+    """
+    if par.devices != cluster.devices:
+        raise ConfigurationError(
+            f"tensor {par.tensor} x context {par.context} x data {par.data} x pipeline {par.pipeline} = "
+            f"{par.devices:,} devices, but the cluster has {cluster.devices:,}; choose sizes whose product is "
+            "the device count")
+    return group_extents(cluster.mesh, (par.group, par.data, par.pipeline),
+                         ("tensor x context", "data-parallel", "pipeline"))
+
+
+def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: MemoryOptions, capacity: float | None,
+             *, label: str = "", record: bool = False, bound_s: float | None = None,
+             rejected: Callable[[float], None] | None = None) -> TrainingPlan | None:
+    """The step of ``par`` from its layers' times ``lt`` (:func:`layer_times` for the same group and options).
+
+    For searches: with ``bound_s``, returns None without simulating the
+    schedule when the step cannot beat it (a device's busy time alone
+    reaches it); with ``rejected``, a stage over ``capacity`` is not simulated
+    either: ``rejected(its bytes)`` is called and None returned.
+
+    Raises ``ConfigurationError`` as :func:`evaluate_training`.
+    """
+    from pase.analysis.throughput import sequence_length  # late: pase.analysis imports the planner
+
+    _, data_k, pipe_k = check_devices(par, cluster)
+    mesh = cluster.mesh
+    graph, layers = lt.graph, lt.layers
+    n, Q, S, v, m = len(layers), par.pipeline * par.virtual_stages, par.pipeline, par.virtual_stages, par.microbatches
+    if Q > n:
+        raise ConfigurationError(f"{Q} pipeline stages (x virtual stages) need at least {Q} layers; "
+                                 f"graph {graph.name!r} has {n}")
+    bpe = cluster.bytes_per_element
+    zero3_fwd = zero3_bwd = np.zeros(n)
+    if par.zero == 3 and par.data > 1:
+        gather = mesh.allgather_s(lt.params * bpe, np.tile(data_k, (n, 1)))
+        zero3_fwd, zero3_bwd = gather, 2 * gather  # gather again for the backward, reduce-scatter the gradient
+    f_layer = lt.forward_s + zero3_fwd
+    b_layer = lt.backward_s + lt.recompute_s + zero3_bwd
+    if par.stage_cuts is not None:
+        cuts = par.stage_cuts
+    else:
+        key = (Q, tuple(data_k) if par.zero == 3 and par.data > 1 else None)
+        if key not in lt.cuts:
+            lt.cuts[key] = balanced_cuts(f_layer + b_layer, Q)
+        cuts = lt.cuts[key]
+    if len(cuts) != Q - 1 or any(not 0 < c < n for c in cuts) or list(cuts) != sorted(set(cuts)):
+        raise ConfigurationError(f"stage cuts {list(cuts)} must be {Q - 1} increasing positions between 1 and {n - 1}")
+    par = replace(par, stage_cuts=tuple(cuts))
+    bounds = [0, *cuts, n]
+    stage_of = np.repeat(np.arange(Q), np.diff(bounds))
+    fq = np.add.reduceat(f_layer, bounds[:-1]).tolist()
+    bq = np.add.reduceat(b_layer, bounds[:-1]).tolist()
+
+    # Sends: each tensor crossing a boundary, 1/(t c) of it per device, across the pipeline's innermost axis.
+    first = np.zeros(len(lt.tensor_elements), dtype=np.int64)
+    last = np.zeros(len(lt.tensor_elements), dtype=np.int64)
+    first[lt.edges[:, 2]] = stage_of[lt.edges[:, 0]]
+    np.maximum.at(last, lt.edges[:, 2], stage_of[lt.edges[:, 1]])
+    change = np.zeros(Q + 1)
+    np.add.at(change, first, lt.tensor_elements)
+    np.add.at(change, last, -lt.tensor_elements)
+    crossing = np.cumsum(change)[:Q - 1] * bpe / par.group
+    pipe_axis = max((j for j, k in enumerate(pipe_k) if k > 1), default=len(pipe_k) - 1)
+    send = np.where(crossing > 0, mesh.send_recv_s(crossing, pipe_axis), 0.0).tolist()
+
+    # Per device position s: its chunks q = s, s + S, ... and their layers.
+    layer_dev = stage_of % S
+    params = np.bincount(layer_dev, lt.params, S)
+    reduce = np.bincount(layer_dev, lt.gradient_s, S)
+    if par.data > 1 and par.zero != 3:
+        reduce = reduce + mesh.allreduce_s(params * bpe, np.tile(data_k, (S, 1)))
+    reduce = reduce.tolist()
+    if bound_s is not None and _step_lower_bound(fq, bq, S, m, reduce, par.overlap) >= bound_s:
+        return None
+    held = in_flight(par.schedule, S, m, v)
+    per_param = memory.bytes_per_parameter(bpe)
+    d = par.data
+    shard = {"weights": d if par.zero >= 3 else 1, "gradients": d if par.zero >= 2 else 1,
+             "optimizer": d if par.zero >= 1 else 1}
+    acts = np.bincount(layer_dev, lt.activations, S) * np.array(held)
+    transient = np.zeros(S)
+    np.maximum.at(transient, layer_dev, lt.buffers)
+    if par.zero == 3 and d > 1:
+        gathered = np.zeros(S)
+        np.maximum.at(gathered, layer_dev, lt.params * bpe)
+        transient += gathered
+    if lt.block_transient:
+        recomputed = np.zeros(S)
+        np.maximum.at(recomputed, layer_dev, [lt.block_transient[lt.block_of[l.name]] for l in layers])
+        transient += recomputed
+    counts = np.bincount(layer_dev, minlength=S)
+    chunk_dev = np.arange(Q) % S
+    fdev, bdev = np.bincount(chunk_dev, fq, S), np.bincount(chunk_dev, bq, S)
+    sdev = np.bincount(chunk_dev[:Q - 1], send, S) if Q > 1 else np.zeros(S)
+    states = {k: params * per_param[k] / shard[k] for k in ("weights", "gradients", "optimizer")}
+    total = states["weights"] + states["gradients"] + states["optimizer"] + acts + transient + memory.reserved_bytes
+    if rejected is not None and capacity is not None and total.max() > capacity:
+        rejected(float(total.max()))
+        return None
+    stages = tuple(StageReport(
+        index=s, layers=tuple((layers[bounds[q]].name, layers[bounds[q + 1] - 1].name) for q in range(s, Q, S)),
+        layer_count=int(counts[s]), forward_s=float(fdev[s]), backward_s=float(bdev[s]), send_s=float(sdev[s]),
+        reduce_s=reduce[s], in_flight=held[s], weights_bytes=float(states["weights"][s]),
+        gradient_bytes=float(states["gradients"][s]), optimizer_bytes=float(states["optimizer"][s]),
+        activation_bytes=float(acts[s]), transient_bytes=float(transient[s]), memory_bytes=float(total[s]),
+    ) for s in range(S))
+    result = simulate(par.schedule, fq, bq, m, chunks=v, send_s=send, reduce_s=reduce, overlap=par.overlap,
+                      record=record)
+
+    replicas = m * d  # microbatch graphs per step
+    return TrainingPlan(
+        parallelism=par, cluster=cluster, graph_name=graph.name, step_time_s=result.step_time_s,
+        stages=stages, schedule=result, model_flops_per_step=lt.model_flops * replicas,
+        hardware_flops_per_step=(lt.model_flops + float(lt.recompute_flops.sum()) * par.group) * replicas,
+        memory_capacity_bytes=capacity, tokens_per_sample=sequence_length(graph), label=label or par.describe(),
+    )

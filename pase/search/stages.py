@@ -1,0 +1,254 @@
+"""The joint search of 3-D parallel training: every global knob, the layer splits inside a stage, the cuts.
+
+:func:`search_training` enumerates, for a model, a cluster and a global
+batch, every configuration of :class:`~pase.model.training.Parallelism` the
+space below allows and models each (:mod:`pase.model.training`), keeping the
+fastest whose every stage fits device memory:
+
+* tensor ``t``, context ``c``, data ``d`` and pipeline ``p`` sizes with
+  ``t c d p`` the cluster's devices, placed innermost first on the mesh (only
+  placements that tile it; ``p`` at most the layers);
+* microbatch sizes ``b`` dividing ``G / d`` (up to ``max_microbatch``);
+* schedules 1F1B, GPipe and interleaved with ``v`` in ``virtual_stages`` (when
+  the microbatches are a multiple of ``p``);
+* recomputation none, selective, full; ZeRO 0 to 3; sequence parallelism on or off;
+* the layer splits on each ``t x c`` group: Megatron's rule and, when
+  ``intra_search`` is on and the group has more than one device, the exact
+  per-layer search (:mod:`pase.search.exact`) of one microbatch on the group
+  with the weight-gradient reductions counted once per step (``1/m`` per
+  microbatch);
+* stage cuts: for each of the above, the time-balanced cut (the smallest
+  slowest stage, :func:`~pase.model.training.balanced_cuts`).
+
+Exact over that space: every configuration is modelled, except those
+skipped because a device's busy time alone already reaches the best step
+found (a lower bound of the step, so skipping never loses the optimum). The
+cuts are not searched for memory: a configuration whose balanced cut does
+not fit is dropped even if another cut would fit. The result carries
+``gap_bound_s``: its step time minus a lower bound of any cut of the same
+configuration (the average device load times ``m``), bounding what searching
+the cuts further could gain.
+
+Identical work is done once: the layer times of a (microbatch, group,
+sequence parallelism, recomputation, layer splits) are shared by every
+pipeline size, schedule and ZeRO stage.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Callable, Sequence
+
+from pase.errors import ConfigurationError, SearchTooLargeError
+from pase.hardware.cluster import Cluster
+from pase.ir.configs import ConfigOptions
+from pase.ir.graph import Graph
+from pase.model.cost import build_cost_model
+from pase.model.memory import InsufficientMemoryError, MemoryOptions
+from pase.model.pipeline import SCHEDULES
+from pase.model.training import RECOMPUTE, Parallelism, TrainingPlan, assemble, group_extents, layer_times
+from pase.search.solver import exact
+
+__all__ = ["TrainingSearch", "search_training", "divisors"]
+
+
+def divisors(n: int) -> list[int]:
+    """The divisors of ``n``, ascending."""
+    small = [k for k in range(1, int(n ** 0.5) + 1) if n % k == 0]
+    return sorted(set(small + [n // k for k in small]))
+
+
+@dataclass(frozen=True)
+class TrainingSearch:
+    """What :func:`search_training` found.
+
+    ``best`` is the fastest configuration that fits; ``runners_up`` the next
+    fastest distinct ones (best first), for "why this one";
+    ``configurations`` the number modelled and ``skipped`` those pruned by
+    the bound; ``gap_bound_s`` as the module docstring says.
+    """
+
+    best: TrainingPlan
+    runners_up: tuple[TrainingPlan, ...]
+    configurations: int
+    skipped: int
+    search_time_s: float
+    gap_bound_s: float
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        """The best plan's JSON plus the search's statistics and runners-up."""
+        out = self.best.to_dict()
+        out["search"] = {"configurations": self.configurations, "skipped_by_bound": self.skipped,
+                         "search_time_s": self.search_time_s, "gap_bound_s": self.gap_bound_s,
+                         "notes": list(self.notes)}
+        out["runners_up"] = [{"label": r.label, "step_time_s": r.step_time_s,
+                              "slower_by": r.step_time_s / self.best.step_time_s - 1 if self.best.step_time_s else None,
+                              "memory_per_device_bytes": r.memory_per_device_bytes} for r in self.runners_up]
+        return out
+
+
+def _groups(cluster: Cluster, devices: int, sequence: int | None, contexts: Sequence[int]):
+    """(t, c, d, p) placements that tile the mesh."""
+    for group in divisors(devices):
+        for c in contexts:
+            if group % c or (c > 1 and (sequence is None or sequence % c)):
+                continue
+            rest = devices // group
+            for p in divisors(rest):
+                d = rest // p
+                try:
+                    group_extents(cluster.mesh, (group, d, p), ("group", "data", "pipeline"))
+                except ConfigurationError:
+                    continue
+                yield group // c, c, d, p
+
+
+def search_training(
+    build: Callable[[int], Graph],
+    cluster: Cluster,
+    global_batch: int,
+    *,
+    options: ConfigOptions = ConfigOptions(),
+    memory: MemoryOptions = MemoryOptions(),
+    memory_limit_bytes: float | None = None,
+    tensor: Sequence[int] | None = None,
+    pipeline: Sequence[int] | None = None,
+    context: Sequence[int] = (1,),
+    microbatch_sizes: Sequence[int] | None = None,
+    max_microbatch: int = 8,
+    schedules: Sequence[str] = SCHEDULES,
+    virtual_stages: Sequence[int] = (2, 3, 4),
+    recompute: Sequence[str] = RECOMPUTE,
+    zero: Sequence[int] = (0, 1, 2, 3),
+    sequence_parallel: Sequence[bool] = (False, True),
+    intra_search: bool = False,
+    runners_up: int = 5,
+    progress: Callable[[int, int], None] | None = None,
+) -> TrainingSearch:
+    """Find the fastest 3-D parallel configuration that fits (see the module docstring).
+
+    ``build(batch)`` builds the model at a batch size. ``tensor``,
+    ``pipeline``, ``context`` and ``microbatch_sizes`` restrict those sizes
+    (default: all that tile the mesh; microbatches up to ``max_microbatch``);
+    the other sequences restrict their knob. ``memory_limit_bytes`` defaults to
+    the cluster's memory. ``progress(done, total)`` counts (microbatch, group) pairs.
+
+    Raises
+    ------
+    ConfigurationError
+        The global batch is not a positive integer, or the restrictions leave
+        nothing to try.
+    InsufficientMemoryError
+        No configuration fits; the message gives the least memory seen.
+    """
+    from pase.analysis.throughput import sequence_length
+    from pase.strategies.baselines import tensor_parallel_strategy
+
+    if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < 1:
+        raise ConfigurationError(f"the global batch must be a positive integer, not {global_batch!r}")
+    started = time.perf_counter()
+    capacity = cluster.memory_bytes if memory_limit_bytes is None else memory_limit_bytes
+    probe = build(1)
+    layers, sequence = len(probe), sequence_length(probe)
+    groups = [g for g in _groups(cluster, cluster.devices, sequence, context)
+              if (tensor is None or g[0] in tensor) and (pipeline is None or g[3] in pipeline) and g[3] <= layers]
+    work = sorted({(b, t, c) for t, c, d, p in groups for b in divisors(global_batch // d)
+                   if global_batch % d == 0 and (b in microbatch_sizes if microbatch_sizes else b <= max_microbatch)})
+    if not work:
+        raise ConfigurationError(
+            f"no configuration of {cluster.devices:,} devices and a global batch of {global_batch} is left to try: "
+            "the batch must be a multiple of the data-parallel size times the microbatch size; widen the sizes")
+    found: list[TrainingPlan] = []
+    best_s = float("inf")
+    modelled = skipped = 0
+    too_large: list[float] = []
+    notes: list[str] = []
+    for n, (b, t, c) in enumerate(work):
+        graph = build(b)
+        times: dict = {}  # layer times of this microbatch and group, shared by every pipeline size
+        splits = []
+        for sp in sequence_parallel:
+            if sp and t == 1:
+                continue
+            try:
+                splits.append((f"Megatron{' sp' if sp else ''}", sp, tensor_parallel_strategy(graph, t, c, sp)))
+            except ConfigurationError:
+                continue
+        for t_, c_, d, p in groups:
+            if (t_, c_) != (t, c) or global_batch % (d * b):
+                continue
+            m = global_batch // (d * b)
+            base = Parallelism(tensor=t, pipeline=p, data=d, context=c, microbatch_size=b, global_batch=global_batch)
+            if intra_search and t * c > 1:
+                searched = _intra_search(graph, cluster, base, m, options, notes)
+                if searched is not None:
+                    splits.append(("searched", False, searched))
+            for label, sp, strategy in splits:
+                key = (label, sp, id(strategy))
+                if key not in times:
+                    try:
+                        times[key] = layer_times(graph, cluster, strategy, replace(base, sequence_parallel=sp),
+                                                 options, memory, recompute=recompute)
+                    except ConfigurationError:
+                        times[key] = None
+                if times[key] is None:
+                    continue
+                for rc, lt in times[key].items():
+                    for schedule, v in [(s, 1) for s in schedules if s != "interleaved"] + (
+                            [("interleaved", v) for v in virtual_stages] if "interleaved" in schedules and p > 1
+                            else []):
+                        if (schedule == "interleaved" and (m % p or p * v > layers)) or (schedule == "gpipe" and p == 1):
+                            continue
+                        for z in zero:
+                            if z and d == 1:
+                                continue
+                            par = replace(base, sequence_parallel=sp, recompute=rc, zero=z, schedule=schedule,
+                                          virtual_stages=v)
+                            got = assemble(lt, cluster, par, memory, capacity, label=f"{par.describe()} ({label})",
+                                           bound_s=_bound(found, runners_up), rejected=too_large.append)
+                            modelled += 1
+                            if got is None:
+                                skipped += 1
+                                continue
+                            found.append(got)
+                            found.sort(key=lambda r: r.step_time_s)
+                            del found[runners_up + 1:]
+                            best_s = found[0].step_time_s
+        if progress is not None:
+            progress(n + 1, len(work))
+    if not found:
+        raise InsufficientMemoryError(
+            f"no configuration of {probe.name!r} on {cluster.devices:,} devices fits in "
+            f"{(capacity or 0) / 1e9:.3g} GB per device; more devices, a smaller global batch, ZeRO or "
+            "recomputation (if restricted), or more memory would help"
+            + (f"; the least any needs is {min(too_large) / 1e9:.3g} GB" if too_large else ""),
+            capacity or 0.0, min(too_large, default=0.0))
+    best = found[0]
+    lower = best.parallelism.microbatches * max(
+        (sum(s.forward_s + s.backward_s for s in best.stages) / len(best.stages)), 0.0)
+    return TrainingSearch(best=best, runners_up=tuple(found[1:]), configurations=modelled, skipped=skipped,
+                          search_time_s=time.perf_counter() - started, gap_bound_s=max(0.0, best_s - lower),
+                          notes=tuple(dict.fromkeys(notes)))
+
+
+def _bound(found: list[TrainingPlan], keep: int) -> float | None:
+    """Skip what cannot enter the kept list: slower than its last entry once it is full."""
+    return found[-1].step_time_s if len(found) > keep else None
+
+
+def _intra_search(graph: Graph, cluster: Cluster, par: Parallelism, microbatches: int, options: ConfigOptions,
+                  notes: list[str]) -> dict | None:
+    """The per-layer optimum of one microbatch on ``par``'s group, weight gradients counted once a step."""
+    from pase.model.training import _sub_cluster, check_devices
+
+    group = _sub_cluster(cluster, check_devices(par, cluster)[0])
+    try:
+        model = build_cost_model(graph, group, options)
+        result = exact()(model.cost_graph(gradient_share=1.0 / microbatches))
+    except SearchTooLargeError as exc:
+        notes.append(f"per-layer search skipped on {group.devices} devices: {exc}")
+        return None
+    return {layer.name: tuple(int(f) for f in model.configs[layer.name][int(result.assignment[i])])
+            for i, layer in enumerate(model.layers)}

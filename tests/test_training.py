@@ -1,0 +1,248 @@
+"""3-D parallel training: configurations, memory under ZeRO, step times by hand, the joint search by brute force."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from pase.errors import ConfigurationError
+from pase.hardware.cluster import Cluster
+from pase.hardware.mesh import MeshAxis
+from pase.model.pipeline import simulate
+from pase.model.training import Parallelism, attention_core, balanced_cuts, blocks, evaluate_training, group_extents
+from pase.models import batch_builder, sample
+from pase.search.stages import search_training
+
+SMALL = dict(layers=4, d_model=64, heads=4, seq=32, vocab=256)
+BUILD = batch_builder("gpt", **SMALL)
+
+
+def _cluster(devices=8, per_node=4, memory=None):
+    return Cluster(devices, 100e12, 100e9, 2, memory, "test", per_node, 10e9)
+
+
+def test_parameters_and_states_follow_zero_formulas():
+    # Rajbhandari et al.: 16, 4 + 12/d, 2 + 14/d, 16/d bytes per parameter with mixed-precision Adam.
+    d = 4
+    expected = {0: 16, 1: 4 + 12 / d, 2: 2 + 14 / d, 3: 16 / d}
+    params = sample("gpt", batch=1, **SMALL).parameter_count
+    for z, per_param in expected.items():
+        par = Parallelism(data=d, pipeline=2, global_batch=8, zero=z)
+        got = evaluate_training(BUILD, _cluster(), par)
+        states = sum(s.weights_bytes + s.gradient_bytes + s.optimizer_bytes for s in got.stages)
+        assert states == pytest.approx(params * per_param)
+
+
+def test_one_device_step_is_the_sum_of_its_layers():
+    # No parallelism, m microbatches in a row: m (f + b), no bubble, nothing to reduce.
+    par = Parallelism(global_batch=4, microbatch_size=1)
+    got = evaluate_training(BUILD, _cluster(1, 1), par)
+    (stage,) = got.stages
+    assert got.step_time_s == pytest.approx(4 * (stage.forward_s + stage.backward_s))
+    assert got.schedule.bubble_fraction == pytest.approx(0.0)
+    # All compute: the step is the model's FLOPs at peak, so MFU is 1.
+    assert got.mfu == pytest.approx(1.0)
+
+
+def test_data_parallel_reduction_is_a_ring_all_reduce_across_nodes():
+    # 2 nodes x 1 device: 2 (d - 1)/d x gradient bytes over the 10 GB/s network, once a step.
+    cluster = _cluster(2, 1)
+    par = Parallelism(data=2, global_batch=4, microbatch_size=1)
+    got = evaluate_training(BUILD, cluster, par)
+    grad_bytes = sample("gpt", batch=1, **SMALL).parameter_count * 2
+    assert got.stages[0].reduce_s == pytest.approx(2 * (1 / 2) * grad_bytes / 10e9)
+    alone = evaluate_training(BUILD, _cluster(1, 1), Parallelism(global_batch=2, microbatch_size=1))
+    assert got.step_time_s == pytest.approx(alone.step_time_s + got.stages[0].reduce_s)
+
+
+def test_pipeline_step_matches_the_schedule_of_its_stage_times():
+    par = Parallelism(pipeline=4, data=2, global_batch=16, microbatch_size=1)
+    got = evaluate_training(BUILD, _cluster(), par)
+    assert [s.layer_count for s in got.stages] and sum(s.layer_count for s in got.stages) == len(BUILD(1))
+    again = simulate("1f1b", [s.forward_s for s in got.stages], [s.backward_s for s in got.stages], 8,
+                     send_s=[s.send_s for s in got.stages[:-1]], reduce_s=[s.reduce_s for s in got.stages])
+    assert got.step_time_s == pytest.approx(again.step_time_s)
+    # 1F1B keeps S - s microbatches on stage s.
+    assert [s.in_flight for s in got.stages] == [4, 3, 2, 1]
+
+
+def test_the_search_bound_never_exceeds_the_simulated_step():
+    from pase.model.training import _step_lower_bound
+
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        S, v = int(rng.integers(1, 6)), int(rng.choice([1, 1, 2, 3]))
+        m = S * int(rng.integers(1, 4))
+        f, b = rng.uniform(0.1, 2, S * v), rng.uniform(0.1, 4, S * v)
+        send, reduce = rng.uniform(0, 0.5, S * v - 1), rng.uniform(0, 3, S)
+        overlap = bool(rng.integers(2))
+        for schedule in (["interleaved"] if v > 1 else ["1f1b", "gpipe"]):
+            step = simulate(schedule, f, b, m, chunks=v, send_s=send, reduce_s=reduce, overlap=overlap).step_time_s
+            assert _step_lower_bound(list(f), list(b), S, m, list(reduce), overlap) <= step * (1 + 1e-12)
+
+
+def test_recomputation_trades_memory_for_time():
+    base = dict(tensor=2, pipeline=2, data=2, global_batch=8, microbatch_size=2)
+    plain, selective, full = (evaluate_training(BUILD, _cluster(), Parallelism(**base, recompute=r))
+                              for r in ("none", "selective", "full"))
+    assert full.stages[0].activation_bytes < selective.stages[0].activation_bytes < plain.stages[0].activation_bytes
+    assert plain.step_time_s < selective.step_time_s < full.step_time_s
+    assert plain.hfu == pytest.approx(plain.mfu) and full.hfu > full.mfu
+
+
+def test_sequence_parallelism_shards_the_norm_activations():
+    base = dict(tensor=4, data=2, global_batch=8, microbatch_size=1)
+    off = evaluate_training(BUILD, _cluster(), Parallelism(**base))
+    on = evaluate_training(BUILD, _cluster(), Parallelism(**base, sequence_parallel=True))
+    assert on.stages[0].activation_bytes < off.stages[0].activation_bytes
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(tensor=2, data=2, global_batch=4), "devices, but the cluster has 8"),
+    (dict(tensor=8, global_batch=4), "does not divide dimension 'h'"),
+    (dict(pipeline=8, global_batch=8, microbatch_size=1), None),
+    (dict(tensor=3, data=1, pipeline=1, global_batch=3), "devices, but the cluster has 8"),
+    (dict(pipeline=2, data=4, global_batch=12, microbatch_size=1, virtual_stages=2), "multiple of the 2 pipeline"),
+    (dict(data=8, global_batch=12, microbatch_size=1), "multiple of 8"),
+])
+def test_impossible_configurations_name_the_constraint(kwargs, match):
+    if match is None:
+        evaluate_training(BUILD, _cluster(), Parallelism(**kwargs))  # 8 stages of a 4-block GPT: enough layers
+        with pytest.raises(ConfigurationError, match="need at least 1,?000 layers|need at least"):
+            evaluate_training(batch_builder("gpt", **{**SMALL, "layers": 1}), _cluster(1024, 8),
+                              Parallelism(pipeline=1024, global_batch=1024))
+        return
+    with pytest.raises(ConfigurationError, match=match):
+        evaluate_training(BUILD, _cluster(), Parallelism(**kwargs))
+
+
+def test_groups_that_do_not_follow_the_nodes_are_refused():
+    mesh = _cluster(24, 8).mesh  # 3 nodes x 8
+    assert group_extents(mesh, (8, 3, 1), ("t", "d", "p")) == [(1, 8), (3, 1), (1, 1)]
+    assert group_extents(mesh, (2, 4, 3), ("t", "d", "p")) == [(1, 2), (1, 4), (3, 1)]
+    with pytest.raises(ConfigurationError, match="the t size 3 does not fit"):
+        group_extents(mesh, (3, 8, 1), ("t", "d", "p"))
+
+
+def test_balanced_cuts_are_optimal_against_brute_force():
+    rng = np.random.default_rng(3)
+    for _ in range(30):
+        n, k = int(rng.integers(2, 9)), int(rng.integers(1, 5))
+        if k > n:
+            continue
+        times = rng.uniform(0.1, 5, n)
+        cuts = balanced_cuts(times, k)
+        best = min(max(times[a:b].sum() for a, b in zip((0, *c), (*c, n)))
+                   for c in itertools.combinations(range(1, n), k - 1))
+        got = max(times[a:b].sum() for a, b in zip((0, *cuts), (*cuts, n)))
+        assert got == pytest.approx(best)
+
+
+def test_attention_core_and_blocks_of_gpt():
+    g = sample("gpt", batch=1, **SMALL)
+    assert attention_core(g) == {f"h.{i}.attn.{n}" for i in range(4) for n in ("scores", "softmax")}
+    b = blocks(g)
+    assert b["h.2.attn.q"] == "h.2" and b["h.2.ln1"] == "h.2" and b["wte"] == "wte"
+
+
+SPACE = dict(schedules=("1f1b", "gpipe", "interleaved"), virtual_stages=(2,), recompute=("none", "selective", "full"),
+             zero=(0, 1, 2, 3), sequence_parallel=(False, True), microbatch_sizes=(1, 4))
+
+
+def _brute_force(cluster, batch):
+    """Every configuration of the search's space, each evaluated on its own."""
+    out = []
+    for t, c, p in itertools.product((1, 2, 4, 8), (1,), (1, 2, 4, 8)):
+        if cluster.devices % (t * p):
+            continue
+        d = cluster.devices // (t * p)
+        for b, sched, rc, z, sp in itertools.product(SPACE["microbatch_sizes"], SPACE["schedules"], SPACE["recompute"],
+                                                     SPACE["zero"], SPACE["sequence_parallel"]):
+            v = 2 if sched == "interleaved" else 1
+            if (z and d == 1) or (sp and t == 1) or (sched != "1f1b" and p == 1):
+                continue
+            try:
+                par = Parallelism(tensor=t, pipeline=p, data=d, context=c, microbatch_size=b, global_batch=batch,
+                                  schedule=sched, virtual_stages=v, recompute=rc, zero=z, sequence_parallel=sp)
+                out.append(evaluate_training(BUILD, cluster, par))
+            except ConfigurationError:
+                continue
+    return out
+
+
+@pytest.mark.parametrize("memory", [None, 0.12e9])
+def test_joint_search_equals_brute_force(memory):
+    cluster = _cluster(8, 4, memory)
+    found = search_training(BUILD, cluster, 16, **SPACE)
+    every = [r for r in _brute_force(cluster, 16) if r.fits_memory is not False]
+    assert found.best.fits_memory is not False
+    assert found.best.step_time_s == pytest.approx(min(r.step_time_s for r in every))
+    assert found.runners_up and all(r.step_time_s >= found.best.step_time_s for r in found.runners_up)
+
+
+def test_search_never_loses_to_data_parallelism_megatron_or_fsdp():
+    cluster = _cluster(8, 4, 0.2e9)
+    found = search_training(BUILD, cluster, 16)
+    baselines = [Parallelism(data=8, global_batch=16, microbatch_size=2),
+                 Parallelism(data=8, global_batch=16, microbatch_size=2, zero=3),
+                 Parallelism(tensor=4, data=2, global_batch=16, microbatch_size=1, sequence_parallel=True),
+                 Parallelism(tensor=2, pipeline=2, data=2, global_batch=16, microbatch_size=1, virtual_stages=2)]
+    for par in baselines:
+        got = evaluate_training(BUILD, cluster, par)
+        if got.fits_memory:
+            assert found.best.step_time_s <= got.step_time_s * (1 + 1e-9), par.describe()
+
+
+def test_intra_stage_search_is_never_worse_than_megatron():
+    cluster = _cluster(8, 4)
+    plain = search_training(BUILD, cluster, 16, tensor=(2, 4), recompute=("none",), zero=(0,))
+    searched = search_training(BUILD, cluster, 16, tensor=(2, 4), recompute=("none",), zero=(0,), intra_search=True)
+    assert searched.best.step_time_s <= plain.best.step_time_s * (1 + 1e-9)
+
+
+def test_a_search_that_cannot_fit_says_how_much_it_needs():
+    from pase.model.memory import InsufficientMemoryError
+
+    wide = batch_builder("gpt", layers=4, d_model=256, heads=4, seq=32, vocab=4096)
+    with pytest.raises(InsufficientMemoryError, match="the least any needs is"):
+        search_training(wide, _cluster(8, 4, 1e6), 16)
+
+
+def test_pipeline_sends_each_crossing_tensor_once_over_the_network():
+    # Tensor groups inside a node; the pipeline crosses nodes, so its sends go over the network.
+    cluster = Cluster(8, 100e12, 100e9, 2, None, "t", mesh_axes=(MeshAxis("node", 2, 10e9), MeshAxis("gpu", 4, 100e9)))
+    names = [layer.name for layer in BUILD(1).layers]
+    cut = names.index("h.2.ln1")
+    par = Parallelism(tensor=4, pipeline=2, global_batch=4, microbatch_size=1, stage_cuts=(cut,))
+    got = evaluate_training(BUILD, cluster, par)
+    # Only the residual stream (b s d = 1 x 32 x 64, 2 bytes) crosses, read by two layers but sent once,
+    # a quarter per device, at 10 GB/s.
+    assert got.stages[0].send_s == pytest.approx(32 * 64 * 2 / 4 / 10e9)
+    assert got.stages[0].layers == (("wte", "h.1.add2"),)
+
+
+def _block_activations(t, sp, recompute):
+    from pase.models.megatron import megatron_gpt
+    from pase.model.training import layer_times
+    from pase.strategies.baselines import tensor_parallel_strategy
+
+    g = megatron_gpt("k", layers=2, hidden=64, heads=4, batch=2, seq=32, vocab=128)
+    par = Parallelism(tensor=t, global_batch=2, microbatch_size=2, sequence_parallel=sp, recompute=recompute)
+    lt = layer_times(g, _cluster(t, t), tensor_parallel_strategy(g, t, 1, sp), par)
+    return sum(a for layer, a in zip(lt.layers, lt.activations) if layer.name.startswith("h.1."))
+
+
+@pytest.mark.parametrize("t", [1, 2, 4])
+def test_activation_memory_of_a_gpt_layer_is_korthikantis(t):
+    # Korthikanti et al., Table 2: bytes per transformer layer, 2-byte activations.
+    s, b, h, a = 32, 2, 64, 4
+    sbh, quad = s * b * h, 5 * a * s / h
+    assert _block_activations(t, False, "none") == pytest.approx(sbh * (10 + 24 / t + quad / t))
+    assert _block_activations(t, False, "full") == pytest.approx(2 * sbh)
+    if t > 1:
+        assert _block_activations(t, True, "none") == pytest.approx(sbh * (34 / t + quad / t))
+        assert _block_activations(t, True, "selective") == pytest.approx(34 * sbh / t)
+    else:
+        assert _block_activations(1, False, "none") == pytest.approx(sbh * (34 + quad))
