@@ -3,6 +3,10 @@
 The front door is :func:`plan`: given a computation graph and a cluster, it
 returns the :class:`Plan` (a configuration per layer) of least modelled step
 time. :func:`evaluate` costs any given strategy under the same model.
+:func:`plan_training` searches 3-D parallel training jointly (pipeline stages,
+microbatches, schedule, recomputation, ZeRO, tensor and data sizes, the layer
+splits inside a stage) for a model it can rebuild at any microbatch size, and
+:func:`evaluate_training` models one :class:`Parallelism`.
 
 >>> import pase
 >>> from pase.models import sample
@@ -27,11 +31,14 @@ from pase.ir.configs import ConfigOptions, config_counts
 from pase.ir.graph import Graph, Layer, TensorSpec
 from pase.model.cost import CostModel, build_cost_model
 from pase.models import SAMPLES, sample
+from pase.model.training import Parallelism, TrainingPlan, evaluate_training
 from pase.planner import Plan, PlanOptions, evaluate, plan
+from pase.search.stages import search_training as plan_training
 from pase.analysis import baselines
 
 __all__ = [
     "plan", "evaluate", "Plan", "PlanOptions",
+    "plan_training", "evaluate_training", "Parallelism", "TrainingPlan",
     "Graph", "Layer", "TensorSpec",
     "Cluster", "PRESETS", "preset", "ConfigOptions", "config_counts",
     "CostModel", "build_cost_model",

@@ -23,7 +23,7 @@ from pase.analysis.baselines import applicable_baselines, evaluate_strategy
 from pase.analysis.sweep import batch_sweep, sweep
 from pase.analysis.throughput import throughput
 from pase.errors import ClusterError, ConfigurationError, GraphError, PaseError
-from pase.hardware.cluster import PRESETS, Cluster
+from pase.hardware.cluster import CALIBRATIONS, PRESETS, Cluster
 from pase.io.graph_json import load_model_file
 from pase.io.strategy_json import load_strategy
 from pase.ir.configs import COST_MODELS, ConfigOptions, config_counts
@@ -38,7 +38,7 @@ from pase.models import LANGUAGE_MODELS, SAMPLES, batch_builder, sample
 from pase.ops import training_flops
 from pase.planner import Plan, PlanOptions, parallelism_kind, plan
 from pase.search.exact import DEFAULT_ORDERING, ORDERINGS
-from pase.search.stages import search_training
+from pase.search.stages import search_training, training_baselines
 
 __all__ = ["main"]
 
@@ -217,6 +217,10 @@ def _add_cluster_options(p: argparse.ArgumentParser) -> None:
                    help=f"link bandwidth inside a node in GB/s per device, {gbps} (same as --bandwidth)")
     p.add_argument("--inter-bandwidth", type=_GBPS,
                    help=f"network bandwidth between nodes in GB/s per device, {gbps} (overrides the preset)")
+    p.add_argument("--calibrated", action="store_true",
+                   help="price compute by the roofline and links at their achievable efficiency and latency, with "
+                        f"the preset's calibration ({', '.join(CALIBRATIONS)}; pase.hardware.efficiency, each "
+                        "figure with its source); default: peak rates and nominal bandwidths (the paper's)")
 
 
 def _load_model(args) -> Graph:
@@ -263,6 +267,11 @@ def _cluster(args) -> Cluster:
         changes["devices_per_node"] = per_node
     if len(changes) > 1:
         changes["name"] = "custom"
+    if getattr(args, "calibrated", False):
+        if args.cluster not in CALIBRATIONS:
+            raise ClusterError(f"--calibrated: preset {args.cluster!r} has no calibration; calibrated presets: "
+                               f"{', '.join(CALIBRATIONS)}")
+        changes["efficiency"] = CALIBRATIONS[args.cluster]
     return replace(base, **changes)
 
 
@@ -302,8 +311,15 @@ def _solve_training(args) -> int:
                                                                  "sizes", file=sys.stderr)
     found = search_training(build, cluster, batch, options=_options(args), intra_search=args.intra_search,
                             progress=progress)
+    baselines = training_baselines(build, cluster, batch, options=_options(args))
+    best = found.best.step_time_s
     if args.json:
-        _print_json(found.to_dict())
+        out = found.to_dict()
+        out["baselines"] = {
+            name: {"label": b.label, "step_time_s": b.step_time_s, "speedup": b.step_time_s / best if best else None,
+                   "memory_per_device_bytes": b.memory_per_device_bytes, "fits_memory": b.fits_memory}
+            for name, b in baselines.items()}
+        _print_json(out)
         return 0
     _print_training(found.best)
     print(f"search {found.search_time_s:.2f} s: {found.configurations:,} configurations "
@@ -311,6 +327,10 @@ def _solve_training(args) -> int:
     for r in found.runners_up[:3]:
         print(f"  runner-up {r.label}: {r.step_time_s:.3f} s "
               f"({(r.step_time_s / found.best.step_time_s - 1) * 100:.1f}% slower)")
+    for name, b in baselines.items():
+        fits = "" if b.fits_memory is not False else ", does NOT fit memory"
+        print(f"  vs {name} ({b.label}): {b.step_time_s:.3f} s{fits}, "
+              f"{b.step_time_s / best:.2f}x the searched step")
     return 0
 
 
@@ -424,8 +444,9 @@ def _add_training_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--recompute", choices=RECOMPUTE, help="activation recomputation (default none)")
     g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage over the data-parallel replicas")
     g.add_argument("--schedule", choices=SCHEDULES, help="pipeline schedule (default 1f1b; interleaved with --vp)")
-    g.add_argument("--overlap", action="store_true",
-                   help="overlap the gradient reduction with the last backward (default: serial, the paper's model)")
+    g.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=None,
+                   help="overlap the gradient reduction with the last backward (default: on a --calibrated "
+                        "cluster, as frameworks do; else serial, the paper's model)")
 
 
 _TRAINING_FLAGS = ("tp", "pp", "dp", "cp", "vp", "microbatch_size", "global_batch", "seq", "recompute", "zero",
@@ -433,7 +454,7 @@ _TRAINING_FLAGS = ("tp", "pp", "dp", "cp", "vp", "microbatch_size", "global_batc
 
 
 def _training_asked(args) -> bool:
-    return any(getattr(args, f, None) is not None for f in _TRAINING_FLAGS) or args.sp or args.overlap
+    return any(getattr(args, f, None) is not None for f in _TRAINING_FLAGS + ("overlap",)) or args.sp
 
 
 def _builder(args):
@@ -490,7 +511,8 @@ def _evaluate_training(args) -> int:
             try:
                 par = Parallelism(tensor=t, pipeline=pp, data=dp, context=cp, virtual_stages=v, microbatch_size=b,
                                   global_batch=batch, sequence_parallel=args.sp, recompute=args.recompute or "none",
-                                  zero=args.zero or 0, schedule=schedule, overlap=args.overlap)
+                                  zero=args.zero or 0, schedule=schedule,
+                                  overlap=cluster.efficiency is not None if args.overlap is None else args.overlap)
                 got = evaluate_training(build, cluster, par, options=_options(args))
             except ConfigurationError as exc:
                 if len(microbatches) * len(virtual) == 1:
@@ -523,7 +545,7 @@ def _print_training(result) -> None:
     print(_table(rows))
     p = d["pipeline"]
     print(f"step time {d['step_time_s']:.3f} s with {p['microbatches']} microbatches of {p['microbatch_size']} "
-          f"({p['schedule']}, bubble {d['bubble_fraction'] * 100:.1f}%); "
+          f"({p['schedule']}; idle {d['bubble_fraction'] * 100:.1f}% of it: bubble and exposed gradient reduction); "
           f"{d['model_flops_per_device_per_s'] / 1e12:.1f} TFLOP/s per device, MFU {d['mfu'] * 100:.1f}%, "
           f"HFU {d['hfu'] * 100:.1f}% of the cluster's peak")
     if d["memory_capacity_bytes"] is not None:

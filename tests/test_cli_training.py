@@ -27,6 +27,8 @@ def test_evaluate_megatrons_configuration_reports_the_issue_keys(capsys):
     for key in KEYS:
         assert key in d
     assert d["tensor_parallel"] == 2 and d["pipeline_parallel"] == 2 and d["data_parallel"] == 8
+    # 4 nodes x 8 GPUs, groups innermost first: tensor pairs in a node, data over the rest, pipeline across nodes.
+    assert d["mesh"] == {"tensor x context": {"gpu": 2}, "data": {"node": 2, "gpu": 4}, "pipeline": {"node": 2}}
     assert d["pipeline"]["global_batch"] == 512 and d["pipeline"]["schedule"] == "1f1b"
     assert d["chosen_by_search"] == ["microbatch size"]
     assert d["pipeline"]["microbatches"] * d["pipeline"]["microbatch_size"] * 8 == 512
@@ -79,6 +81,10 @@ def test_solve_searches_three_d_and_never_loses_to_megatrons_configuration(capsy
     for key in KEYS:
         assert key in d
     assert d["fits_memory"] is True and d["search"]["configurations"] > 100 and d["runners_up"]
+    assert set(d["baselines"]) == {"data parallel", "ZeRO-3 / FSDP", "Megatron"}
+    for b in d["baselines"].values():
+        if b["fits_memory"]:
+            assert b["step_time_s"] >= d["step_time_s"] * (1 - 1e-9) and b["speedup"] >= 1 - 1e-9
     # Megatron's Table 1 row: t 1, p 1, d 32 (microbatch and the rest chosen by pase evaluate).
     code, out, _ = run(capsys, "evaluate", "megatron-1.7b", "--devices", "32", "--cluster", "dgx-a100",
                        "--tp", "1", "--pp", "1", "--json")

@@ -222,6 +222,14 @@ PUBLISHED = {
     # DGX H100 (NVIDIA H100 and DGX H100 datasheets): H100 SXM5 989 TFLOP/s dense bf16 (1979 with
     # sparsity), 80 GB HBM3, NVLink 4 900 GB/s bidirectional = 450 GB/s per direction; 8 x NDR.
     "dgx-h100": dict(flops=989 * TFLOPS, bpe=2, memory=80 * GB, link=900 * GB / 2, network=NDR_Bps),
+    # The first DGX A100: the same A100 SXM4 with 40 GB of HBM2.
+    "dgx-a100-40gb": dict(flops=312 * TFLOPS, bpe=2, memory=40 * GB, link=600 * GB / 2, network=HDR_Bps),
+    # DGX H200 (NVIDIA H200 datasheet): H200 SXM 989 TFLOP/s dense bf16, 141 GB HBM3e, NVLink 4 900 GB/s
+    # bidirectional; 8 x NDR.
+    "dgx-h200": dict(flops=989 * TFLOPS, bpe=2, memory=141 * GB, link=900 * GB / 2, network=NDR_Bps),
+    # DGX B200 (NVIDIA DGX B200 datasheet): 72 PFLOP/s fp8 training for 8 GPUs (sparse) = 2.25 PFLOP/s
+    # dense bf16 per GPU, 1,440 GB HBM3e / 8, NVLink 5 1.8 TB/s bidirectional; 8 x 400 Gb/s ConnectX-7.
+    "dgx-b200": dict(flops=72e15 / 8 / 2 / 2, bpe=2, memory=1440 * GB / 8, link=1800 * GB / 2, network=NDR_Bps),
 }
 
 

@@ -144,7 +144,7 @@ def test_attention_core_and_blocks_of_gpt():
     g = sample("gpt", batch=1, **SMALL)
     assert attention_core(g) == {f"h.{i}.attn.{n}" for i in range(4) for n in ("scores", "softmax")}
     b = blocks(g)
-    assert b["h.2.attn.q"] == "h.2" and b["h.2.ln1"] == "h.2" and b["wte"] == "wte"
+    assert b["h.2.attn.q"] == "h.2" and b["h.2.ln1"] == "h.2" and "wte" not in b and "ln_f" not in b
 
 
 SPACE = dict(schedules=("1f1b", "gpipe", "interleaved"), virtual_stages=(2,), recompute=("none", "selective", "full"),
@@ -246,3 +246,18 @@ def test_activation_memory_of_a_gpt_layer_is_korthikantis(t):
         assert _block_activations(t, True, "selective") == pytest.approx(34 * sbh / t)
     else:
         assert _block_activations(1, False, "none") == pytest.approx(sbh * (34 + quad))
+
+
+def test_a_tied_embedding_is_held_once_per_stage_and_its_gradient_summed_across_them():
+    from pase.models.megatron import megatron_gpt
+
+    def build(batch):
+        return megatron_gpt("k", layers=2, hidden=64, heads=4, batch=batch, seq=32, vocab=128)
+
+    params = build(1).parameter_count
+    one = evaluate_training(build, _cluster(1, 1), Parallelism(global_batch=2))
+    assert one.stages[0].weights_bytes == pytest.approx(2 * params)
+    two = evaluate_training(build, _cluster(2, 1), Parallelism(pipeline=2, global_batch=2))
+    assert sum(s.weights_bytes for s in two.stages) == pytest.approx(2 * (params + 128 * 64))
+    # The two copies' gradients are all-reduced between the stages: 2 (k - 1)/k x 128 x 64 x 2 bytes at 10 GB/s.
+    assert [s.reduce_s for s in two.stages] == pytest.approx([128 * 64 * 2 / 10e9] * 2)

@@ -23,13 +23,14 @@ from math import ceil, gcd, prod
 from numbers import Real
 
 from pase.errors import ClusterError
+from pase.hardware.efficiency import CALCULON_A100, Efficiency, derated
 from pase.hardware.mesh import DeviceMesh, MeshAxis
 from pase.limits import (
     MAX_BANDWIDTH_BPS, MAX_MEMORY_BYTES, MAX_PEAK_FLOPS, MIN_BANDWIDTH_BPS, MIN_MEMORY_BYTES,
     MIN_PEAK_FLOPS,
 )
 
-__all__ = ["Cluster", "PRESETS", "preset"]
+__all__ = ["Cluster", "PRESETS", "CALIBRATIONS", "preset"]
 
 
 def _check_count(field: str, value: object) -> None:
@@ -78,6 +79,12 @@ class Cluster:
         nodes of devices (racks, pods) or axes with latencies and
         efficiencies; their sizes multiply to ``devices``. ``None``: the mesh
         follows from ``devices_per_node`` (:attr:`mesh`).
+    efficiency : Efficiency or None
+        What kernels and links achieve (:mod:`pase.hardware.efficiency`): with
+        it, compute is priced by the roofline (:mod:`pase.model.roofline`) and
+        the mesh's links at their collective efficiency and latency, unless the
+        cost model is the paper's. ``None``: peak rates, nominal bandwidths
+        (the paper's assumption).
 
     Raises
     ------
@@ -114,6 +121,7 @@ class Cluster:
     devices_per_node: int | None = None
     inter_bandwidth_Bps: float | None = None
     mesh_axes: tuple[MeshAxis, ...] | None = None
+    efficiency: Efficiency | None = None
 
     def __post_init__(self):
         _check_count("devices", self.devices)
@@ -155,11 +163,14 @@ class Cluster:
         """
         if self.mesh_axes is not None:
             return DeviceMesh(self.mesh_axes)
+        e = self.efficiency
+        inner = {} if e is None else {"latency_s": e.intra_latency_s, "efficiency": e.intra_efficiency}
+        outer = {} if e is None else {"latency_s": e.inter_latency_s, "efficiency": e.inter_efficiency}
         if self.is_flat:
-            return DeviceMesh((MeshAxis("devices", self.devices, self.bandwidth_Bps),))
+            return DeviceMesh((MeshAxis("devices", self.devices, self.bandwidth_Bps, **(outer if self.nodes > 1 else inner)),))
         per_node = gcd(self.devices, self.node_size)
-        return DeviceMesh((MeshAxis("node", self.devices // per_node, self.network_bandwidth_Bps),
-                           MeshAxis("gpu", per_node, self.bandwidth_Bps)))
+        return DeviceMesh((MeshAxis("node", self.devices // per_node, self.network_bandwidth_Bps, **outer),
+                           MeshAxis("gpu", per_node, self.bandwidth_Bps, **inner)))
 
     @property
     def flops_per_byte(self) -> float:
@@ -232,25 +243,53 @@ PRESETS: dict[str, Cluster] = {
         # DGX A100: 8 x A100 SXM4 80 GB, 312 TFLOP/s bf16, NVLink 3 (300 GB/s per direction);
         # 8 x 200 Gb/s HDR InfiniBand per node, one per GPU (25 GB/s).
         Cluster(8, 312e12, 300e9, 2, 80e9, "dgx-a100", 8, 25e9),
+        # DGX A100 40 GB (the first Selene): the same A100 SXM4 with 40 GB of HBM2 (1,555 GB/s).
+        Cluster(8, 312e12, 300e9, 2, 40e9, "dgx-a100-40gb", 8, 25e9),
         # DGX H100: 8 x H100 SXM5 80 GB, 989 TFLOP/s bf16 dense, NVLink 4 (450 GB/s per direction);
         # 8 x 400 Gb/s NDR InfiniBand per node, one per GPU (50 GB/s).
         Cluster(8, 989e12, 450e9, 2, 80e9, "dgx-h100", 8, 50e9),
+        # DGX H200: 8 x H200 SXM 141 GB (HBM3e, 4.8 TB/s), 989 TFLOP/s bf16 dense, NVLink 4 (450 GB/s
+        # per direction); 8 x 400 Gb/s NDR InfiniBand (50 GB/s per GPU).
+        Cluster(8, 989e12, 450e9, 2, 141e9, "dgx-h200", 8, 50e9),
+        # DGX B200: 8 x B200 180 GB (HBM3e, 8 TB/s), 2,250 TFLOP/s bf16 dense, NVLink 5 (900 GB/s per
+        # direction); 8 x 400 Gb/s ConnectX-7 (50 GB/s per GPU).
+        Cluster(8, 2250e12, 900e9, 2, 180e9, "dgx-b200", 8, 50e9),
         # The paper's cost-model setting for its search-time experiments: flat, no memory limit.
         Cluster(8, 10e12, 16e9, 4, None, "paper-model"),
     )
 }
 
 
-def preset(name: str, devices: int | None = None) -> Cluster:
+# What the modern presets' kernels and links achieve (pase.hardware.efficiency). The A100's is
+# Calculon's published calibration; the others carry its fractions over (the vector rate scaled by
+# the peak, memory at the same fraction of the published HBM bandwidth): not yet validated against
+# measurements of those GPUs.
+CALIBRATIONS: dict[str, Efficiency] = {
+    "dgx-a100": CALCULON_A100,
+    "dgx-a100-40gb": derated(CALCULON_A100, 312e12, 312e12, 1555e9 * 2048 / 2039, "A100 40 GB HBM2, 1,555 GB/s"),
+    "dgx-h100": derated(CALCULON_A100, 989e12, 312e12, 3350e9 * 2048 / 2039, "H100 SXM HBM3, 3.35 TB/s"),
+    "dgx-h200": derated(CALCULON_A100, 989e12, 312e12, 4800e9 * 2048 / 2039, "H200 HBM3e, 4.8 TB/s"),
+    "dgx-b200": derated(CALCULON_A100, 2250e12, 312e12, 8000e9 * 2048 / 2039, "B200 HBM3e, 8 TB/s"),
+}
+
+
+def preset(name: str, devices: int | None = None, *, calibrated: bool = False) -> Cluster:
     """The preset cluster ``name``, optionally with another device count.
+
+    ``calibrated`` attaches what its kernels and links achieve
+    (:data:`CALIBRATIONS`); the paper's presets have no calibration.
 
     Raises
     ------
     ClusterError
-        No preset has that name.
+        No preset has that name, or ``calibrated`` is asked of one without a calibration.
     """
     try:
         cluster = PRESETS[name]
     except KeyError:
         raise ClusterError(f"unknown cluster preset {name!r}; choose one of {', '.join(PRESETS)}") from None
+    if calibrated:
+        if name not in CALIBRATIONS:
+            raise ClusterError(f"preset {name!r} has no calibration; calibrated presets: {', '.join(CALIBRATIONS)}")
+        cluster = replace(cluster, efficiency=CALIBRATIONS[name])
     return cluster if devices is None else cluster.with_devices(devices)

@@ -6,7 +6,11 @@ peak rate, the paper's unit), is::
     sum over layers v of  compute_flops(v, phi(v)) + F * comm_s(v, phi(v))
   + sum over edges (u, v) of F * edge_s(u, v, phi(u), phi(v))
 
-with ``F`` the peak FLOP/s; dividing by ``F`` gives seconds. Communication is
+with ``F`` the peak FLOP/s; dividing by ``F`` gives seconds. On a calibrated
+cluster (``Cluster.efficiency``) a layer's compute is its roofline time
+(:mod:`pase.model.roofline`) times ``F`` rather than its FLOPs, and the mesh's
+links run at their collective efficiency with a latency per step, except
+under the paper's model, which keeps peak rates and nominal bandwidths. Communication is
 priced in one place, on the cluster's device mesh (:mod:`pase.hardware.mesh`):
 a flat cluster is a 1-D mesh, a DGX pod ``node x gpu``. Two cost models share
 that pricing (``ConfigOptions.cost_model``):
@@ -42,7 +46,7 @@ in blocks of source configurations, so the scratch stays under
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 import numpy as np
@@ -56,6 +60,7 @@ from pase.model.layout import (
     Placement, axis_factors, describe, paper_held, paper_placement, place, redistribute_s, tensor_layout,
 )
 from pase.ops import OPS, Collective, CollectiveOptions, block_elements, collectives, partial_collectives, training_flops
+from pase.model.roofline import layer_times_s
 from pase.search.costgraph import CostGraph
 from pase.search.exact import default_memory_budget_bytes
 
@@ -87,6 +92,11 @@ def collective_s(c: Collective, k: np.ndarray, mesh: DeviceMesh, bytes_per_eleme
     if c.kind == "allgather":
         return mesh.allgather_s(nbytes, k)
     return mesh.exchange_s(nbytes, k)
+
+
+def _forward_flops(layer: Layer, configs: np.ndarray) -> np.ndarray:
+    """Forward FLOPs one device performs for ``layer`` under each configuration."""
+    return OPS[layer.op].flops(layer, np.asarray(layer.sizes, dtype=float) / configs).forward
 
 
 def layer_compute_flops(layer: Layer, configs: np.ndarray, needs_gradient=None) -> np.ndarray:
@@ -145,6 +155,10 @@ class CostModel:
         Layer name -> :class:`~pase.model.layout.Placement` of its configurations on the mesh.
     compute_flops : dict
         Layer name -> training FLOPs per device, per configuration.
+    compute_s, forward_compute_s : dict
+        Layer name -> seconds of its training compute (forward and backward)
+        and of its forward alone, per configuration: the FLOPs at peak, or
+        on a calibrated cluster the roofline (:mod:`pase.model.roofline`).
     comm_s : dict
         Layer name -> seconds of communication inside the layer, per configuration.
     gradient_comm_s : dict
@@ -162,6 +176,8 @@ class CostModel:
     configs: dict
     placements: dict
     compute_flops: dict
+    compute_s: dict
+    forward_compute_s: dict
     comm_s: dict
     gradient_comm_s: dict
     edge_tables: list
@@ -178,7 +194,7 @@ class CostModel:
         the graph is one of ``m`` microbatches that reduce their gradients once.
         """
         comm = self.comm_s[name] - (1.0 - gradient_share) * self.gradient_comm_s[name]
-        return self.compute_flops[name] + self.cluster.peak_flops * comm
+        return self.cluster.peak_flops * (self.compute_s[name] + comm)
 
     def cost_graph(self, gradient_share: float = 1.0) -> CostGraph:
         """The search's input: node cost vectors and edge cost matrices in FLOP-equivalents.
@@ -244,11 +260,11 @@ class CostModel:
         rows = []
         for layer in self.layers:
             k = assignment[layer.name]
-            compute = float(self.compute_flops[layer.name][k])
             rows.append(LayerCost(
                 name=layer.name, op=layer.op, dims=layer.dims, sizes=layer.sizes,
                 config=tuple(int(f) for f in self.configs[layer.name][k]),
-                flops=training_flops(layer), compute_flops=compute, compute_s=compute / peak,
+                flops=training_flops(layer), compute_flops=float(self.compute_flops[layer.name][k]),
+                compute_s=float(self.compute_s[layer.name][k]),
                 intra_comm_s=float(self.comm_s[layer.name][k]), edge_comm_s=edge[layer.name],
                 placement=describe(layer, self.placements[layer.name], k),
             ))
@@ -257,7 +273,7 @@ class CostModel:
     def strategy_cost(self, rows: list[LayerCost]) -> float:
         """Total FLOP-equivalent cost (the paper's F) of a :meth:`breakdown`."""
         peak = self.cluster.peak_flops
-        return float(sum(row.compute_flops + peak * (row.intra_comm_s + row.edge_comm_s) for row in rows))
+        return float(sum(peak * (row.compute_s + row.intra_comm_s + row.edge_comm_s) for row in rows))
 
 
 def _layer_comm_s(graph: Graph, layer: Layer, configs: np.ndarray, placement: Placement, cluster: Cluster,
@@ -335,6 +351,8 @@ def build_cost_model(
         table is allocated, the message gives the bytes and what to change.
     """
     graph.validate()
+    if options.cost_model == "paper" and cluster.efficiency is not None:
+        cluster = replace(cluster, efficiency=None)  # the paper's model: peak rates, nominal bandwidths
     layers = graph.layers
     if configs is None:
         configs = {layer.name: layer_configs(layer, cluster.devices, options) for layer in layers}
@@ -377,9 +395,19 @@ def build_cost_model(
         return cache[key]
 
     comm = {l.name: _layer_comm_s(graph, l, configs[l.name], placements[l.name], cluster, options) for l in layers}
+    flops = {l.name: layer_compute_flops(l, configs[l.name], needs_gradient(l)) for l in layers}
+    if cluster.efficiency is None or paper:
+        peak = cluster.peak_flops
+        forward = {l.name: _forward_flops(l, configs[l.name]) / peak for l in layers}
+        seconds = {name: f / peak for name, f in flops.items()}
+    else:
+        timed = {l.name: layer_times_s(l, configs[l.name], cluster.peak_flops, cluster.efficiency, bpe,
+                                       needs_gradient(l)) for l in layers}
+        forward = {name: f for name, (f, _) in timed.items()}
+        seconds = {name: f + b for name, (f, b) in timed.items()}
     return CostModel(
         graph=graph, cluster=cluster, options=options, layers=layers, configs=configs, placements=placements,
-        compute_flops={l.name: layer_compute_flops(l, configs[l.name], needs_gradient(l)) for l in layers},
+        compute_flops=flops, compute_s=seconds, forward_compute_s=forward,
         comm_s={name: both[0] for name, both in comm.items()},
         gradient_comm_s={name: both[1] for name, both in comm.items()},
         edge_tables=[(e, edge_table(e, key)) for e, key in zip(edges, keys, strict=True)],

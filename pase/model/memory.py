@@ -311,9 +311,11 @@ def activation_bytes(graph: Graph, configs: Mapping[str, np.ndarray], bytes_per_
     * ``dropped``: layers whose products are recomputed, not kept (selective
       recomputation of the attention core): their extras, their outputs and
       their consumers' copies of them;
-    * ``checkpoints`` (layer name -> block name): full recomputation. Only the
-      tensors entering a block from another one are kept, once each, by their
-      first consumer in the block (graph inputs stay kept as usual).
+    * ``checkpoints`` (layer name -> block name): full recomputation of the
+      blocks. Of a block's layers, only the tensors entering the block are
+      kept, once each, by their first consumer in it (graph inputs stay kept
+      as usual); layers in no block (absent or ``None``) keep what they
+      always keep.
     """
     keeps = {layer.name: saved_tensors(layer) for layer in graph.layers}
     producer_cfg = None
@@ -322,21 +324,20 @@ def activation_bytes(graph: Graph, configs: Mapping[str, np.ndarray], bytes_per_
         if any(len(c) != 1 for c in configs.values()):
             raise ValueError("producer_blocks needs one configuration per layer")
     out = {}
-    if checkpoints is None:
-        for layer in graph.layers:
-            cfg = np.asarray(configs[layer.name])
-            out[layer.name] = _activation_bytes(graph, layer, cfg, keeps, bytes_per_element, index_bytes,
-                                                producer_cfg, dropped)
-        return out
     first: set[tuple[str, int, str]] = set()
     for layer in graph.layers:
         cfg = np.asarray(configs[layer.name])
+        block_name = None if checkpoints is None else checkpoints.get(layer.name)
+        if block_name is None:
+            out[layer.name] = _activation_bytes(graph, layer, cfg, keeps, bytes_per_element, index_bytes,
+                                                producer_cfg, dropped)
+            continue
         total = np.zeros(len(cfg))
         fed = set()
         for e in graph.in_edges(layer.name):
             fed.add(e.dst_input)
-            key = (e.src, e.src_output, checkpoints[layer.name])
-            if checkpoints[e.src] == checkpoints[layer.name] or key in first:
+            key = (e.src, e.src_output, block_name)
+            if checkpoints.get(e.src) == block_name or key in first:
                 continue
             first.add(key)
             block = block_elements(layer, layer.inputs[e.dst_input], cfg)

@@ -12,8 +12,8 @@ replica. A group size that does not tile the mesh is refused.
 
 Per microbatch (the graph built at batch ``b``, costed on the group by
 :mod:`pase.model.cost`), layer ``i`` takes ``f_i`` forward and ``b_i``
-backward seconds: its forward FLOPs at peak, the rest of its FLOPs at peak,
-and its activation communication (inside the layer and on its incoming
+backward seconds: its forward and backward compute (FLOPs at peak, or the
+roofline on a calibrated cluster), and its activation communication (inside the layer and on its incoming
 edges) half in each, since forward and backward move the same volumes.
 Weight-gradient reductions are left out of ``f`` and ``b``: they run once a
 step (below). Recomputation adds to ``b_i``: ``full`` the whole forward
@@ -28,6 +28,11 @@ layers read it), ``1/(t c)`` of it per device (Megatron's scatter-gather),
 across the mesh axis the pipeline's neighbours differ in, at every boundary
 between its producer and its last consumer. The schedule's step time
 is :func:`pase.model.pipeline.simulate`'s.
+
+A weight several layers share (``TensorSpec.tied``: the vocabulary projection
+and the token embedding) is held once per device that runs one of them; when
+they run on different stages those devices also all-reduce its gradient,
+across the pipeline's axis (Megatron's embedding group).
 
 Gradients, once a step, per device: its group's weight-gradient reductions
 (the cost model's), then its weight blocks reduced over the ``d`` replicas: an
@@ -51,8 +56,9 @@ Memory per device of a stage (the peak at the start of the first backward):
   block (re-gathered in the backward, as Megatron does); selective
   recomputation keeps nothing the attention core produces; full
   recomputation keeps only each block's input (blocks: layers whose names
-  share a numbered prefix, ``h.3`` for ``h.3.attn.q``) and, transiently, one
-  block's activations while it is recomputed;
+  share a numbered prefix, ``h.3`` for ``h.3.attn.q``; the layers outside
+  blocks, embeddings and loss, keep theirs) and, transiently, one block's
+  activations while it is recomputed;
 * transient: the largest communication buffer, the largest layer's gathered
   weights under ZeRO 3, and the reserve.
 
@@ -83,16 +89,14 @@ from pase.model.pipeline import SCHEDULES, ScheduleResult, in_flight, simulate
 from pase.ops import OPS, block_elements
 
 __all__ = ["RECOMPUTE", "Parallelism", "StageReport", "TrainingPlan", "LayerTimes", "evaluate_training",
-           "layer_times", "assemble", "check_devices", "group_extents", "balanced_cuts", "attention_core", "blocks"]
+           "layer_times", "assemble", "check_devices", "group_extents", "group_cluster", "balanced_cuts", "attention_core", "blocks"]
 
 RECOMPUTE = ("none", "selective", "full")
 
 GraphSource = Callable[[int], Graph] | Graph
 
 
-def _positive(name: str, value, optional: bool = False) -> None:
-    if optional and value is None:
-        return
+def _positive(name: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigurationError(f"{name} must be a positive integer, not {value!r}")
 
@@ -248,8 +252,12 @@ def group_extents(mesh: DeviceMesh, sizes: Sequence[int], names: Sequence[str]) 
     return out
 
 
-def _sub_cluster(cluster: Cluster, extents: Sequence[int]) -> Cluster:
-    """The cluster's hardware on the devices of one group of mesh ``extents``."""
+def group_cluster(cluster: Cluster, par: Parallelism) -> Cluster:
+    """The cluster's hardware on the ``t x c`` devices of one of ``par``'s groups (a sub-mesh).
+
+    Raises ``ConfigurationError`` as :func:`check_devices`.
+    """
+    extents = check_devices(par, cluster)[0]
     axes = tuple(replace(a, size=k) for a, k in zip(cluster.mesh.axes, extents) if k > 1)
     if not axes:
         axes = (replace(cluster.mesh.axes[-1], size=1),)
@@ -274,20 +282,22 @@ def attention_core(graph: Graph) -> frozenset[str]:
 
 def blocks(graph: Graph) -> dict[str, str]:
     """Layer name -> its block for full recomputation: the name up to its first numbered part
-    (``h.3`` for ``h.3.attn.q``); a layer without one is its own block."""
+    (``h.3`` for ``h.3.attn.q``), as frameworks checkpoint each transformer layer. Layers without
+    a numbered part (embeddings, the loss) are in no block and left out."""
     out = {}
     for layer in graph.layers:
         parts = layer.name.split(".")
         num = next((i for i, p in enumerate(parts) if p.isdigit()), None)
-        out[layer.name] = ".".join(parts[:num + 1]) if num is not None and num + 1 < len(parts) else layer.name
+        if num is not None and num + 1 < len(parts):
+            out[layer.name] = ".".join(parts[:num + 1])
     return out
 
 
 def balanced_cuts(times: Sequence[float], pieces: int) -> tuple[int, ...]:
     """Cut ``times`` (per layer, in order) into ``pieces`` non-empty runs minimising the largest run's sum.
 
-    Returns the start index of runs 1 .. pieces - 1. Exact: a binary search
-    over the run sums, each tried greedily.
+    Returns the start index of runs 1 .. pieces - 1. Optimal to a relative
+    1e-12: a bisection over the largest sum, each candidate tried greedily.
 
     Raises ``ConfigurationError`` when there are fewer layers than pieces.
     """
@@ -420,7 +430,12 @@ class TrainingPlan:
         return None if rate is None else rate / self.parallelism.devices / self.cluster.peak_flops
 
     def to_dict(self) -> dict:
-        """The JSON of ``pase evaluate --tp ...``: step time, memory, rates, the pipeline and its stages."""
+        """The JSON of ``pase evaluate --tp ...``: step time, memory, rates, the pipeline and its stages.
+
+        ``mesh`` says which mesh axes each group spans (``{"tensor x context":
+        {"gpu": 8}, "data": {"node": 32}, "pipeline": {"node": 2}}``); stage
+        ``s`` runs on pipeline coordinate ``s`` of it.
+        """
         p = self.parallelism
         samples = p.global_batch / self.step_time_s if self.step_time_s > 0 else None
         return {
@@ -438,6 +453,8 @@ class TrainingPlan:
             "tensor_parallel": p.tensor, "context_parallel": p.context, "data_parallel": p.data,
             "pipeline_parallel": p.pipeline, "sequence_parallel": p.sequence_parallel,
             "zero_stage": p.zero, "recompute": p.recompute,
+            "mesh": {name: {a.name: k for a, k in zip(self.cluster.mesh.axes, extents) if k > 1}
+                     for name, extents in zip(("tensor x context", "data", "pipeline"), check_devices(p, self.cluster))},
             "pipeline": {
                 "stages": p.pipeline, "virtual_stages": p.virtual_stages, "schedule": p.schedule,
                 "microbatches": p.microbatches, "microbatch_size": p.microbatch_size,
@@ -470,6 +487,7 @@ class LayerTimes:
     layers: tuple[Layer, ...]
     edges: np.ndarray  # (E, 3): producer index, consumer index, tensor index
     tensor_elements: np.ndarray  # per tensor an edge carries, its elements
+    tied: tuple  # per parameter several layers share: their indices and their blocks' elements
     forward_s: np.ndarray
     backward_s: np.ndarray
     recompute_s: np.ndarray  # extra backward seconds under the configuration's recomputation
@@ -499,21 +517,27 @@ def layer_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
     """
     from pase.analysis.throughput import model_flops  # late: pase.analysis imports the planner
 
-    group = _sub_cluster(cluster, check_devices(par, cluster)[0])
+    group = group_cluster(cluster, par)
     configs = {name: np.array([cfg]) for name, cfg in strategy.items()}
     cost = build_cost_model(graph, group, options, configs=configs)
     rows = cost.breakdown({name: 0 for name in configs})
-    peak = cluster.peak_flops
     layers = cost.layers
     fwd_flops = np.array([float(OPS[l.op].flops(l, np.asarray(l.sizes, float)[None] / configs[l.name]).forward[0])
                           for l in layers])
-    total_flops = np.array([r.compute_flops for r in rows])
+    fwd_s = np.array([float(cost.forward_compute_s[l.name][0]) for l in layers])
+    total_s = np.array([r.compute_s for r in rows])
     grad = np.array([float(cost.gradient_comm_s[l.name][0]) for l in layers])
     comm = np.array([r.intra_comm_s + r.edge_comm_s for r in rows]) - grad
-    forward = fwd_flops / peak + comm / 2
-    backward = (total_flops - fwd_flops) / peak + comm / 2
+    forward = fwd_s + comm / 2
+    backward = total_s - fwd_s + comm / 2
     mem = build_memory_model(graph, group, memory, configs=configs)
     params = np.array([float(sum(block_elements(l, w, configs[l.name])[0] for w in l.weights)) for l in layers])
+    shared: dict[str, list[tuple[int, float]]] = {}
+    for i, l in enumerate(layers):
+        for w in l.weights:
+            if w.tied:
+                shared.setdefault(w.tied, []).append((i, float(block_elements(l, w, configs[l.name])[0])))
+    tied = tuple((np.array([i for i, _ in v]), np.array([e for _, e in v])) for v in shared.values() if len(v) > 1)
     index = {l.name: i for i, l in enumerate(layers)}
     tensors = {key: t for t, key in enumerate(dict.fromkeys((e.src, e.src_output) for e in graph.edges))}
     sizes = [graph.layer(src).outputs[out].size for src, out in tensors]
@@ -532,14 +556,15 @@ def layer_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
             acts = activation_bytes(graph, configs, bpe, memory.index_bytes, producer_blocks=par.sequence_parallel,
                                     checkpoints=block_of)
             for l in layers:
-                transient[block_of[l.name]] = transient.get(block_of[l.name], 0.0) + float(plain[l.name][0])
+                if l.name in block_of:
+                    transient[block_of[l.name]] = transient.get(block_of[l.name], 0.0) + float(plain[l.name][0])
         else:
-            recompute_flops = np.array([fwd_flops[i] if l.name in core else 0.0 for i, l in enumerate(layers)])
-            recompute_s = recompute_flops / peak
+            in_core = np.array([l.name in core for l in layers], dtype=bool)
+            recompute_flops, recompute_s = np.where(in_core, fwd_flops, 0.0), np.where(in_core, fwd_s, 0.0)
             acts = activation_bytes(graph, configs, bpe, memory.index_bytes, producer_blocks=par.sequence_parallel,
                                     dropped=core) if core else plain
         out[mode] = LayerTimes(
-            graph=graph, layers=tuple(layers), edges=edges, tensor_elements=np.array(sizes, dtype=float),
+            graph=graph, layers=tuple(layers), edges=edges, tensor_elements=np.array(sizes, dtype=float), tied=tied,
             forward_s=forward, backward_s=backward, recompute_s=recompute_s, gradient_s=grad,
             params=params, activations=np.array([float(acts[l.name][0]) for l in layers]),
             buffers=np.array([float(mem.buffer_bytes[l.name][0]) for l in layers]),
@@ -681,6 +706,18 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
     reduce = np.bincount(layer_dev, lt.gradient_s, S)
     if par.data > 1 and par.zero != 3:
         reduce = reduce + mesh.allreduce_s(params * bpe, np.tile(data_k, (S, 1)))
+    for idx, elements in lt.tied:
+        # A shared weight is held once per device; devices holding it sum its gradient (Megatron's
+        # embedding group: the first and last stage), across the pipeline's axis.
+        devices = layer_dev[idx]
+        holders = np.unique(devices)
+        for dev in holders:
+            here = elements[devices == dev]
+            params[dev] -= here.sum() - here.max()
+        if len(holders) > 1:
+            k = np.ones(len(mesh.shape))
+            k[pipe_axis] = len(holders)
+            reduce[holders] += float(mesh.allreduce_s(elements.max() * bpe, k))
     reduce = reduce.tolist()
     if bound_s is not None and _step_lower_bound(fq, bq, S, m, reduce, par.overlap) >= bound_s:
         return None
@@ -698,7 +735,7 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
         transient += gathered
     if lt.block_transient:
         recomputed = np.zeros(S)
-        np.maximum.at(recomputed, layer_dev, [lt.block_transient[lt.block_of[l.name]] for l in layers])
+        np.maximum.at(recomputed, layer_dev, [lt.block_transient.get(lt.block_of.get(l.name), 0.0) for l in layers])
         transient += recomputed
     counts = np.bincount(layer_dev, minlength=S)
     chunk_dev = np.arange(Q) % S

@@ -12,8 +12,9 @@ model width, vocabulary), LSTM ``l b s d e``, attention ``b s h c k`` (heads
 
 The 1/sqrt(c) scaling, masks and dropout are left out (no parameters,
 negligible FLOPs); position encodings are sinusoidal (no vertex) in the
-Transformer and a learned table in GPT. The IR has no shared weights, so
-embeddings and the vocabulary projection are separate tables.
+Transformer and a learned table in GPT. These samples keep the embeddings and
+the vocabulary projection as separate tables; :mod:`pase.models.megatron`
+ties them (``TensorSpec.tied``).
 """
 
 from __future__ import annotations

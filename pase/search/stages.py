@@ -47,10 +47,12 @@ from pase.ir.graph import Graph
 from pase.model.cost import build_cost_model
 from pase.model.memory import InsufficientMemoryError, MemoryOptions
 from pase.model.pipeline import SCHEDULES
-from pase.model.training import RECOMPUTE, Parallelism, TrainingPlan, assemble, group_extents, layer_times
+from pase.model.training import (
+    RECOMPUTE, Parallelism, TrainingPlan, assemble, evaluate_training, group_cluster, group_extents, layer_times,
+)
 from pase.search.solver import exact
 
-__all__ = ["TrainingSearch", "search_training", "divisors"]
+__all__ = ["TrainingSearch", "search_training", "training_baselines", "divisors"]
 
 
 def divisors(n: int) -> list[int]:
@@ -173,7 +175,7 @@ def search_training(
             if sp and t == 1:
                 continue
             try:
-                splits.append((f"Megatron{' sp' if sp else ''}", sp, tensor_parallel_strategy(graph, t, c, sp)))
+                splits.append(("Megatron layer splits", sp, tensor_parallel_strategy(graph, t, c, sp)))
             except ConfigurationError:
                 continue
         for t_, c_, d, p in groups:
@@ -184,7 +186,7 @@ def search_training(
             if intra_search and t * c > 1:
                 searched = _intra_search(graph, cluster, base, m, options, notes)
                 if searched is not None:
-                    splits.append(("searched", False, searched))
+                    splits.append(("searched layer splits", False, searched))
             for label, sp, strategy in splits:
                 key = (label, sp, id(strategy))
                 if key not in times:
@@ -206,14 +208,15 @@ def search_training(
                                 continue
                             par = replace(base, sequence_parallel=sp, recompute=rc, zero=z, schedule=schedule,
                                           virtual_stages=v)
-                            got = assemble(lt, cluster, par, memory, capacity, label=f"{par.describe()} ({label})",
+                            got = assemble(lt, cluster, par, memory, capacity, label=f"{par.describe()}, {label}",
                                            bound_s=_bound(found, runners_up), rejected=too_large.append)
                             modelled += 1
                             if got is None:
                                 skipped += 1
                                 continue
                             found.append(got)
-                            found.sort(key=lambda r: r.step_time_s)
+                            # Equal steps (ZeRO stages often tie): the one needing less memory first.
+                            found.sort(key=lambda r: (round(r.step_time_s, 12), r.memory_per_device_bytes))
                             del found[runners_up + 1:]
                             best_s = found[0].step_time_s
         if progress is not None:
@@ -241,9 +244,7 @@ def _bound(found: list[TrainingPlan], keep: int) -> float | None:
 def _intra_search(graph: Graph, cluster: Cluster, par: Parallelism, microbatches: int, options: ConfigOptions,
                   notes: list[str]) -> dict | None:
     """The per-layer optimum of one microbatch on ``par``'s group, weight gradients counted once a step."""
-    from pase.model.training import _sub_cluster, check_devices
-
-    group = _sub_cluster(cluster, check_devices(par, cluster)[0])
+    group = group_cluster(cluster, par)
     try:
         model = build_cost_model(graph, group, options)
         result = exact()(model.cost_graph(gradient_share=1.0 / microbatches))
@@ -252,3 +253,61 @@ def _intra_search(graph: Graph, cluster: Cluster, par: Parallelism, microbatches
         return None
     return {layer.name: tuple(int(f) for f in model.configs[layer.name][int(result.assignment[i])])
             for i, layer in enumerate(model.layers)}
+
+
+def training_baselines(build: Callable[[int], Graph], cluster: Cluster, global_batch: int, *,
+                       options: ConfigOptions = ConfigOptions(), memory: MemoryOptions = MemoryOptions(),
+                       memory_limit_bytes: float | None = None) -> dict[str, TrainingPlan]:
+    """What practitioners would run, in the same model, each at its best microbatch (1 to 8) that fits.
+
+    * ``data parallel``: every device a replica (t = p = 1), recomputation none or full;
+    * ``ZeRO-3 / FSDP``: the same with parameters, gradients and optimizer state sharded;
+    * ``Megatron``: tensor parallelism over a node (the largest power of two up to the node that
+      divides the model), the fewest pipeline stages that fit, full recomputation, the interleaved
+      schedule with 2 chunks where the microbatches allow it, microbatch 1.
+
+    A baseline none of whose variants fits reports its smallest-memory variant
+    (``fits_memory`` False); one that cannot be placed at all is left out.
+    """
+    capacity = cluster.memory_bytes if memory_limit_bytes is None else memory_limit_bytes
+    N = cluster.devices
+
+    def best(candidates):
+        got = []
+        for par in candidates:
+            try:
+                got.append(evaluate_training(build, cluster, par, options=options, memory=memory,
+                                             memory_limit_bytes=capacity))
+            except ConfigurationError:
+                continue
+        fitting = [g for g in got if g.fits_memory is not False]
+        if fitting:
+            return min(fitting, key=lambda g: g.step_time_s)
+        return min(got, key=lambda g: g.memory_per_device_bytes) if got else None
+
+    micro = [b for b in divisors(global_batch // N) if b <= 8] if global_batch % N == 0 else []
+    out = {
+        "data parallel": best(Parallelism(data=N, microbatch_size=b, global_batch=global_batch, recompute=r)
+                              for b in micro for r in ("none", "full")),
+        "ZeRO-3 / FSDP": best(Parallelism(data=N, microbatch_size=b, global_batch=global_batch, recompute=r, zero=3)
+                              for b in micro for r in ("none", "full")) if N > 1 else None,
+    }
+    node = cluster.mesh.shape[-1]
+    for t in sorted((t for t in divisors(node) if t & (t - 1) == 0), reverse=True):
+        plans = []
+        for p in divisors(N // t):
+            d = N // (t * p)
+            if global_batch % d:
+                continue
+            m = global_batch // d
+            v = 2 if p > 1 and m % p == 0 else 1
+            got = best([Parallelism(tensor=t, pipeline=p, data=d, virtual_stages=v, global_batch=global_batch,
+                                    recompute="full")])
+            if got is not None:
+                plans.append(got)
+                if got.fits_memory is not False:
+                    break
+        if plans:
+            out["Megatron"] = plans[-1]
+            break
+    return {name: plan for name, plan in out.items() if plan is not None}

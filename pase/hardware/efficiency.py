@@ -1,0 +1,131 @@
+"""What a device and its links achieve, as against their published peaks: the calibration of a cluster.
+
+The paper prices every FLOP at the peak rate and every byte at the nominal
+link bandwidth. An :class:`Efficiency` says what kernels and collectives
+reach instead, in a few physically meaningful numbers, each with its source
+(:attr:`Efficiency.sources`):
+
+* matrix products run at a fraction of the peak that grows with their size
+  (``matmul_curve``: points of (FLOPs per kernel, fraction of peak),
+  interpolated in log FLOPs and held flat beyond the ends);
+* other kernels (normalisations, softmax, elementwise, embeddings) run on
+  the vector units at ``vector_flops``;
+* every kernel moves its operands through memory at ``memory_Bps`` and takes
+  at least ``kernel_overhead_s`` (launch and tail);
+* each link class reaches a fraction of its nominal bandwidth in a collective
+  (``intra_efficiency`` inside a node, ``inter_efficiency`` between nodes)
+  and pays a latency per collective step (``intra_latency_s``,
+  ``inter_latency_s``).
+
+:mod:`pase.model.roofline` turns these into kernel times; a cluster with
+``efficiency`` set is priced with them unless the cost model is the paper's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pase.errors import ClusterError
+from pase.limits import MAX_LATENCY_S
+
+__all__ = ["Efficiency", "CALCULON_A100", "derated"]
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Achievable rates of one device and its links (see the module docstring); rates per second.
+
+    Raises
+    ------
+    ClusterError
+        A fraction outside (0, 1], a rate that is not positive and finite, a
+        latency or overhead outside 0 .. ``MAX_LATENCY_S`` seconds, or a
+        matrix curve that is empty or not ascending in FLOPs.
+    """
+
+    matmul_curve: tuple[tuple[float, float], ...]
+    vector_flops: float
+    memory_Bps: float
+    kernel_overhead_s: float = 0.0
+    intra_efficiency: float = 1.0
+    inter_efficiency: float = 1.0
+    intra_latency_s: float = 0.0
+    inter_latency_s: float = 0.0
+    sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self):
+        curve = tuple((float(f), float(e)) for f, e in self.matmul_curve)
+        object.__setattr__(self, "matmul_curve", curve)
+        if not curve or any(not (0 < f < math.inf) for f, _ in curve) or [f for f, _ in curve] != sorted(
+                {f for f, _ in curve}):
+            raise ClusterError(f"matmul_curve needs points of ascending, positive FLOPs per kernel, got {curve}")
+        for name in ("intra_efficiency", "inter_efficiency"):
+            value = getattr(self, name)
+            if not 0 < value <= 1:
+                raise ClusterError(f"{name} must be a fraction in (0, 1], got {value!r}")
+        if any(not 0 < e <= 1 for _, e in curve):
+            raise ClusterError(f"matmul_curve fractions of peak must be in (0, 1], got {curve}")
+        for name in ("vector_flops", "memory_Bps"):
+            value = getattr(self, name)
+            if not 0 < value < math.inf:
+                raise ClusterError(f"{name} must be a positive, finite rate, got {value!r}")
+        for name in ("kernel_overhead_s", "intra_latency_s", "inter_latency_s"):
+            value = getattr(self, name)
+            if not 0 <= value <= MAX_LATENCY_S:
+                raise ClusterError(f"{name} must be from 0 to {MAX_LATENCY_S:g} s, got {value!r}")
+
+    def matmul_fraction(self, flops) -> np.ndarray:
+        """Fraction of the peak a matrix-product kernel of ``flops`` FLOPs reaches (array in, array out)."""
+        f = np.log10(np.maximum(np.asarray(flops, dtype=float), 1.0))
+        xs = np.log10([p for p, _ in self.matmul_curve])
+        return np.interp(f, xs, [e for _, e in self.matmul_curve])
+
+    def to_dict(self) -> dict:
+        """Plain types for JSON, sources included."""
+        return {"matmul_curve": [list(p) for p in self.matmul_curve], "vector_flops": self.vector_flops,
+                "memory_Bps": self.memory_Bps, "kernel_overhead_s": self.kernel_overhead_s,
+                "intra_efficiency": self.intra_efficiency, "inter_efficiency": self.inter_efficiency,
+                "intra_latency_s": self.intra_latency_s, "inter_latency_s": self.inter_latency_s,
+                "sources": dict(self.sources)}
+
+
+def derated(efficiency: Efficiency, peak_flops: float, reference_peak_flops: float, memory_Bps: float,
+            source: str) -> Efficiency:
+    """``efficiency`` carried to another GPU generation: the same fractions, its vector rate scaled by the peak
+    ratio and its memory bandwidth at ``memory_Bps`` scaled by the reference's achieved fraction."""
+    scale = peak_flops / reference_peak_flops
+    sources = {**efficiency.sources, "vector_flops": f"{efficiency.sources.get('vector_flops', '')}; scaled by the "
+               f"peak ratio {scale:.2f} ({source})", "memory_Bps": f"the same achieved fraction of {source}"}
+    return Efficiency(
+        efficiency.matmul_curve, efficiency.vector_flops * scale, memory_Bps, efficiency.kernel_overhead_s,
+        efficiency.intra_efficiency, efficiency.inter_efficiency, efficiency.intra_latency_s,
+        efficiency.inter_latency_s, sources)
+
+
+_CALCULON = "Calculon (calculon-ai/calculon) A100 system file, as summarised in published-measurements.md"
+
+# A100 SXM 80 GB as the open-source calculator Calculon models it (its published validation
+# reaches 3.65% mean error on Korthikanti et al.'s Table 5).
+CALCULON_A100 = Efficiency(
+    matmul_curve=((1e9, 0.60), (16e9, 0.90), (128e9, 0.95)),
+    vector_flops=78e12,
+    memory_Bps=2048e9,
+    kernel_overhead_s=5e-6,
+    intra_efficiency=0.65,
+    inter_efficiency=0.90,
+    intra_latency_s=5e-6,
+    inter_latency_s=10e-6,
+    sources={
+        "matmul_curve": f"{_CALCULON}: 95% of peak at 128 GFLOP per kernel and above, 90% at 16, 60% at 1",
+        "vector_flops": f"{_CALCULON}: vector operations at 78 TFLOP/s",
+        "memory_Bps": f"{_CALCULON}: HBM at 2,048 GB/s",
+        "kernel_overhead_s": "assumed: 5 us per kernel launch and tail, a typical CUDA figure",
+        "intra_efficiency": f"{_CALCULON}: NVLink at 65% of nominal in collectives",
+        "inter_efficiency": f"{_CALCULON}: InfiniBand at 90% of nominal",
+        "intra_latency_s": "assumed: 5 us per collective step inside a node (NCCL over NVLink)",
+        "inter_latency_s": "assumed: 10 us per collective step between nodes (NCCL over InfiniBand)",
+    },
+)
