@@ -37,6 +37,7 @@ PAGES = [
     st.Page(HERE / "pages/compare.py", title="Compare", icon=":material/compare_arrows:"),
     # The file is named after its URL so that the folder mode (above) finds it at /what-if too.
     st.Page(HERE / "pages/what-if.py", title="What-if", icon=":material/tune:", url_path="what-if"),
+    st.Page(HERE / "pages/training.py", title="Training", icon=":material/view_timeline:", url_path="training"),
     st.Page(HERE / "pages/learn.py", title="Learn", icon=":material/school:"),
 ]
 

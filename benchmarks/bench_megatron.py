@@ -8,9 +8,9 @@ the published configuration (t, p, d = GPUs / (t p), the published batch) costed
 overlap: the paper's model, which the calibration issue replaces). End to end:
 the search time includes building every microbatch graph and costing it.
 
-Where the paper is silent: microbatch size 1, full recomputation (the paper's
-FLOP count includes it), the interleaved schedule with the largest ``v`` of 2, 3, 4
-that divides the layers per stage when the microbatches allow it, else 1F1B;
+Where the paper is silent: as ``validate_published.py`` assumes (microbatch 1,
+full recomputation, the interleaved schedule with the largest ``v`` of 4, 3, 2
+that divides the layers per stage when the microbatches allow it, else 1F1B);
 ZeRO 0, no sequence parallelism (not in that paper).
 
 Usage: ``python benchmarks/bench_megatron.py [--no-write] [--rows N]``.
@@ -27,50 +27,25 @@ from _report import machine, publish
 
 from pase.errors import PaseError
 from pase.hardware.cluster import preset
-from pase.model.training import Parallelism, evaluate_training
+from pase.model.training import evaluate_training
 from pase.models import batch_builder
 from pase.search.stages import search_training
+from validate_published import TABLE1, eq3_flops, table1_config
 
 SECTION = "## Megatron-LM Table 1 in the 3-D model (issue 11)"
-# name, layers, hidden, t, p, GPUs, batch, measured TFLOP/s per GPU (Table 1)
-ROWS = [
-    ("megatron-1.7b", 24, 2304, 1, 1, 32, 512, 137),
-    ("megatron-3.6b", 30, 3072, 2, 1, 64, 512, 138),
-    ("megatron-7.5b", 36, 4096, 4, 1, 128, 512, 142),
-    ("megatron-18b", 40, 6144, 8, 1, 256, 1024, 135),
-    ("megatron-39b", 48, 8192, 8, 2, 512, 1536, 138),
-    ("megatron-76b", 60, 10240, 8, 4, 1024, 1792, 140),
-    ("megatron-146b", 80, 12288, 8, 8, 1536, 2304, 148),
-    ("megatron-310b", 96, 16384, 8, 16, 1920, 2160, 155),
-    ("megatron-530b", 105, 20480, 8, 35, 2520, 2520, 163),
-    ("megatron-1t", 128, 25600, 8, 64, 3072, 3072, 163),
-]
-
-
-def megatron_config(layers: int, t: int, p: int, gpus: int, batch: int) -> Parallelism:
-    """The published row with the assumptions of the module docstring."""
-    d = gpus // (t * p)
-    m = batch // d
-    for v in (4, 3, 2):
-        if p > 1 and m % p == 0 and layers % (p * v) == 0:
-            return Parallelism(tensor=t, pipeline=p, data=d, virtual_stages=v, global_batch=batch, recompute="full")
-    return Parallelism(tensor=t, pipeline=p, data=d, global_batch=batch, recompute="full")
-
-
 def run(rows: int) -> tuple[str, float]:
     start = time.perf_counter()
     lines = []
-    for name, layers, hidden, t, p, gpus, batch, measured in ROWS[:rows]:
+    for name, layers, hidden, t, p, gpus, batch, measured in TABLE1[:rows]:
         build, cluster = batch_builder(name), preset("dgx-a100", gpus)
-        theirs = evaluate_training(build, cluster, megatron_config(layers, t, p, gpus, batch))
+        theirs = evaluate_training(build, cluster, table1_config(layers, t, p, gpus, batch))
         began = time.perf_counter()
         try:
             found = search_training(build, cluster, batch)
             best, searched = found.best, f"{time.perf_counter() - began:.1f}"
         except PaseError as exc:
             best, searched = None, f"failed: {exc}"
-        # Eq. 3 of the paper (full recomputation counted): 96 B s l h^2 (1 + s/(6h) + V/(16 l h)).
-        eq3 = 96 * batch * 2048 * layers * hidden ** 2 * (1 + 2048 / (6 * hidden) + 51200 / (16 * layers * hidden))
+        eq3 = eq3_flops(batch, layers, hidden)
         cells = [name, f"t{t} p{p} d{gpus // (t * p)}", str(gpus), str(measured),
                  f"{eq3 / theirs.step_time_s / gpus / 1e12:.0f}", theirs.label, f"{theirs.step_time_s:.2f}",
                  f"{theirs.memory_per_device_bytes / 1e9:.1f}", "yes" if theirs.fits_memory else "**no**",
@@ -92,7 +67,7 @@ def run(rows: int) -> tuple[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-write", action="store_true", help="print the section instead of writing BENCHMARKS.md")
-    parser.add_argument("--rows", type=int, default=len(ROWS), help="first N rows only")
+    parser.add_argument("--rows", type=int, default=len(TABLE1), help="first N rows only")
     args = parser.parse_args()
     table, elapsed = run(args.rows)
     text = "\n".join([

@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
-PAGES = ["pages/explorer.py", "pages/compare.py", "pages/what-if.py", "pages/learn.py"]
+PAGES = ["pages/explorer.py", "pages/compare.py", "pages/what-if.py", "pages/training.py", "pages/learn.py"]
 TIMEOUT_S = 120
 EXAMPLE = (ROOT / "docs" / "example-graph.json").read_bytes()
 

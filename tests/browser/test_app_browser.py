@@ -16,9 +16,11 @@ import pytest
 
 pytestmark = pytest.mark.browser
 
-PAGES = {"": "PaSE explorer", "compare": "Compare strategies", "what-if": "What if?", "learn": "Learn"}
+PAGES = {"": "PaSE explorer", "compare": "Compare strategies", "what-if": "What if?", "training": "Training plans",
+         "learn": "Learn"}
 # The router's navigation (app.py): labels and their material icons, in order.
-NAVIGATION = [("Explorer", "hub"), ("Compare", "compare_arrows"), ("What-if", "tune"), ("Learn", "school")]
+NAVIGATION = [("Explorer", "hub"), ("Compare", "compare_arrows"), ("What-if", "tune"), ("Training", "view_timeline"),
+              ("Learn", "school")]
 STRATEGY_POINTS = ".st-key-strategy-graph .js-plotly-plot .scatterlayer .trace .point"
 STRUCTURE_POINTS = ".st-key-structure-graph .js-plotly-plot .scatterlayer .trace .point"
 TIMING_RUNS = 5

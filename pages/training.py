@@ -1,0 +1,289 @@
+"""Training: plan 3-D parallel training (tensor, pipeline, data parallelism) of a large language model.
+
+Search every configuration (:func:`pase.search.stages.search_training`) or
+evaluate one (:func:`pase.model.training.evaluate_training`), always in a
+worker process (:mod:`ui.jobs`), and see the step's pipeline schedule, the
+memory of each stage and where every device sits in the mesh. The page has
+its own model and cluster inputs (the sidebar's are for the other pages).
+"""
+
+import inspect
+import json
+
+import streamlit as st
+
+from pase.errors import PaseError
+from pase.hardware.cluster import PRESETS, preset
+from pase.limits import MAX_BATCH, MAX_DEVICES
+from pase.model.pipeline import SCHEDULES
+from pase.model.training import RECOMPUTE, Parallelism, evaluate_training
+from pase.models import LANGUAGE_MODELS, SAMPLES, batch_builder
+from pase.search.stages import search_training, training_baselines
+from ui import jobs, state
+from ui.fmt import fmt_count, fmt_time, md
+from ui.pagekit import routed
+from ui.training_figures import mesh_figure, schedule_figure, stage_memory_figure, stage_rows
+
+routed()  # first of all: run under app.py's router (see ui.pagekit.routed)
+
+DEFAULT_MODEL = "megatron-1.7b"
+DEFAULT_PRESET = "dgx-a100"
+DEFAULT_DEVICES = 32
+MODES = ["Search the best plan", "Evaluate a configuration"]
+AUTO = "auto (interleaved when v > 1, else 1F1B)"
+# Every input of the page, by name, outside the widgets' own state: Streamlit drops a widget's state on runs
+# that do not draw it (the other mode, another page), and these values bring it back.
+SAVED = "_training_inputs"
+
+st.title("Training plans")
+st.caption("3-D parallel training of a large language model: tensor (t), context (c), data (d) and pipeline (p) "
+           "parallelism, microbatches, recomputation and ZeRO, modelled step by step "
+           "(pase.model.training). This page has its own model and cluster inputs; the sidebar's are for the "
+           "other pages.")
+
+
+def kept(widget, name: str, default, *args, **kwargs):
+    """``widget(*args, key="tr_" + name, **kwargs)`` whose value survives runs that do not draw it (``default`` at first)."""
+    saved = st.session_state.setdefault(SAVED, {})
+    key = f"tr_{name}"
+    if key not in st.session_state:
+        st.session_state[key] = saved.get(name, default)
+    value = widget(*args, key=key, **kwargs)
+    saved[name] = value
+    return value
+
+
+def peak_source(name: str, bytes_per_element: int) -> str:
+    """Where preset ``name``'s peak FLOP/s and memory come from, in words (pase.hardware.cluster.PRESETS)."""
+    if name == "paper-model":
+        return "the paper's cost-model setting (not a real device's specification; no memory limit)"
+    precision = "bf16/fp16 dense tensor-core" if bytes_per_element == 2 else "fp32"
+    return f"the {name} preset's published specification (its GPU's {precision} peak and memory)"
+
+
+class Work:
+    """A progress bar and a Cancel button over one or more jobs run in worker processes (:func:`ui.jobs.run`).
+
+    Clicking Cancel reruns the page, which stops this script at the job's next heartbeat and kills its worker.
+    Use as a context manager: both disappear when the work ends.
+    """
+
+    def __init__(self, text: str):
+        self.bar = st.progress(0.0, text=text)
+        self.cancel = st.empty()
+        self.cancel.button("Cancel", key="tr_cancel", icon=":material/stop:", help="Stop the work in progress.")
+        self.beat = st.empty()
+
+    def __enter__(self) -> "Work":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.empty()
+        self.cancel.empty()
+
+    def run(self, fn, *args, what: str, text: str, counts: str | None = None, **kwargs):
+        """``fn(*args, **kwargs)`` in a worker, the bar saying ``text``; with ``counts``, the bar follows
+        ``fn``'s ``progress(done, total)`` as "``counts``: done of total"."""
+        self.bar.progress(0.0, text=text)
+        return jobs.run(fn, *args, what=what, heartbeat=self.beat.empty,
+                        waiting=lambda: self.bar.progress(0.0, text="Waiting for a free worker (the server is busy)..."),
+                        progress=state.throttled_progress(self.bar, counts) if counts else None, **kwargs)
+
+
+# -- inputs ------------------------------------------------------------------------------------------
+
+c1, c2, c3, c4 = st.columns([3, 2, 2, 2])
+model = kept(c1.selectbox, "model", DEFAULT_MODEL, "Model", list(LANGUAGE_MODELS),
+             help="Megatron-LM's GPT runs and GPT-3 (pase.models): sequence 2048, the published global batch.")
+preset_name = kept(c2.selectbox, "preset", DEFAULT_PRESET, "Cluster preset", list(PRESETS),
+                   help="Published figures of the device and its links (pase.hardware.cluster.PRESETS); 8 GPUs "
+                        "per node.")
+devices = int(kept(c3.number_input, "devices", DEFAULT_DEVICES, "Devices", min_value=1, max_value=MAX_DEVICES,
+                   step=1, help=f"1 to {MAX_DEVICES}; more than a node's 8 makes several nodes."))
+sample_batch = inspect.signature(SAMPLES[model]).parameters["batch"].default
+global_batch = int(kept(c4.number_input, f"batch_{model}", sample_batch, "Global batch (samples)", min_value=1,
+                        max_value=MAX_BATCH, step=1,
+                        help=f"Samples per step; {model}'s published run uses {sample_batch}."))
+mode = kept(st.radio, "mode", MODES[0], "Mode", MODES, horizontal=True)
+
+try:
+    cluster = preset(preset_name, devices)
+except PaseError as exc:
+    st.error(f"Cannot use this cluster: {md(exc)}", icon=":material/error:")
+    st.stop()
+build = batch_builder(model)
+cap = cluster.memory_bytes
+st.markdown(f"**{md(model)}**, global batch {global_batch:,} · **{md(cluster)}**, "
+            f"{'no memory limit' if cap is None else f'{cap / 1e9:g} GB per device'}")
+st.caption(f"Hardware figures: {md(peak_source(preset_name, cluster.bytes_per_element))}.")
+
+
+def headline(plan) -> None:
+    """Step time, tokens/s, MFU and HFU of the peak, and the largest stage's memory against the capacity."""
+    d = plan.to_dict()
+    peak = plan.cluster.peak_flops
+    m1, m2, m3, m4, m5 = st.columns(5)
+    m1.metric("Step time", fmt_time(plan.step_time_s),
+              help=f"{plan.parallelism.microbatches} microbatches through the {plan.parallelism.schedule} schedule, "
+                   "then the exposed gradient reduction (the optimizer step is not modelled).")
+    tokens = d["tokens_per_s"]
+    m2.metric("Tokens/s", "n/a" if tokens is None else fmt_count(tokens),
+              help="Global batch x sequence length / step time.")
+    for col, label, value, what in ((m3, "MFU", plan.mfu, "model FLOPs"),
+                                    (m4, "HFU", plan.hfu, "hardware FLOPs (recomputation included)")):
+        col.metric(f"{label} (of peak)", "n/a" if value is None else f"{value:.1%}",
+                   help=f"{what} per device per second / the cluster's peak, {peak / 1e12:g} TFLOP/s per device.")
+    mem = plan.memory_per_device_bytes
+    fits = plan.fits_memory
+    m5.metric("Memory per device (largest stage)", f"{mem / 1e9:.3g} GB",
+              delta=None if fits is None else (f"fits {cap_text(plan)}" if fits else f"exceeds {cap_text(plan)}"),
+              delta_color="normal" if fits else "inverse",
+              help="Weights, gradients, optimizer state, activations in flight and transient buffers of the stage "
+                   "needing most.")
+    st.caption(f"MFU and HFU are of the cluster's peak, {peak / 1e12:g} TFLOP/s per device: "
+               f"{md(peak_source(plan.cluster.name, plan.cluster.bytes_per_element))}. "
+               f"Modelled at peak, so real runs are slower. Bubble: {plan.schedule.bubble_fraction:.1%} of the "
+               f"busiest device's step. {md(plan.label)}.")
+    if fits is False:
+        st.warning(f"This plan needs {mem / 1e9:.3g} GB on a device of its largest stage, more than the "
+                   f"{cap_text(plan)} it has: it would not run.", icon=":material/warning:")
+
+
+def cap_text(plan) -> str:
+    """The capacity per device, ``"80 GB"``."""
+    return f"{plan.memory_capacity_bytes / 1e9:g} GB"
+
+
+def show_plan(plan, prefix: str) -> None:
+    """The plan's headline, schedule, stage memory, mesh and stage table (element keys start with ``prefix``)."""
+    headline(plan)
+    st.subheader("Pipeline schedule")
+    st.plotly_chart(schedule_figure(plan), key=f"{prefix}_gantt")
+    st.caption("One row per pipeline stage (device position): forward and backward of each microbatch (its number "
+               "on the bar when wide enough; drag to zoom in on hundreds of them), the gradient reduction in the thin lane below, "
+               "idle time in grey.")
+    a, b = st.columns(2)
+    with a:
+        st.subheader("Memory per stage")
+        st.plotly_chart(stage_memory_figure(plan), key=f"{prefix}_memory")
+        st.caption("Per device of each stage, in GB (1e9 bytes); the capacity line: "
+                   f"{md(peak_source(plan.cluster.name, plan.cluster.bytes_per_element))}.")
+    with b:
+        st.subheader("Devices")
+        st.plotly_chart(mesh_figure(plan), key=f"{prefix}_mesh")
+        st.caption("t, d, p: each device's tensor, data and pipeline coordinates (the t x c group innermost on the "
+                   "mesh, then the data-parallel replicas, then the pipeline).")
+    st.subheader("Stages")
+    st.dataframe(stage_rows(plan), hide_index=True, key=f"{prefix}_stages")
+    st.download_button("Plan (JSON)", json.dumps(plan.to_dict(), indent=1), file_name=f"{model}-training.json",
+                       mime="application/json", key=f"{prefix}_json", icon=":material/download:")
+
+
+store = state.stores()["misc"]
+
+# -- search ------------------------------------------------------------------------------------------
+
+if mode == MODES[0]:
+    key = ("training-search", model, cluster, global_batch)
+    found = store.get(key)
+    clicked = st.button("Search", type="primary", key="tr_search", icon=":material/play_arrow:",
+                        help="Model every configuration that tiles the mesh and keep the fastest that fits.")
+    if clicked and found is None:
+        try:
+            with Work("Searching...") as work:
+                search = work.run(search_training, build, cluster, global_batch, what="the training search",
+                                  text="Searching...", counts="Microbatch sizes x groups modelled")
+                best = work.run(evaluate_training, build, cluster, search.best.parallelism, record=True,
+                                label=search.best.label, what="recording the best plan's schedule",
+                                text="Recording the best plan's schedule...")
+                baselines = work.run(training_baselines, build, cluster, global_batch, what="costing the baselines",
+                                     text="Costing the baselines (data parallel, ZeRO-3, Megatron)...")
+            found = (search, best, baselines)
+            store.put(key, found)
+        except PaseError as exc:
+            st.error(f"{type(exc).__name__}: {md(exc)}", icon=":material/error:")
+            st.stop()
+    if found is None:
+        if st.session_state.get("tr_cancel"):
+            st.info("Search cancelled.", icon=":material/stop_circle:")
+        st.info("Press **Search** to model every tensor, pipeline and data-parallel configuration (with "
+                "microbatch sizes, schedules, recomputation, ZeRO and sequence parallelism) and keep the fastest "
+                "that fits.", icon=":material/info:")
+        st.stop()
+    search, best, baselines = found
+    st.success(f"Best of {search.configurations:,} configurations modelled ({search.skipped:,} skipped by the "
+               f"bound) in {fmt_time(search.search_time_s)}: **{md(best.label)}**.", icon=":material/check_circle:")
+    for note in search.notes:
+        st.caption(md(note))
+    show_plan(best, "tr_best")
+    st.subheader("Runners-up and baselines")
+    rows = [{"plan": "best", "configuration": best.label, "step time": fmt_time(best.step_time_s),
+             "slower than the best": "-", "memory per device GB": round(best.memory_per_device_bytes / 1e9, 3),
+             "fits": best.fits_memory}]
+    for r in search.runners_up:
+        rows.append({"plan": "runner-up", "configuration": r.label, "step time": fmt_time(r.step_time_s),
+                     "slower than the best": f"{r.step_time_s / best.step_time_s - 1:+.1%}",
+                     "memory per device GB": round(r.memory_per_device_bytes / 1e9, 3), "fits": r.fits_memory})
+    for name, r in baselines.items():
+        rows.append({"plan": name, "configuration": r.label, "step time": fmt_time(r.step_time_s),
+                     "slower than the best": f"{r.step_time_s / best.step_time_s - 1:+.1%}",
+                     "memory per device GB": round(r.memory_per_device_bytes / 1e9, 3), "fits": r.fits_memory})
+    st.dataframe(rows, hide_index=True, key="tr_runners")
+    st.caption("Baselines are what practitioners run (pase.search.stages.training_baselines), each at its best "
+               "microbatch, costed by the same model; a baseline that does not fit shows its smallest-memory "
+               f"variant. The search's step is within {fmt_time(search.gap_bound_s)} of any stage cut of its "
+               "configuration.")
+    st.stop()
+
+# -- evaluate ----------------------------------------------------------------------------------------
+
+e1, e2, e3, e4, e5 = st.columns(5)
+t = int(kept(e1.number_input, "t", 8, "Tensor t", min_value=1, max_value=MAX_DEVICES, step=1))
+p = int(kept(e2.number_input, "p", 1, "Pipeline p", min_value=1, max_value=MAX_DEVICES, step=1))
+c = int(kept(e3.number_input, "c", 1, "Context c", min_value=1, max_value=MAX_DEVICES, step=1))
+v = int(kept(e4.number_input, "v", 1, "Chunks per stage v", min_value=1, max_value=64, step=1,
+             help="Virtual stages per device: more than 1 needs the interleaved schedule."))
+b = int(kept(e5.number_input, "microbatch", 1, "Microbatch size", min_value=1, max_value=MAX_BATCH, step=1,
+             help="Samples per microbatch per data-parallel replica."))
+f1, f2, f3, f4 = st.columns(4)
+recompute = kept(f1.selectbox, "recompute", "none", "Recomputation", list(RECOMPUTE))
+zero = int(kept(f2.selectbox, "zero", 0, "ZeRO stage", [0, 1, 2, 3]))
+schedule = kept(f3.selectbox, "schedule", AUTO, "Schedule", [AUTO, *SCHEDULES])
+with f4:
+    sp = kept(st.checkbox, "sp", False, "Sequence parallelism")
+    overlap = kept(st.checkbox, "overlap", False, "Overlap gradient reduction",
+                   help="Hide each device's reduction behind its last backward.")
+
+per_group = t * p * c
+if devices % per_group:
+    st.error(f"t x p x c = {t} x {p} x {c} = {per_group} does not divide the {devices} devices, so no whole "
+             "data-parallel size d fits; choose sizes whose product divides the device count.",
+             icon=":material/error:")
+    st.stop()
+d = devices // per_group
+st.markdown(f"Data parallel **d = {devices} / (t p c) = {d}**")
+try:
+    par = Parallelism(tensor=t, pipeline=p, data=d, context=c, virtual_stages=v, microbatch_size=b,
+                      global_batch=global_batch, sequence_parallel=sp, recompute=recompute, zero=zero,
+                      schedule=None if schedule == AUTO else schedule, overlap=overlap)
+except PaseError as exc:
+    st.error(f"Not a valid configuration: {md(exc)}", icon=":material/error:")
+    st.stop()
+key = ("training-eval", model, cluster, par)
+plan = store.get(key)
+if st.button("Evaluate", type="primary", key="tr_evaluate", icon=":material/play_arrow:",
+             help="Model this configuration's step, memory and schedule.") and plan is None:
+    try:
+        with Work(f"Evaluating {par.describe()}...") as work:
+            plan = work.run(evaluate_training, build, cluster, par, record=True, what="the evaluation",
+                            text=f"Evaluating {par.describe()} (building the model at the microbatch size, "
+                                 "costing its layers, simulating the schedule)...")
+        store.put(key, plan)
+    except PaseError as exc:
+        st.error(f"This configuration cannot run: {md(exc)}", icon=":material/error:")
+        st.stop()
+if plan is None:
+    st.info(f"Press **Evaluate** to model {md(par.describe())} ({par.microbatches} microbatches per step).",
+            icon=":material/info:")
+    st.stop()
+show_plan(plan, "tr_eval")

@@ -1,0 +1,241 @@
+"""The Training page: its figures (ui/training_figures.py) on real plans, and the page under AppTest."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from pase.hardware.cluster import Cluster
+from pase.model.memory import MemoryOptions
+from pase.model.training import Parallelism, evaluate_training
+from pase.models import batch_builder
+from ui.training_figures import (
+    MAX_DEVICE_CELLS, device_coordinates, mesh_figure, schedule_figure, stage_memory_figure, stage_rows, time_unit,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "app.py")
+BUILD = batch_builder("gpt", layers=4, d_model=64, heads=4, seq=32, vocab=256)
+# Two nodes of four devices: the pipeline's neighbours differ in the node axis or the gpu axis by the sizes.
+CLUSTER = Cluster(8, 10e12, 100e9, 2, 16e9, "small", 4, 10e9)
+
+CONFIGS = {
+    "1f1b": Parallelism(tensor=2, pipeline=2, data=2, global_batch=16),
+    "interleaved": Parallelism(tensor=2, pipeline=2, data=2, global_batch=16, virtual_stages=2),
+    "gpipe": Parallelism(tensor=4, pipeline=2, data=1, global_batch=8, schedule="gpipe"),
+    "overlap, zero 1, p on both axes": Parallelism(pipeline=4, data=2, global_batch=16, overlap=True, zero=1),
+    "interleaved v4, no data": Parallelism(tensor=2, pipeline=4, global_batch=8, virtual_stages=2,
+                                           recompute="full"),
+}
+
+
+@pytest.fixture(scope="module", params=list(CONFIGS))
+def plan(request):
+    return evaluate_training(BUILD, CLUSTER, CONFIGS[request.param], record=True)
+
+
+def op_bars(fig):
+    """(kind, row, start, end, microbatch, chunk) of every forward and backward bar, in the axis's unit."""
+    out = []
+    for trace in fig.data:
+        if trace.name in ("forward", "backward"):
+            for y, base, width, cd in zip(trace.y, trace.base, trace.x, trace.customdata):
+                out.append((trace.name, y, base, base + width, cd[1], cd[2]))
+    return out
+
+
+def test_the_gantt_has_one_bar_per_operation(plan):
+    p = plan.parallelism
+    S, m, v = p.pipeline, p.microbatches, p.virtual_stages
+    bars = op_bars(schedule_figure(plan))
+    assert len(bars) == 2 * S * m * v
+    # Every (kind, stage, microbatch, chunk) exactly once.
+    assert {(k, y, mb, c) for k, y, _, _, mb, c in bars} == {
+        (k, s, j, c) for k in ("forward", "backward") for s in range(S) for j in range(m) for c in range(v)}
+
+
+def test_bars_on_one_row_never_overlap(plan):
+    rows = defaultdict(list)
+    for _, y, start, end, *_ in op_bars(schedule_figure(plan)):
+        assert end >= start
+        rows[y].append((start, end))
+    for spans in rows.values():
+        spans.sort()
+        for (_, end), (start, _) in zip(spans, spans[1:]):
+            assert start >= end - 1e-12 * max(1.0, end)
+
+
+def test_the_last_bar_plus_the_exposed_reduction_is_the_step(plan):
+    scale, _ = time_unit(plan.step_time_s)
+    last = defaultdict(float)
+    for _, y, _, end, *_ in op_bars(schedule_figure(plan)):
+        last[y] = max(last[y], end)
+    exposed = plan.schedule.exposed_reduce_s
+    step = max(last[s] + exposed[s] / scale for s in range(plan.parallelism.pipeline))
+    assert step == pytest.approx(plan.step_time_s / scale, rel=1e-9)
+
+
+def test_the_gantt_shows_each_stages_reduction_and_the_unit():
+    plan = evaluate_training(BUILD, CLUSTER, CONFIGS["1f1b"], record=True)
+    fig = schedule_figure(plan)
+    (reduction,) = [t for t in fig.data if t.name == "gradient reduction"]
+    scale, unit = time_unit(plan.step_time_s)
+    assert list(reduction.x) == pytest.approx([s.reduce_s / scale for s in plan.stages])
+    assert unit in fig.layout.xaxis.title.text
+    # Serial reduction: it starts where its stage's last backward ends.
+    ends = defaultdict(float)
+    for kind, y, _, end, *_ in op_bars(fig):
+        if kind == "backward":
+            ends[y] = max(ends[y], end)
+    assert list(reduction.base) == pytest.approx([ends[s] for s in range(plan.parallelism.pipeline)])
+
+
+def test_the_gantt_needs_a_recorded_schedule():
+    plan = evaluate_training(BUILD, CLUSTER, CONFIGS["1f1b"])
+    with pytest.raises(ValueError, match="record=True"):
+        schedule_figure(plan)
+
+
+def test_memory_bars_sum_to_each_stages_memory(plan):
+    fig = stage_memory_figure(plan)
+    totals = defaultdict(float)
+    for trace in fig.data:
+        for x, y in zip(trace.x, trace.y):
+            totals[x] += y
+    assert [totals[f"stage {s.index}"] for s in plan.stages] == pytest.approx(
+        [s.memory_bytes / 1e9 for s in plan.stages], rel=1e-9)
+    # The default options reserve nothing, so there are exactly the five parts.
+    assert MemoryOptions().reserved_bytes == 0
+    assert [t.name for t in fig.data] == ["weights", "gradients", "optimizer state", "activations", "transient"]
+    (line,) = fig.layout.shapes
+    assert line.y0 == line.y1 == pytest.approx(plan.memory_capacity_bytes / 1e9)
+
+
+def test_the_mesh_has_one_cell_per_device_coloured_by_its_stage(plan):
+    fig = mesh_figure(plan)
+    (heat,) = fig.data
+    coords = device_coordinates(plan)
+    cells = [(r, c, z) for r, row in enumerate(heat.z) for c, z in enumerate(row) if z is not None]
+    assert len(cells) == CLUSTER.devices == len(coords)
+    width = CLUSTER.mesh.shape[-1]
+    for r, c, z in cells:
+        assert z == coords[r * width + c][3]
+    # A placement: every device has its own coordinates, each within its size.
+    p = plan.parallelism
+    assert len(set(coords)) == CLUSTER.devices
+    assert {x[3] for x in coords} == set(range(p.pipeline))
+    assert {x[2] for x in coords} == set(range(p.data))
+    assert {x[0] for x in coords} == set(range(p.tensor))
+
+
+@pytest.mark.parametrize("name, stage_of", [
+    # t2 (gpu) then d2 (gpu) then p2: the pipeline spans the nodes.
+    ("1f1b", lambda n: n // 4),
+    # d2 (gpu), then p4 over the rest of the gpu axis and the nodes: node-major, inner gpu pair fastest.
+    ("overlap, zero 1, p on both axes", lambda n: (n // 4) * 2 + (n % 4) // 2),
+])
+def test_each_devices_pipeline_coordinate_follows_the_mesh_layout(name, stage_of):
+    plan = evaluate_training(BUILD, CLUSTER, CONFIGS[name], record=True)
+    mesh = plan.to_dict()["mesh"]
+    assert "node" in mesh["pipeline"]
+    assert [c[3] for c in device_coordinates(plan)] == [stage_of(n) for n in range(CLUSTER.devices)]
+    if name == "1f1b":
+        assert [c[0] for c in device_coordinates(plan)] == [n % 2 for n in range(8)]
+        assert [c[2] for c in device_coordinates(plan)] == [(n // 2) % 2 for n in range(8)]
+
+
+def test_a_large_mesh_draws_one_cell_per_node():
+    big = Cluster(2048, 10e12, 100e9, 2, 16e9, "big", 8, 10e9)
+    plan = evaluate_training(BUILD, big, Parallelism(tensor=4, pipeline=2, data=256, global_batch=256))
+    assert plan.parallelism.devices > MAX_DEVICE_CELLS
+    fig = mesh_figure(plan)
+    cells = [z for row in fig.data[0].z for z in row if z is not None]
+    assert len(cells) == 256  # nodes
+    assert sorted(set(cells)) == [0, 1]
+    assert "one cell per node" in fig.layout.title.text
+
+
+def test_the_stage_table_lists_every_stage():
+    plan = evaluate_training(BUILD, CLUSTER, CONFIGS["interleaved"], record=True)
+    rows = stage_rows(plan)
+    assert [r["stage"] for r in rows] == [0, 1]
+    assert sum(r["layer count"] for r in rows) == len(BUILD(1))
+    assert rows[0]["forward ms"] == pytest.approx(plan.stages[0].forward_s * 1e3, rel=1e-3)
+    assert rows[0]["layers"].count(";") == 1  # two chunks
+
+
+# -- the page ----------------------------------------------------------------------------------------
+
+def page() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    at.switch_page("pages/training.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_the_page_searches_and_shows_the_best_plan_runners_up_and_baselines():
+    at = page()
+    assert at.selectbox(key="tr_model").value == "megatron-1.7b"
+    assert at.selectbox(key="tr_preset").value == "dgx-a100"
+    assert at.number_input(key="tr_devices").value == 32
+    assert at.number_input(key="tr_batch_megatron-1.7b").value == 512
+    at.number_input(key="tr_devices").set_value(2).run()
+    at.number_input(key="tr_batch_megatron-1.7b").set_value(2).run()
+    at.button(key="tr_search").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    assert [m.label for m in at.metric] == ["Step time", "Tokens/s", "MFU (of peak)", "HFU (of peak)",
+                                            "Memory per device (largest stage)"]
+    assert any("published specification" in c.value for c in at.caption)
+    ids = [c.proto.id for c in at.get("plotly_chart")]
+    assert [any(i.endswith(k) for i in ids) for k in ("tr_best_gantt", "tr_best_memory", "tr_best_mesh")] == [True] * 3
+    (runners,) = [df for df in at.dataframe if "slower than the best" in df.value.columns]
+    plans = list(runners.value["plan"])
+    assert plans[0] == "best" and "runner-up" in plans and "data parallel" in plans
+    slower = [float(x.rstrip("%")) for x in runners.value["slower than the best"][1:]]
+    assert all(x >= -1e-9 for x in slower[:plans.count("runner-up")]), "runners-up are never faster than the best"
+    (stages,) = [df for df in at.dataframe if "in flight" in df.value.columns]
+    assert len(stages.value) >= 1
+    # Inputs survive a trip to the other mode.
+    at.radio(key="tr_mode").set_value("Evaluate a configuration").run()
+    at.radio(key="tr_mode").set_value("Search the best plan").run()
+    assert at.number_input(key="tr_devices").value == 2
+
+
+def test_the_page_evaluates_a_configuration_and_names_impossible_ones():
+    at = page()
+    at.radio(key="tr_mode").set_value("Evaluate a configuration").run()
+    at.number_input(key="tr_devices").set_value(8).run()
+    for k, value in (("tr_t", 2), ("tr_p", 2), ("tr_v", 2)):
+        at.number_input(key=k).set_value(value).run()
+    assert not at.error, [e.value for e in at.error]
+    assert any("d = 8 / (t p c) = 2" in m.value for m in at.markdown)
+    at.button(key="tr_evaluate").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    assert at.metric and any(c.proto.id.endswith("tr_eval_gantt") for c in at.get("plotly_chart"))
+    # t = 3 does not divide 8 devices: a message, no exception.
+    at.number_input(key="tr_t").set_value(3).run()
+    assert not at.exception
+    assert "does not divide the 8 devices" in at.error[0].value
+    # A configuration pase refuses: 2 chunks per stage without the interleaved schedule.
+    at.number_input(key="tr_t").set_value(2).run()
+    at.selectbox(key="tr_schedule").set_value("gpipe").run()
+    assert not at.exception
+    assert "interleaved schedule" in at.error[0].value
+    # And one that only the evaluation finds impossible: 3 data-parallel replicas of 2 devices do not tile the
+    # 8 GPUs of a node (3 nodes of 8: t2 p4 d3).
+    at.selectbox(key="tr_schedule").set_value("1f1b").run()
+    at.number_input(key="tr_v").set_value(1).run()
+    at.number_input(key="tr_devices").set_value(24).run()
+    at.number_input(key="tr_p").set_value(4).run()
+    at.number_input(key="tr_batch_megatron-1.7b").set_value(24).run()
+    assert not at.error, [e.value for e in at.error]
+    at.button(key="tr_evaluate").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert "does not fit the device mesh" in at.error[0].value
+    assert not at.metric

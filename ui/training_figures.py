@@ -1,0 +1,294 @@
+"""Figures of a 3-D parallel training plan (:class:`pase.model.training.TrainingPlan`): plain functions, no Streamlit.
+
+* :func:`schedule_figure`: the pipeline schedule as a Gantt chart, one row per
+  pipeline device position (stage);
+* :func:`stage_memory_figure`: memory per device of each stage against the capacity;
+* :func:`mesh_figure`: the cluster's devices as a grid coloured by pipeline stage,
+  from :func:`device_coordinates`;
+* :func:`stage_rows`: the stage table.
+
+Every number comes from the plan; these functions only arrange and colour it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import plotly.graph_objects as go
+
+from pase.model.training import TrainingPlan
+from ui.fmt import fmt_time, plotly_text
+from ui.palette import CAPACITY_COLOR, INK, MEMORY_COLORS, device_color
+
+__all__ = ["OPERATION_COLORS", "IDLE_COLOR", "CHUNK_PATTERNS", "MAX_DEVICE_CELLS", "time_unit", "schedule_figure",
+           "stage_memory_figure", "device_coordinates", "mesh_figure", "stage_rows"]
+
+# The pipeline schedule's colours, used nowhere else in the app (ui/palette.py has none of these hues):
+# forward and backward work, the gradient reduction after a device's last backward, and idle time.
+OPERATION_COLORS = {"forward": "#5a9bd4", "backward": "#f28e2b", "gradient reduction": "#b07aa1"}
+IDLE_COLOR = "#ededed"
+# Chunks of an interleaved stage (virtual stages 0, 1, ... of a device): the fill pattern of their bars.
+CHUNK_PATTERNS = ["", "/", ".", "x", "\\", "+", "-", "|"]
+# Above this many devices the mesh grid draws one cell per node (row of the mesh) instead of one per device.
+MAX_DEVICE_CELLS = 1024
+# Below this share of the step a bar is too narrow for its microbatch number.
+_TEXT_SHARE = 0.012
+# Stage rows of the Gantt chart: the operations' lane and, below it, the reductions' lane (in row units).
+_OP_LANE = (-0.42, 0.6)  # offset, width
+_REDUCE_LANE = (0.22, 0.2)
+
+
+def time_unit(seconds: float) -> tuple[float, str]:
+    """The scale and unit for an axis reaching ``seconds``: ``(1.0, "s")`` from a second up, else ``(1e-3, "ms")``."""
+    return (1.0, "s") if seconds >= 1.0 else (1e-3, "ms")
+
+
+def schedule_figure(plan: TrainingPlan) -> go.Figure:
+    """The plan's pipeline schedule as a Gantt chart (needs a plan evaluated with ``record=True``).
+
+    One row per pipeline device position (stage 0 at the top). The forward and
+    backward operations are horizontal bars, one trace per kind however many
+    microbatches there are: ``"forward"`` and ``"backward"`` hold exactly one
+    bar per operation, labelled with its microbatch number when wide enough,
+    the chunk of an interleaved stage as its fill pattern. Each stage's gradient
+    reduction is a thin bar below its row (from its last backward's end, or
+    its start under ``overlap``); the grey bar behind each row spans the step,
+    so idle time shows as grey gaps. Times on the x axis in ms (steps under a
+    second) or s; hover gives stage, microbatch, chunk, start and end.
+
+    Raises ``ValueError`` when the plan's schedule holds no operations (evaluated without ``record``).
+    """
+    sched = plan.schedule
+    ops = sched.operations
+    if not ops:
+        raise ValueError("the plan's schedule has no operations recorded; evaluate it with record=True")
+    step = plan.step_time_s
+    scale, unit = time_unit(step)
+    S = len(plan.stages)
+    v = plan.parallelism.virtual_stages
+    # Bar outlines separate wide bars; on hundreds of bars a row they would paint the row white.
+    outline = 0.5 if len(ops) <= 100 * S else 0.0
+    fig = go.Figure()
+    busy = sched.busy_s
+    fig.add_trace(go.Bar(
+        name="idle", orientation="h", y=list(range(S)), base=[0.0] * S, x=[step / scale] * S,
+        width=_OP_LANE[1], offset=_OP_LANE[0], marker=dict(color=IDLE_COLOR), showlegend=True,
+        customdata=[[s, fmt_time(max(0.0, step - busy[s])), max(0.0, 1 - busy[s] / step) if step > 0 else 0.0]
+                    for s in range(S)],
+        hovertemplate="stage %{customdata[0]}: idle %{customdata[1]} (%{customdata[2]:.0%} of the step)<extra></extra>",
+    ))
+    for kind, name in (("F", "forward"), ("B", "backward")):
+        mine = [o for o in ops if o.kind == kind]
+        fig.add_trace(go.Bar(
+            name=name, orientation="h", y=[o.device for o in mine], base=[o.start_s / scale for o in mine],
+            x=[(o.end_s - o.start_s) / scale for o in mine], width=_OP_LANE[1], offset=_OP_LANE[0],
+            marker=dict(color=OPERATION_COLORS[name], line=dict(width=outline, color="white"),
+                        pattern=dict(shape=[CHUNK_PATTERNS[o.chunk % len(CHUNK_PATTERNS)] for o in mine],
+                                     fgcolor=INK, size=6, solidity=0.25)),
+            text=[str(o.microbatch) if o.end_s - o.start_s >= _TEXT_SHARE * step else "" for o in mine],
+            textposition="inside", insidetextanchor="middle", textfont=dict(color="white", size=10),
+            customdata=[[o.device, o.microbatch, o.chunk, fmt_time(o.start_s), fmt_time(o.end_s)] for o in mine],
+            hovertemplate=(f"<b>{name}</b> stage %{{customdata[0]}}, microbatch %{{customdata[1]}}"
+                           + (", chunk %{customdata[2]}" if v > 1 else "")
+                           + "<br>%{customdata[3]} to %{customdata[4]}<extra></extra>"),
+        ))
+    last = {}  # device -> its last backward
+    for o in ops:
+        if o.kind == "B" and (o.device not in last or o.end_s > last[o.device].end_s):
+            last[o.device] = o
+    starts, lengths, hover = [], [], []
+    for s, st in enumerate(plan.stages):
+        last_b = last[s]
+        start = last_b.start_s if plan.parallelism.overlap else last_b.end_s
+        starts.append(start / scale)
+        lengths.append(st.reduce_s / scale)
+        hover.append([s, fmt_time(start), fmt_time(start + st.reduce_s), fmt_time(sched.exposed_reduce_s[s])])
+    fig.add_trace(go.Bar(
+        name="gradient reduction", orientation="h", y=list(range(S)), base=starts, x=lengths,
+        width=_REDUCE_LANE[1], offset=_REDUCE_LANE[0], marker=dict(color=OPERATION_COLORS["gradient reduction"]),
+        customdata=hover,
+        hovertemplate=("<b>gradient reduction</b> stage %{customdata[0]}<br>%{customdata[1]} to %{customdata[2]}"
+                       "<br>exposed: %{customdata[3]}<extra></extra>"),
+    ))
+    p = plan.parallelism
+    fig.update_layout(
+        barmode="overlay", height=int(min(900, max(240, 48 * S + 140))), margin=dict(l=10, r=10, t=70, b=40),
+        xaxis=dict(title=f"time in the step ({unit})", range=[0, step / scale * 1.01]),
+        yaxis=dict(tickvals=list(range(S)), ticktext=[f"stage {s}" for s in range(S)], autorange="reversed"),
+        uniformtext=dict(minsize=8, mode="hide"), plot_bgcolor="white", hovermode="closest",
+        legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0),
+        title=dict(y=0.98, yanchor="top", text=f"{p.schedule} schedule, {p.microbatches} microbatches"
+                        + (f", {v} chunks per stage (patterns)" if v > 1 else ""), font=dict(size=13)),
+    )
+    return fig
+
+
+def stage_memory_figure(plan: TrainingPlan) -> go.Figure:
+    """Memory per device of each stage (GB, 1e9 bytes) as stacked bars against the capacity.
+
+    Parts: weights, gradients, optimizer state, activations (times the
+    microbatches in flight), transient (communication buffers, ZeRO-3's
+    gathered weights, a recomputed block) and, when not zero, the reserve (the
+    rest of the stage's ``memory_bytes``); the parts of a stage sum to its
+    ``memory_bytes``. A horizontal line marks the capacity when it is known.
+    """
+    stages = plan.stages
+    x = [f"stage {s.index}" for s in stages]
+    parts = [
+        ("weights", MEMORY_COLORS["weights"], [s.weights_bytes for s in stages]),
+        ("gradients", MEMORY_COLORS["gradients"], [s.gradient_bytes for s in stages]),
+        ("optimizer state", MEMORY_COLORS["optimizer state"], [s.optimizer_bytes for s in stages]),
+        ("activations", MEMORY_COLORS["activations"], [s.activation_bytes for s in stages]),
+        ("transient", MEMORY_COLORS["largest comm buffer"], [s.transient_bytes for s in stages]),
+    ]
+    reserve = [s.memory_bytes - sum(p[2][i] for p in parts) for i, s in enumerate(stages)]
+    if any(r > 1e-9 * s.memory_bytes for r, s in zip(reserve, stages)):
+        parts.append(("reserve", MEMORY_COLORS["reserve"], reserve))
+    fig = go.Figure()
+    for label, color, values in parts:
+        fig.add_trace(go.Bar(name=label, x=x, y=[b / 1e9 for b in values], marker_color=color,
+                             hovertemplate="%{x}: " + label + " %{y:.4g} GB<extra></extra>"))
+    cap = plan.memory_capacity_bytes
+    if cap is not None:
+        fig.add_hline(y=cap / 1e9, line=dict(color=CAPACITY_COLOR, dash="dash"),
+                      annotation_text=f"capacity {cap / 1e9:.3g} GB", annotation_position="top left")
+    top = max([s.memory_bytes for s in stages] + [cap or 0.0]) / 1e9
+    fig.update_layout(barmode="stack", height=360, margin=dict(l=10, r=10, t=30, b=40),
+                      yaxis=dict(title="memory per device (GB)", range=[0, top * 1.12]),
+                      legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0))
+    return fig
+
+
+def device_coordinates(plan: TrainingPlan) -> list[tuple[int, int, int, int]]:
+    """Per device id, its ``(tensor, context, data, pipeline)`` coordinates under the plan's placement.
+
+    Device ids count the cluster's mesh row-major (outermost axis first: device
+    ``n`` of 8-GPU nodes is GPU ``n % 8`` of node ``n // 8``). The groups
+    follow ``plan.to_dict()["mesh"]``: the ``t x c`` group innermost, then
+    the data-parallel replicas, then the pipeline, each spanning the mesh axes
+    listed there (a factor of an axis shared by several groups: the inner
+    group varies fastest along it). A group's rank counts its axes' parts with
+    the innermost axis fastest; inside the ``t x c`` group, tensor varies
+    fastest (``tensor = rank % t``, ``context = rank // t``).
+    """
+    mesh = plan.cluster.mesh
+    spans = plan.to_dict()["mesh"]
+    names = [a.name for a in mesh.axes]
+    ext = {g: [spans[g].get(n, 1) for n in names] for g in ("tensor x context", "data", "pipeline")}
+    t = plan.parallelism.tensor
+    out = []
+    for n in range(mesh.devices):
+        coords, rest = [], n
+        for size in reversed(mesh.shape):
+            rest, x = divmod(rest, size)
+            coords.append(x)
+        coords.reverse()  # per axis, outermost first
+        ranks = dict.fromkeys(ext, 0)
+        for j, x in enumerate(coords):
+            inner = 1
+            for g in ("tensor x context", "data", "pipeline"):
+                k = ext[g][j]
+                ranks[g] = ranks[g] * k + (x // inner) % k
+                inner *= k
+        group = ranks["tensor x context"]
+        out.append((group % t, group // t, ranks["data"], ranks["pipeline"]))
+    return out
+
+
+def mesh_figure(plan: TrainingPlan) -> go.Figure:
+    """The cluster's devices as a grid coloured by pipeline stage, from :func:`device_coordinates`.
+
+    Rows are the mesh's outer axes (nodes), columns its innermost axis (GPUs of
+    a node); a flat cluster wraps its devices into rows of up to 32. Each cell
+    shows (as text up to 256 devices, always on hover) the device's tensor,
+    data and pipeline coordinates. Above :data:`MAX_DEVICE_CELLS` devices it
+    draws one cell per node instead (coloured by its first device's stage, the
+    hover giving the node's stages and replicas), and its title says so.
+    """
+    mesh = plan.cluster.mesh
+    coords = device_coordinates(plan)
+    p = plan.parallelism
+    N = len(coords)
+    width = mesh.shape[-1] if len(mesh.shape) > 1 else min(32, N)
+    S = p.pipeline
+    colorscale = _stage_colorscale(S)
+    if N <= MAX_DEVICE_CELLS:
+        rows = math.ceil(N / width)
+        z = [[None] * width for _ in range(rows)]
+        text = [[""] * width for _ in range(rows)]
+        hover = [[""] * width for _ in range(rows)]
+        for n, (t, c, d, s) in enumerate(coords):
+            r, col = divmod(n, width)
+            z[r][col] = s
+            label = f"t{t}" + (f" c{c}" if p.context > 1 else "") + f" d{d} p{s}"
+            text[r][col] = label if N <= 256 else ""
+            hover[r][col] = f"device {n}: tensor {t}" + (f", context {c}" if p.context > 1 else "") + \
+                f", data {d}, pipeline stage {s}"
+        title = f"{N} devices ({rows} x {width}), coloured by pipeline stage"
+        x_title, y_title = (mesh.axes[-1].name, " x ".join(a.name for a in mesh.axes[:-1])) if len(mesh.shape) > 1 \
+            else (f"device (rows of {width})", "row")
+    else:
+        nodes = math.ceil(N / width)
+        cols = math.ceil(math.sqrt(nodes))
+        rows = math.ceil(nodes / cols)
+        z = [[None] * cols for _ in range(rows)]
+        text = [[""] * cols for _ in range(rows)]
+        hover = [[""] * cols for _ in range(rows)]
+        for node in range(nodes):
+            mine = coords[node * width:(node + 1) * width]
+            stages = sorted({s for *_, s in mine})
+            replicas = sorted({d for _, _, d, _ in mine})
+            r, col = divmod(node, cols)
+            z[r][col] = stages[0]
+            hover[r][col] = (f"node {node} (devices {node * width} to {node * width + len(mine) - 1}): "
+                             f"pipeline stage{'s' if len(stages) > 1 else ''} {_span(stages)}, "
+                             f"data replica{'s' if len(replicas) > 1 else ''} {_span(replicas)}")
+        title = (f"{N:,} devices: too many to draw one by one, so one cell per node of {width} "
+                 f"({nodes:,} nodes), coloured by its first device's pipeline stage")
+        x_title, y_title = "node (column)", "node (row)"
+    fig = go.Figure(go.Heatmap(
+        z=z, text=text, texttemplate="%{text}", textfont=dict(size=9, color="white"), hovertext=hover,
+        hoverinfo="text", colorscale=colorscale, zmin=-0.5, zmax=S - 0.5, xgap=2, ygap=2,
+        colorbar=dict(title="stage", tickvals=list(range(S)) if S <= 16 else None),
+    ))
+    fig.update_layout(title=dict(text=plotly_text(title), font=dict(size=13)),
+                      height=int(min(900, max(220, 34 * len(z) + 110))), margin=dict(l=10, r=10, t=40, b=40),
+                      xaxis=dict(title=x_title, showgrid=False), plot_bgcolor="white",
+                      yaxis=dict(title=y_title, autorange="reversed", showgrid=False))
+    return fig
+
+
+def _stage_colorscale(stages: int) -> list:
+    """A stepped colourscale over ``zmin = -0.5 .. zmax = stages - 0.5``: stage ``s`` in ``device_color(s)``."""
+    if stages == 1:
+        return [[0.0, device_color(0)], [1.0, device_color(0)]]
+    scale = []
+    for s in range(stages):
+        scale += [[s / stages, device_color(s)], [(s + 1) / stages, device_color(s)]]
+    return scale
+
+
+def _span(values: list[int]) -> str:
+    """``"3"`` or ``"0 to 7"``: the sorted ``values``' range."""
+    return str(values[0]) if len(values) == 1 else f"{values[0]} to {values[-1]}"
+
+
+def stage_rows(plan: TrainingPlan) -> list[dict]:
+    """The stage table: per stage its layers (first to last layer of each chunk), layer count, forward, backward,
+    send and reduction ms (per microbatch; the reduction once a step), microbatches in flight, memory (GB)."""
+    return [{
+        "stage": s.index,
+        "layers": "; ".join(first if first == last else f"{first} … {last}" for first, last in s.layers),
+        "layer count": s.layer_count,
+        "forward ms": _sig(s.forward_s * 1e3),
+        "backward ms": _sig(s.backward_s * 1e3),
+        "send ms": _sig(s.send_s * 1e3),
+        "reduction ms (per step)": _sig(s.reduce_s * 1e3),
+        "in flight": s.in_flight,
+        "memory GB": _sig(s.memory_bytes / 1e9),
+    } for s in plan.stages]
+
+
+def _sig(x: float) -> float:
+    """``x`` to 4 significant digits (table cells)."""
+    return float(f"{x:.4g}")
