@@ -54,6 +54,9 @@ from pase.search.solver import exact
 
 __all__ = ["TrainingSearch", "search_training", "training_baselines", "divisors"]
 
+MEGATRON_SPLITS = "Megatron layer splits"
+SEARCHED_SPLITS = "searched layer splits"
+
 
 def divisors(n: int) -> list[int]:
     """The divisors of ``n``, ascending."""
@@ -175,7 +178,7 @@ def search_training(
             if sp and t == 1:
                 continue
             try:
-                splits.append(("Megatron layer splits", sp, tensor_parallel_strategy(graph, t, c, sp)))
+                splits.append((MEGATRON_SPLITS, sp, tensor_parallel_strategy(graph, t, c, sp)))
             except ConfigurationError:
                 continue
         for t_, c_, d, p in groups:
@@ -183,12 +186,14 @@ def search_training(
                 continue
             m = global_batch // (d * b)
             base = Parallelism(tensor=t, pipeline=p, data=d, context=c, microbatch_size=b, global_batch=global_batch)
+            candidates = list(splits)
             if intra_search and t * c > 1:
                 searched = _intra_search(graph, cluster, base, m, options, notes)
                 if searched is not None:
-                    splits.append(("searched layer splits", False, searched))
-            for label, sp, strategy in splits:
-                key = (label, sp, id(strategy))
+                    candidates.append((SEARCHED_SPLITS, False, searched))
+            for label, sp, strategy in candidates:
+                # Megatron's splits are the same for every pipeline size; the searched ones depend on m.
+                key = (label, sp, m) if label == SEARCHED_SPLITS else (label, sp)
                 if key not in times:
                     try:
                         times[key] = layer_times(graph, cluster, strategy, replace(base, sequence_parallel=sp),
