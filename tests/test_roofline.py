@@ -106,3 +106,20 @@ def test_every_modern_preset_has_a_calibration_with_sources():
                                   "inter_efficiency"}, name
     with pytest.raises(ClusterError, match="has no calibration"):
         preset("paper-1080ti", calibrated=True)
+
+
+def test_a_calibrated_step_ends_with_the_memory_bound_optimizer_update():
+    from pase.model.training import Parallelism, evaluate_training
+    from pase.models import batch_builder
+
+    build = batch_builder("gpt", layers=2, d_model=64, heads=4, seq=32, vocab=256)
+    params = build(1).parameter_count
+    cluster = preset("dgx-a100", 2, calibrated=True)
+    for zero, shard in ((0, 1), (1, 2)):
+        got = evaluate_training(build, cluster, Parallelism(data=2, global_batch=4, zero=zero))
+        (stage,) = got.stages
+        # Adam in mixed precision: 28 bytes a parameter at the calibrated 2,048 GB/s, over the ZeRO shard.
+        assert stage.optimizer_s == pytest.approx(params / shard * 28 / 2048e9)
+        assert got.step_time_s == pytest.approx(got.schedule.step_time_s + stage.optimizer_s)
+    plain = evaluate_training(build, preset("dgx-a100", 2), Parallelism(data=2, global_batch=4))
+    assert plain.stages[0].optimizer_s == 0 and plain.step_time_s == plain.schedule.step_time_s

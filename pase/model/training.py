@@ -40,7 +40,10 @@ all-reduce (ZeRO 0), a reduce-scatter and an all-gather of the updated weights
 (ZeRO 1 and 2: the same time). ZeRO 3 instead all-gathers a layer's weights
 before its forward and again before its backward and reduce-scatters its
 gradient, every microbatch (DeepSpeed's schedule), inside ``f`` and ``b``.
-``overlap`` hides each device's reduction behind its last backward.
+``overlap`` hides each device's reduction behind its last backward. On a
+calibrated cluster each device then runs its optimizer step, memory-bound:
+``OPTIMIZER_BYTES_PER_PARAMETER`` per parameter whose state it holds, at the
+achievable memory bandwidth (the paper's model leaves it out).
 
 Memory per device of a stage (the peak at the start of the first backward):
 
@@ -92,6 +95,9 @@ __all__ = ["RECOMPUTE", "Parallelism", "StageReport", "TrainingPlan", "LayerTime
            "layer_times", "assemble", "check_devices", "group_extents", "group_cluster", "balanced_cuts", "attention_core", "blocks"]
 
 RECOMPUTE = ("none", "selective", "full")
+# Mixed-precision Adam's update touches, per parameter: fp32 master, first and second moments read and
+# written (24 bytes), the fp16 gradient read and the fp16 weight written (4).
+OPTIMIZER_BYTES_PER_PARAMETER = 28
 
 GraphSource = Callable[[int], Graph] | Graph
 
@@ -344,6 +350,7 @@ class StageReport:
     backward_s: float
     send_s: float
     reduce_s: float
+    optimizer_s: float
     in_flight: float
     weights_bytes: float
     gradient_bytes: float
@@ -356,7 +363,7 @@ class StageReport:
         """Plain types for JSON."""
         return {"index": self.index, "layers": [list(r) for r in self.layers], "layer_count": self.layer_count,
                 "forward_s": self.forward_s, "backward_s": self.backward_s, "send_s": self.send_s,
-                "reduce_s": self.reduce_s, "in_flight_microbatches": self.in_flight,
+                "reduce_s": self.reduce_s, "optimizer_s": self.optimizer_s, "in_flight_microbatches": self.in_flight,
                 "weights_bytes": self.weights_bytes, "gradient_bytes": self.gradient_bytes,
                 "optimizer_bytes": self.optimizer_bytes, "activation_bytes": self.activation_bytes,
                 "transient_bytes": self.transient_bytes, "memory_bytes": self.memory_bytes}
@@ -746,10 +753,14 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
     if rejected is not None and capacity is not None and total.max() > capacity:
         rejected(float(total.max()))
         return None
+    # The optimizer step reads and writes its state once a step; the roofline prices it on a calibrated cluster.
+    optimizer = np.zeros(S) if cluster.efficiency is None else (
+        params / shard["optimizer"] * OPTIMIZER_BYTES_PER_PARAMETER / cluster.efficiency.memory_Bps)
     stages = tuple(StageReport(
         index=s, layers=tuple((layers[bounds[q]].name, layers[bounds[q + 1] - 1].name) for q in range(s, Q, S)),
         layer_count=int(counts[s]), forward_s=float(fdev[s]), backward_s=float(bdev[s]), send_s=float(sdev[s]),
-        reduce_s=reduce[s], in_flight=held[s], weights_bytes=float(states["weights"][s]),
+        reduce_s=reduce[s], optimizer_s=float(optimizer[s]), in_flight=held[s],
+        weights_bytes=float(states["weights"][s]),
         gradient_bytes=float(states["gradients"][s]), optimizer_bytes=float(states["optimizer"][s]),
         activation_bytes=float(acts[s]), transient_bytes=float(transient[s]), memory_bytes=float(total[s]),
     ) for s in range(S))
@@ -758,7 +769,8 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
 
     replicas = m * d  # microbatch graphs per step
     return TrainingPlan(
-        parallelism=par, cluster=cluster, graph_name=graph.name, step_time_s=result.step_time_s,
+        parallelism=par, cluster=cluster, graph_name=graph.name,
+        step_time_s=max(f + e + o for f, e, o in zip(result.finish_s, result.exposed_reduce_s, optimizer)),
         stages=stages, schedule=result, model_flops_per_step=lt.model_flops * replicas,
         hardware_flops_per_step=(lt.model_flops + float(lt.recompute_flops.sum()) * par.group) * replicas,
         memory_capacity_bytes=capacity, tokens_per_sample=sequence_length(graph), label=label or par.describe(),
