@@ -140,17 +140,19 @@ def main() -> int:
         "rates and nominal bandwidths, and with the preset's calibration (Calculon's published A100 figures: "
         "matrix products at 60-95% of peak by size, vector operations at 78 TFLOP/s, HBM at 2,048 GB/s, NVLink "
         "at 65% and InfiniBand at 90% of nominal; assumed 5 us per kernel and 5/10 us per collective step; "
-        "gradient reduction overlapped with the last backward). Assumptions where the papers are silent: "
+        "gradient reduction overlapped with the last backward, then the optimizer update at 28 bytes a parameter). Assumptions where the papers are silent: "
         "microbatch 1 in Tables 1 and 2 unless given, full recomputation, interleaving v = the largest of 4, 3, 2 "
         "dividing the layers per stage when the microbatches allow it. Table 5 compares iteration times, "
         "Tables 1 and 2 TFLOP/s per GPU of Megatron's equation 3.", "",
         summary, "", table, "",
         "Where the calibrated model stands: it closes most of the gap of the peak model but does not yet meet "
-        "the goal (3.5% mean on Table 5, 5% on Table 1). Known causes, in the order they matter: (1) a tensor "
-        "read by several layers is redistributed once per reader (q, k and v each all-gather the norm's output "
-        "that Megatron gathers once for its fused QKV product), which over-counts tensor-parallel traffic; (2) "
-        "the optimizer step is not modelled; (3) the efficiency figures are Calculon's, not fitted to these "
-        "runs. Fitting them to this table, and then saying so, is the next step of issue 12.", "",
+        "the goal (3.5% mean on Table 5, 5% on Table 1); it is optimistic almost everywhere, most for ZeRO-3, "
+        "whose measured throughput falls far faster with the GPUs than bandwidth alone explains. Known causes: "
+        "(1) the efficiency figures are Calculon's, not fitted to these runs, and ZeRO-3's fine-grained "
+        "gathers have no efficiency of their own; (2) a tensor read by several layers is redistributed once per "
+        "reader (q, k and v each all-gather the norm's output that Megatron gathers once for its fused QKV "
+        "product), which over-counts tensor-parallel traffic and so hides part of the optimism. Fitting the "
+        "figures to this table, and then saying so, is the next step of issue 12.", "",
     ])
     publish(text, args.no_write)
     return 0

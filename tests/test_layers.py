@@ -73,6 +73,10 @@ HAND_COUNTED = [
     (L.elementwise("add", (4, 5), ("b", "n"), inputs=2, pointwise=1), 80),
     # One input: no add; value, derivative, product: 20 * 3 = 60.
     (L.elementwise("relu", (4, 5), ("b", "n"), inputs=1, pointwise=1), 60),
+    # A gate, y = silu(x0) * x1 over 20 elements: forward silu's value (1) and the product (1); backward
+    # dx1 = dy * silu(x0) (1), dx0 = dy * x1 (1) times silu's derivative (derivative and product, 2).
+    # 20 * 6 = 120.
+    (L.elementwise("swiglu", (4, 5), ("b", "n"), inputs=2, pointwise=1, gated=True), 120),
     # Batch norm of 2 * 3 * 4 * 4 = 96 elements, per element (the two-pass form):
     #   forward 8: mean (1 add); variance (x - mu, square, add: 3); xhat = (x - mu) * rstd
     #     (subtract again, multiply: 2); y = gamma xhat + beta (2);
@@ -84,6 +88,13 @@ HAND_COUNTED = [
     (L.batch_norm("bn", b=2, c=3, h=4, w=4), 1920),
     # Layer norm: the same count per element over 2 * 4 * 8 = 64 elements: 1280.
     (L.layer_norm("ln", (2, 4, 8), ("b", "s", "d")), 1280),
+    # RMS norm, y = g x / rms(x), the same count without the mean and the shift, per element:
+    #   forward 4: x^2 (1), sum (1), xhat = x * rstd (1), g xhat (1);
+    #   scale gradient 2: dg += dy * xhat (2);
+    #   input gradient 7, dx = rstd / N (N u - xhat sum(u xhat)) with u = dy g: u (1), u xhat and its
+    #     sum (2), N u (1), one subtract (1), xhat * sum (1), * rstd / N (1).
+    # 4 + 2 + 7 = 13 per element over 64 elements: 832.
+    (L.rms_norm("rms", (2, 4, 8), ("b", "s", "d")), 832),
     # Softmax of 4 rows of 10, per element: forward max (1 compare), subtract (1), exp (1), sum (1),
     # divide (1) = 5; backward dx = y (dy - sum(dy y)): dy y (1), sum (1), subtract (1), * y (1) = 4.
     # 40 * 9 = 360.

@@ -378,6 +378,7 @@ EVERY_OP = [
     L.elementwise("add", (4, 8), ("b", "n"), inputs=2, pointwise=1),
     L.batch_norm("bn", b=4, c=4, h=4, w=4),
     L.layer_norm("ln", (2, 4, 8), ("b", "s", "d")),
+    L.rms_norm("rms", (2, 4, 8), ("b", "s", "d")),
     L.softmax("sm", (4, 16), ("b", "n")),
     L.softmax_cross_entropy("xent", (4, 16)),
     L.embedding("emb", b=4, s=4, d=8, v=64),

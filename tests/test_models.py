@@ -29,7 +29,8 @@ def test_registry_names():
     assert REQUIRED <= set(SAMPLES)
     megatron = {"megatron-1.7b", "megatron-3.6b", "megatron-7.5b", "megatron-18b", "megatron-39b", "megatron-76b",
                 "megatron-146b", "megatron-310b", "megatron-530b", "megatron-1t", "megatron-22b", "gpt3-175b"}
-    assert set(SAMPLES) - REQUIRED == {"transformer_large"} | megatron  # tests/test_megatron_samples.py
+    llama = {"llama3-8b", "llama3-70b", "llama3-405b"}  # tests/test_llama_samples.py
+    assert set(SAMPLES) - REQUIRED == {"transformer_large"} | megatron | llama  # tests/test_megatron_samples.py
 
 
 def test_unknown_sample_lists_known_names():

@@ -40,6 +40,16 @@ layers, batch; vertices, parameters:
 * ``gpt3-175b``: GPT-3 175B, 96 heads, hidden 12288, 96 layers, batch
   1536; 1639, 174,615,846,912.
 
+Meta's Llama 3 (:mod:`pase.models.llama`: RMSNorm, grouped-query attention
+with 8 key/value heads, SwiGLU, no biases, no dropout, untied output
+projection; RoPE left out), vocabulary 128,256, sequence 8,192, batch 2048
+(the published 16M-token batch); name: layers, hidden, heads, FFN;
+vertices, parameters:
+
+* ``llama3-8b``: 32, 4096, 32, 14336; 484, 8,030,261,248.
+* ``llama3-70b``: 80, 8192, 64, 28672; 1204, 70,553,706,496.
+* ``llama3-405b``: 126, 16384, 128, 53248; 1894, 405,853,388,800.
+
 :mod:`pase.models.teaching` holds the small graphs the app's Learn page draws
 (one GEMM, a branchy 8-layer graph); they are not samples.
 """
@@ -53,6 +63,7 @@ from pase.errors import GraphError
 from pase.ir.graph import Graph
 from pase.models.cnn import alexnet, densenet121, inception3, resnet101
 from pase.models.sequence import gpt, rnnlm, transformer, transformer_large
+from pase.models.llama import LLAMA_SAMPLES, llama
 from pase.models.megatron import MEGATRON_SAMPLES, megatron_gpt
 
 __all__ = [
@@ -68,6 +79,7 @@ __all__ = [
     "densenet121",
     "gpt",
     "megatron_gpt",
+    "llama",
     "LANGUAGE_MODELS",
 ]
 
@@ -81,11 +93,12 @@ SAMPLES: dict[str, Callable[..., Graph]] = {
     "densenet121": densenet121,
     "gpt": gpt,
     **MEGATRON_SAMPLES,
+    **LLAMA_SAMPLES,
 }
 
 # Samples planned with pipeline stages, microbatches, ZeRO and recomputation by default
-# (``pase solve --search auto``): the large language models.
-LANGUAGE_MODELS: tuple[str, ...] = tuple(MEGATRON_SAMPLES)
+# (``pase solve --search auto``): the large language models, Megatron-LM's GPTs and Llama 3.
+LANGUAGE_MODELS: tuple[str, ...] = (*MEGATRON_SAMPLES, *LLAMA_SAMPLES)
 
 
 def batch_builder(name: str, **params) -> Callable[[int], Graph]:

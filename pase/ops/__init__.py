@@ -4,7 +4,7 @@
 contraction rule, what the backward pass keeps) and :data:`OPS`; the families
 register their ops on import: :mod:`.gemm` (``FullyConnected``, ``Einsum``),
 :mod:`.conv` (``Conv2D``, ``Pooling``), :mod:`.norm` (``Elementwise``,
-``Dropout``, ``Gelu``, ``BatchNorm``, ``LayerNorm``, ``Softmax``, ``SoftmaxCrossEntropy``),
+``Dropout``, ``Gelu``, ``BatchNorm``, ``LayerNorm``, ``RMSNorm``, ``Softmax``, ``SoftmaxCrossEntropy``),
 :mod:`.sequence` (``Embedding``, ``LSTM``), :mod:`.movement` (``Concat``,
 ``Split``, ``Reshape``, ``Transpose``, ``ReduceMean``).
 """
@@ -14,8 +14,8 @@ from pase.ops.gemm import einsum, fully_connected
 from pase.ops.movement import concat, reduce_mean, reshape, split, transpose
 from pase.ops.norm import (
     DROPOUT_FLOPS_PER_ELEMENT, DROPOUT_MASK_BYTES, GELU_FLOPS_PER_ELEMENT, NORM_FLOPS_PER_ELEMENT,
-    SOFTMAX_FLOPS_PER_ELEMENT, XENT_FLOPS_PER_ELEMENT,
-    batch_norm, dropout, elementwise, gelu, layer_norm, softmax, softmax_cross_entropy,
+    RMS_NORM_FLOPS_PER_ELEMENT, SOFTMAX_FLOPS_PER_ELEMENT, XENT_FLOPS_PER_ELEMENT,
+    batch_norm, dropout, elementwise, gelu, layer_norm, rms_norm, softmax, softmax_cross_entropy,
 )
 from pase.ops.registry import (
     OPS, Collective, CollectiveOptions, Flops, OpSpec, block_elements, build_layer, collectives, column,
@@ -26,8 +26,8 @@ from pase.ops.sequence import LSTM_POINTWISE_FLOPS, embedding, lstm
 __all__ = [
     "OPS", "OpSpec", "Collective", "CollectiveOptions", "Flops", "build_layer", "training_flops", "collectives",
     "partial_collectives", "saved_tensors", "column", "split_over", "tensor_splits", "block_elements", "missing_dims",
-    "fully_connected", "einsum", "conv2d", "pooling", "elementwise", "dropout", "gelu", "batch_norm", "layer_norm", "softmax",
+    "fully_connected", "einsum", "conv2d", "pooling", "elementwise", "dropout", "gelu", "batch_norm", "layer_norm", "rms_norm", "softmax",
     "softmax_cross_entropy", "embedding", "lstm", "concat", "split", "reshape", "transpose", "reduce_mean",
-    "NORM_FLOPS_PER_ELEMENT", "DROPOUT_FLOPS_PER_ELEMENT", "DROPOUT_MASK_BYTES", "GELU_FLOPS_PER_ELEMENT",
+    "NORM_FLOPS_PER_ELEMENT", "RMS_NORM_FLOPS_PER_ELEMENT", "DROPOUT_FLOPS_PER_ELEMENT", "DROPOUT_MASK_BYTES", "GELU_FLOPS_PER_ELEMENT",
     "SOFTMAX_FLOPS_PER_ELEMENT", "XENT_FLOPS_PER_ELEMENT", "LSTM_POINTWISE_FLOPS",
 ]

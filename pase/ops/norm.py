@@ -1,4 +1,4 @@
-"""Pointwise and normalising ops: elementwise, dropout, GeLU, batch and layer norm, softmax, cross-entropy."""
+"""Pointwise and normalising ops: elementwise, dropout, GeLU, batch, layer and RMS norm, softmax, cross-entropy."""
 
 from __future__ import annotations
 
@@ -19,6 +19,16 @@ from pase.ops.registry import (
 NORM_FLOPS_PER_ELEMENT = 20
 NORM_FORWARD_FLOPS = 8
 NORM_WEIGHT_GRADIENT_FLOPS = 3
+# RMSNorm (Zhang and Sennrich 2019), y = g * x / rms(x), rms(x) = sqrt(mean(x^2) + eps), per element, counted as
+# LayerNorm's 8 + 3 + 9 (tests/test_layers.py) with the mean and the shift left out:
+#   forward 4: square (1), sum (1); xhat = x * rstd (1, no subtraction); y = g xhat (1, no shift);
+#   scale gradient 2: dg += dy * xhat (2; no shift gradient);
+#   input gradient 7: dx = rstd / N (N u - xhat sum(u xhat)) with u = dy g: u (1), u xhat and its sum (2),
+#   N u (1), one subtraction (1, LayerNorm's sum(u) term is gone), xhat * sum (1), * rstd / N (1).
+# 4 + 2 + 7 = 13 per element, 0.65 of LayerNorm's 20 (the per-row rsqrt is not counted, as in LayerNorm).
+RMS_NORM_FLOPS_PER_ELEMENT = 13
+RMS_NORM_FORWARD_FLOPS = 4
+RMS_NORM_WEIGHT_GRADIENT_FLOPS = 2
 # Softmax forward: max, subtract, exp, sum, divide (5); backward y * (dy - sum(dy * y)) (4).
 SOFTMAX_FLOPS_PER_ELEMENT = 9
 SOFTMAX_FORWARD_FLOPS = 5
@@ -37,32 +47,49 @@ def _elementwise_flops(layer, blk):
     p = layer.param_dict
     elements = np.prod(blk, axis=1)
     # The sum's gradients are copies; a fused op costs its value forward, derivative and product backward.
+    # A gated product's input gradient is dy times the other factors: inputs - 1 products per element.
+    per_input = (p["inputs"] - 1) * elements if p.get("gated") else np.zeros(len(blk))
     return Flops(forward=elements * ((p["inputs"] - 1) + p["pointwise"]), backward=2.0 * p["pointwise"] * elements,
-                 inputs=tuple(np.zeros(len(blk)) for _ in range(p["inputs"])))
+                 inputs=tuple(per_input for _ in range(p["inputs"])))
 
 
 def _elementwise_saved(layer):
+    if layer.param_dict.get("gated"):
+        # d x0 = dy * x1 * f'(x0), d x1 = dy * f(x0): the backward reads every input, not the output.
+        return frozenset(range(len(layer.inputs))), frozenset()
     return frozenset(), frozenset({0}) if layer.param_dict.get("pointwise", 0) else frozenset()
 
 
 @register("Elementwise", _elementwise_flops, no_collectives, contraction=False, saved=_elementwise_saved,
           onnx=("Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Where", "Relu", "Gelu", "Sigmoid", "Tanh"))
-def elementwise(name: str, shape: Sequence[int], dims: Sequence[str], *, inputs: int = 2, pointwise: int = 0) -> Layer:
+def elementwise(name: str, shape: Sequence[int], dims: Sequence[str], *, inputs: int = 2, pointwise: int = 0,
+                gated: bool = False) -> Layer:
     """N-ary elementwise op (residual add, gating...) with ``pointwise`` fused ops.
 
     FLOPs per element: ``inputs - 1`` additions (their gradients are copies)
     plus 3 per fused pointwise op (value, derivative, chain-rule product).
-    No communication: every tensor indexes every dimension.
+    Keeps its output for backward when it fuses an op, else nothing.
+    ``gated``: the inputs are multiplied, the first through the fused ops,
+    ``y = f(x0) * x1 * ...`` (SwiGLU's ``silu(gate) * up``): each input's
+    gradient is ``inputs - 1`` more products per element, and the backward
+    reads every input instead of the output. No communication: every tensor
+    indexes every dimension.
     """
     shape = tuple(shape)
     dims = check_letters(name, dims, shape)
     check_sizes(name, inputs=inputs)
     check_fused(name, pointwise)
+    if not isinstance(gated, (bool, np.bool_)):
+        raise GraphError(f"layer {name!r}: gated must be true or false, got {gated!r}")
+    if gated and inputs < 2:
+        raise GraphError(f"layer {name!r}: a gated elementwise op needs at least 2 inputs, got {inputs}")
+    # ``gated`` is written only when set: the files of ungated graphs stay as they were.
+    extra = {"gated": True} if gated else {}
     return Layer(
         name, "Elementwise", dims, shape,
         inputs=tuple(TensorSpec(shape, dims, f"x{i}") for i in range(inputs)),
         outputs=(TensorSpec(shape, dims, "y"),),
-        params=params(shape=shape, dims=dims, inputs=inputs, pointwise=pointwise),
+        params=params(shape=shape, dims=dims, inputs=inputs, pointwise=pointwise, **extra),
     )
 
 
@@ -181,6 +208,45 @@ def layer_norm(name: str, shape: Sequence[int], dims: Sequence[str], axis: str |
         inputs=(TensorSpec(shape, dims, "x"),),
         outputs=(TensorSpec(shape, dims, "y"),),
         weights=(TensorSpec((n,), (axis,), "scale"), TensorSpec((n,), (axis,), "shift")),
+        params=params(shape=shape, dims=dims, axis=axis),
+    )
+
+
+def _rms_norm_flops(layer, blk):
+    elements = np.prod(blk, axis=1)
+    return Flops(forward=RMS_NORM_FORWARD_FLOPS * elements,
+                 backward=RMS_NORM_WEIGHT_GRADIENT_FLOPS * elements,
+                 inputs=((RMS_NORM_FLOPS_PER_ELEMENT - RMS_NORM_FORWARD_FLOPS - RMS_NORM_WEIGHT_GRADIENT_FLOPS) * elements,))
+
+
+def _rms_collectives(layer, cfg, blk, options=CollectiveOptions()):
+    # The sum of squares forward, sum(u xhat) backward, per row.
+    axis = layer.param_dict["axis"]
+    return weight_gradient_collectives(layer, cfg, blk) + [_stats(layer, cfg, (axis,), 1, 1)]
+
+
+@register("RMSNorm", _rms_norm_flops, _rms_collectives, contraction=False)
+def rms_norm(name: str, shape: Sequence[int], dims: Sequence[str], axis: str | None = None) -> Layer:
+    """RMS normalisation over dimension ``axis`` (default the last) with a scale and no shift (Llama's norm).
+
+    ``y = scale * x / sqrt(mean(x^2) + eps)``. Keeps its input for backward.
+    FLOPs: ``RMS_NORM_FLOPS_PER_ELEMENT`` (13) per element, LayerNorm's count
+    without the mean and the shift (the hand count is at the constant).
+    Communication: splitting ``axis`` all-reduces 1 statistic per row forward
+    (the sum of squares) and 1 backward; the scale's gradient is all-reduced
+    over the other split dimensions.
+    """
+    shape = tuple(shape)
+    dims = check_letters(name, dims, shape)
+    axis = dims[-1] if axis is None else axis
+    if axis not in dims:
+        raise GraphError(f"layer {name!r}: normalised axis {axis!r} is not one of {dims}")
+    n = shape[dims.index(axis)]
+    return Layer(
+        name, "RMSNorm", dims, shape,
+        inputs=(TensorSpec(shape, dims, "x"),),
+        outputs=(TensorSpec(shape, dims, "y"),),
+        weights=(TensorSpec((n,), (axis,), "scale"),),
         params=params(shape=shape, dims=dims, axis=axis),
     )
 
