@@ -293,7 +293,7 @@ def _add_solve(sub) -> None:
     p.add_argument("--search", choices=("auto", "layers", "3d"), default="auto",
                    help="layers: per-layer splits on all devices (the paper's search); 3d: pipeline stages, "
                         "microbatches, schedule, recomputation, ZeRO and tensor/data sizes jointly (sample models); "
-                        "auto (default): 3d for the large language models (megatron-*, gpt3-175b), else layers")
+                        "auto (default): 3d for the large language models (megatron-*, gpt3-175b, llama3-*), else layers")
     p.add_argument("--global-batch", type=_BATCH, help="samples per step for --search 3d (default: the sample's)")
     p.add_argument("--intra-search", action="store_true",
                    help="with --search 3d, also try the exact per-layer search on each stage's group")
@@ -305,7 +305,6 @@ def _add_solve(sub) -> None:
 def _solve_training(args) -> int:
     """``pase solve --search 3d``: the joint search of :mod:`pase.search.stages`."""
     cluster = _cluster(args)
-    args.seq = None
     build, batch = _builder(args), _global_batch(args)
     progress = None if args.json else lambda done, total: print(f"  searched {done}/{total} microbatch and group "
                                                                  "sizes", file=sys.stderr)
@@ -465,7 +464,8 @@ def _builder(args):
     if args.batch is not None:
         raise GraphError("give the batch of a 3-D configuration with --global-batch (and --microbatch-size), "
                          "not --batch")
-    params = {} if args.seq is None else {"seq": args.seq}
+    seq = getattr(args, "seq", None)  # pase solve takes the sample's sequence
+    params = {} if seq is None else {"seq": seq}
     try:
         sample(args.model, batch=1, **params)
     except GraphError as exc:

@@ -261,3 +261,15 @@ def test_a_tied_embedding_is_held_once_per_stage_and_its_gradient_summed_across_
     assert sum(s.weights_bytes for s in two.stages) == pytest.approx(2 * (params + 128 * 64))
     # The two copies' gradients are all-reduced between the stages: 2 (k - 1)/k x 128 x 64 x 2 bytes at 10 GB/s.
     assert [s.reduce_s for s in two.stages] == pytest.approx([128 * 64 * 2 / 10e9] * 2)
+
+
+def test_on_a_calibrated_cluster_the_search_overlaps_the_gradient_reduction_as_frameworks_do():
+    from dataclasses import replace
+
+    from pase.hardware.efficiency import CALCULON_A100
+
+    calibrated = replace(_cluster(8, 4), efficiency=CALCULON_A100)
+    found = search_training(BUILD, calibrated, 16, recompute=("none",), zero=(0,), microbatch_sizes=(1,))
+    assert found.best.parallelism.overlap
+    assert not search_training(BUILD, _cluster(8, 4), 16, recompute=("none",), zero=(0,),
+                               microbatch_sizes=(1,)).best.parallelism.overlap

@@ -17,6 +17,8 @@ fastest whose every stage fits device memory:
   per-layer search (:mod:`pase.search.exact`) of one microbatch on the group
   with the weight-gradient reductions counted once per step (``1/m`` per
   microbatch);
+* the gradient reduction overlapped with the last backward on a calibrated
+  cluster (as frameworks do), serial otherwise (the paper's model);
 * stage cuts: for each of the above, the time-balanced cut (the smallest
   slowest stage, :func:`~pase.model.training.balanced_cuts`).
 
@@ -155,6 +157,7 @@ def search_training(
         raise ConfigurationError(f"the global batch must be a positive integer, not {global_batch!r}")
     started = time.perf_counter()
     capacity = cluster.memory_bytes if memory_limit_bytes is None else memory_limit_bytes
+    overlap = cluster.efficiency is not None  # frameworks overlap the gradient reduction; the paper's model does not
     probe = build(1)
     layers, sequence = len(probe), sequence_length(probe)
     groups = [g for g in _groups(cluster, cluster.devices, sequence, context)
@@ -185,7 +188,8 @@ def search_training(
             if (t_, c_) != (t, c) or global_batch % (d * b):
                 continue
             m = global_batch // (d * b)
-            base = Parallelism(tensor=t, pipeline=p, data=d, context=c, microbatch_size=b, global_batch=global_batch)
+            base = Parallelism(tensor=t, pipeline=p, data=d, context=c, microbatch_size=b, global_batch=global_batch,
+                               overlap=overlap)
             candidates = list(splits)
             if intra_search and t * c > 1:
                 searched = _intra_search(graph, cluster, base, m, options, notes)
@@ -276,6 +280,7 @@ def training_baselines(build: Callable[[int], Graph], cluster: Cluster, global_b
     """
     capacity = cluster.memory_bytes if memory_limit_bytes is None else memory_limit_bytes
     N = cluster.devices
+    overlap = cluster.efficiency is not None
 
     def best(candidates):
         got = []
@@ -292,10 +297,10 @@ def training_baselines(build: Callable[[int], Graph], cluster: Cluster, global_b
 
     micro = [b for b in divisors(global_batch // N) if b <= 8] if global_batch % N == 0 else []
     out = {
-        "data parallel": best(Parallelism(data=N, microbatch_size=b, global_batch=global_batch, recompute=r)
-                              for b in micro for r in ("none", "full")),
-        "ZeRO-3 / FSDP": best(Parallelism(data=N, microbatch_size=b, global_batch=global_batch, recompute=r, zero=3)
-                              for b in micro for r in ("none", "full")) if N > 1 else None,
+        "data parallel": best(Parallelism(data=N, microbatch_size=b, global_batch=global_batch, recompute=r,
+                                          overlap=overlap) for b in micro for r in ("none", "full")),
+        "ZeRO-3 / FSDP": best(Parallelism(data=N, microbatch_size=b, global_batch=global_batch, recompute=r, zero=3,
+                                          overlap=overlap) for b in micro for r in ("none", "full")) if N > 1 else None,
     }
     node = cluster.mesh.shape[-1]
     for t in sorted((t for t in divisors(node) if t & (t - 1) == 0), reverse=True):
@@ -307,7 +312,7 @@ def training_baselines(build: Callable[[int], Graph], cluster: Cluster, global_b
             m = global_batch // d
             v = 2 if p > 1 and m % p == 0 else 1
             got = best([Parallelism(tensor=t, pipeline=p, data=d, virtual_stages=v, global_batch=global_batch,
-                                    recompute="full")])
+                                    recompute="full", overlap=overlap)])
             if got is not None:
                 plans.append(got)
                 if got.fits_memory is not False:
