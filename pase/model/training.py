@@ -502,7 +502,6 @@ class LayerTimes:
     params: np.ndarray  # weight elements per device
     activations: np.ndarray  # bytes kept per microbatch
     buffers: np.ndarray
-    forward_flops: np.ndarray
     recompute_flops: np.ndarray
     block_transient: Mapping[str, float]
     block_of: Mapping[str, str]
@@ -575,7 +574,7 @@ def layer_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
             forward_s=forward, backward_s=backward, recompute_s=recompute_s, gradient_s=grad,
             params=params, activations=np.array([float(acts[l.name][0]) for l in layers]),
             buffers=np.array([float(mem.buffer_bytes[l.name][0]) for l in layers]),
-            forward_flops=fwd_flops, recompute_flops=recompute_flops, block_transient=transient, block_of=block_of,
+            recompute_flops=recompute_flops, block_transient=transient, block_of=block_of,
             model_flops=flops)
     return out[par.recompute] if recompute is None else out
 
