@@ -172,6 +172,14 @@ with tab_chart:
                                 key=f"ex_limit_{graph.name}"))
     st.plotly_chart(cost_breakdown_figure(plan.layers, sort_by=sort_by, limit=limit), key="breakdown_chart")
 with tab_table:
+    if st.toggle("Why this split? Show each layer's runner-up", key="ex_why",
+                 help="The next-best configuration of each layer with every other layer kept as planned, and how "
+                      "much slower the whole step would be with it (pase.analysis.explain)."):
+        try:
+            with st.spinner("Pricing every layer's alternatives (a worker process)..."):
+                table = strategy_table(plan, state.explanations(problem, plan))
+        except PaseError as exc:
+            st.error(f"The runners-up could not be computed: {md(str(exc))}")
     st.dataframe(
         table, hide_index=True, key="strategy_table",
         column_config={
@@ -179,6 +187,10 @@ with tab_table:
             "intra_comm_ms": st.column_config.NumberColumn("intra-layer ms", format="%.4g"),
             "edge_comm_ms": st.column_config.NumberColumn("edge ms", format="%.4g"),
             "total_ms": st.column_config.NumberColumn("total ms", format="%.4g"),
+            "runner_up": st.column_config.TextColumn("runner-up"),
+            "runner_up_slower_ms": st.column_config.NumberColumn(
+                "runner-up slower by ms", format="%.4g",
+                help="Negative: faster, but the plan keeps its choice to fit device memory."),
         },
     )
 with tab_memory:

@@ -77,6 +77,18 @@ def test_the_default_problem_shows_a_strategy_worth_finding():
     assert {"data", "hybrid", "parameter"} <= kinds, kinds
 
 
+def test_explorer_explains_each_layer_with_its_runner_up():
+    at = choose_sample(new_app(), "alexnet", devices=4)
+    solve(at)
+    at.toggle(key="ex_why").set_value(True).run(timeout=60)
+    assert not at.error, [e.value for e in at.error]
+    table = at.dataframe[0].value
+    assert {"runner_up", "runner_up_slower_ms"} <= set(table.columns)
+    # The plan is the unconstrained optimum: no single layer's change makes it faster.
+    assert (table["runner_up_slower_ms"].dropna() >= -1e-9).all()
+    assert table["runner_up"].str.startswith("(").any()
+
+
 def test_explorer_shows_the_structure_before_solving():
     # A problem no other test solves: the plans are cached for the whole process.
     at = choose_sample(new_app(), "resnet101", devices=3)

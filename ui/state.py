@@ -119,6 +119,7 @@ def stores() -> dict[str, LRUStore]:
         "baselines": LRUStore(24),
         "sweeps": LRUStore(16),
         "misc": LRUStore(32),
+        "explanations": LRUStore(24),
     }
 
 
@@ -184,6 +185,15 @@ def solve(problem: Problem, progress: Callable[[int, int], None] | None = None,
     return _cached("plans", problem, lambda: jobs.run(plan, load_graph(problem.source), problem.cluster, options,
                                                         progress=progress, waiting=waiting, heartbeat=heartbeat,
                                                         what="the search"))
+
+
+def explanations(problem: Problem, plan: Plan) -> dict:
+    """Each layer's runner-up under ``plan`` (:func:`pase.analysis.explain.explain_strategy`), in a worker, cached."""
+    from pase.analysis.explain import explain_strategy
+
+    return _cached("explanations", problem, lambda: jobs.run(
+        explain_strategy, load_graph(problem.source), problem.cluster, plan.strategy, problem.options,
+        what="the runner-up of every layer"))
 
 
 def data_parallel_plan(problem: Problem) -> Plan:

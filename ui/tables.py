@@ -12,10 +12,19 @@ from ui.fmt import compact_config, config_str, dims_str
 __all__ = ["strategy_table", "comparison_table", "differing_layers", "totals_table"]
 
 
-def strategy_table(plan: Plan) -> pd.DataFrame:
-    """One row per layer in graph order, like the paper's Table II plus the cost breakdown (ms)."""
+def strategy_table(plan: Plan, why: Mapping | None = None) -> pd.DataFrame:
+    """One row per layer in graph order, like the paper's Table II plus the cost breakdown (ms).
+
+    ``why`` (layer name -> :class:`~pase.analysis.explain.LayerWhy`) adds each layer's runner-up
+    configuration and how many ms slower the step would be with it.
+    """
     rows = []
     for r in plan.layers:
+        extra = {}
+        if why is not None:
+            w = why.get(r.name)
+            extra = {"runner_up": "" if w is None or w.runner_up is None else config_str(w.runner_up),
+                     "runner_up_slower_ms": None if w is None or w.slower_s is None else w.slower_s * 1e3}
         rows.append({
             "layer": r.name,
             "op": r.op,
@@ -29,6 +38,7 @@ def strategy_table(plan: Plan) -> pd.DataFrame:
             "intra_comm_ms": r.intra_comm_s * 1e3,
             "edge_comm_ms": r.edge_comm_s * 1e3,
             "total_ms": r.total_s * 1e3,
+            **extra,
         })
     return pd.DataFrame(rows)
 
