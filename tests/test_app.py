@@ -406,12 +406,18 @@ def _tiny(batch: int) -> bytes:
     return json.dumps(graph).encode()
 
 
-def test_the_headline_flags_idle_devices_when_the_batch_is_smaller_than_the_cluster():
+def _solved_batch4(devices: int):
+    """The app with the 4-sample upload solved on ``devices`` devices."""
     at = new_app()
     at.radio(key="in_graph_kind").set_value("Upload").run()
     at.file_uploader(key="in_upload").upload("batch4.json", _tiny(4), "application/json").run()
-    at.number_input(key="in_devices").set_value(7).run()
+    at.number_input(key="in_devices").set_value(devices).run()
     solve(at)
+    return at
+
+
+def test_the_headline_flags_idle_devices_when_the_batch_is_smaller_than_the_cluster():
+    at = _solved_batch4(7)
     # Power-of-two splits of a batch of 4 and layers of 512 and 10 features: no layer uses all 7 devices.
     idle = [w.value for w in at.warning if "idle" in w.value]
     assert idle and "of 7 devices are idle" in idle[0], [w.value for w in at.warning]
@@ -420,11 +426,7 @@ def test_the_headline_flags_idle_devices_when_the_batch_is_smaller_than_the_clus
 
 
 def test_the_headline_names_data_parallelisms_devices_beside_the_speedup():
-    at = new_app()
-    at.radio(key="in_graph_kind").set_value("Upload").run()
-    at.file_uploader(key="in_upload").upload("batch4.json", _tiny(4), "application/json").run()
-    at.number_input(key="in_devices").set_value(8).run()
-    solve(at)
+    at = _solved_batch4(8)
     assert at.metric[1].label == "Speedup over data parallelism (on 4 of 8 devices)"
 
 

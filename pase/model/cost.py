@@ -59,7 +59,7 @@ from pase.ir.graph import Edge, Graph, Layer
 from pase.model.layout import (
     Placement, axis_factors, describe, paper_held, paper_placement, place, redistribute_s, tensor_layout,
 )
-from pase.ops import OPS, Collective, CollectiveOptions, block_elements, collectives, partial_collectives, training_flops
+from pase.ops import OPS, Collective, CollectiveOptions, collectives, partial_collectives, training_flops
 from pase.model.roofline import layer_times_s
 from pase.search.costgraph import CostGraph
 from pase.search.exact import default_memory_budget_bytes
@@ -92,11 +92,6 @@ def collective_s(c: Collective, k: np.ndarray, mesh: DeviceMesh, bytes_per_eleme
     if c.kind == "allgather":
         return mesh.allgather_s(nbytes, k)
     return mesh.exchange_s(nbytes, k)
-
-
-def _forward_flops(layer: Layer, configs: np.ndarray) -> np.ndarray:
-    """Forward FLOPs one device performs for ``layer`` under each configuration."""
-    return OPS[layer.op].flops(layer, np.asarray(layer.sizes, dtype=float) / configs).forward
 
 
 def layer_compute_flops(layer: Layer, configs: np.ndarray, needs_gradient=None) -> np.ndarray:
@@ -153,8 +148,9 @@ class CostModel:
         Layer name -> int array ``(K, ndims)`` of its configurations.
     placements : dict
         Layer name -> :class:`~pase.model.layout.Placement` of its configurations on the mesh.
-    compute_flops : dict
-        Layer name -> training FLOPs per device, per configuration.
+    compute_flops, forward_flops : dict
+        Layer name -> training FLOPs per device, and those of the forward
+        pass alone, per configuration.
     compute_s, forward_compute_s : dict
         Layer name -> seconds of its training compute (forward and backward)
         and of its forward alone, per configuration: the FLOPs at peak, or
@@ -176,6 +172,7 @@ class CostModel:
     configs: dict
     placements: dict
     compute_flops: dict
+    forward_flops: dict
     compute_s: dict
     forward_compute_s: dict
     comm_s: dict
@@ -253,7 +250,6 @@ class CostModel:
 
         Edge communication is charged to the consuming layer.
         """
-        peak = self.cluster.peak_flops
         edge = {layer.name: 0.0 for layer in self.layers}
         for e, table in self.edge_tables:
             edge[e.dst] += float(table[assignment[e.src], assignment[e.dst]])
@@ -395,10 +391,12 @@ def build_cost_model(
         return cache[key]
 
     comm = {l.name: _layer_comm_s(graph, l, configs[l.name], placements[l.name], cluster, options) for l in layers}
-    flops = {l.name: layer_compute_flops(l, configs[l.name], needs_gradient(l)) for l in layers}
+    counted = {l.name: OPS[l.op].flops(l, np.asarray(l.sizes, dtype=float) / configs[l.name]) for l in layers}
+    flops = {l.name: counted[l.name].total(needs_gradient(l)) for l in layers}
+    forward_flops = {name: c.forward for name, c in counted.items()}
     if cluster.efficiency is None or paper:
         peak = cluster.peak_flops
-        forward = {l.name: _forward_flops(l, configs[l.name]) / peak for l in layers}
+        forward = {name: f / peak for name, f in forward_flops.items()}
         seconds = {name: f / peak for name, f in flops.items()}
     else:
         timed = {l.name: layer_times_s(l, configs[l.name], cluster.peak_flops, cluster.efficiency, bpe,
@@ -407,7 +405,7 @@ def build_cost_model(
         seconds = {name: f + b for name, (f, b) in timed.items()}
     return CostModel(
         graph=graph, cluster=cluster, options=options, layers=layers, configs=configs, placements=placements,
-        compute_flops=flops, compute_s=seconds, forward_compute_s=forward,
+        compute_flops=flops, forward_flops=forward_flops, compute_s=seconds, forward_compute_s=forward,
         comm_s={name: both[0] for name, both in comm.items()},
         gradient_comm_s={name: both[1] for name, both in comm.items()},
         edge_tables=[(e, edge_table(e, key)) for e, key in zip(edges, keys, strict=True)],

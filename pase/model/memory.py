@@ -96,6 +96,7 @@ __all__ = [
     "InsufficientMemoryError",
     "build_memory_model",
     "activation_bytes",
+    "buffer_elements",
 ]
 
 # fp32 state tensors per parameter, besides the master copy.
@@ -356,7 +357,8 @@ def _consumers(graph: Graph, name: str, output: int):
     return [d["edge"] for _, _, d in graph.nx.out_edges(name, data=True) if d["edge"].src_output == output]
 
 
-def _buffer_elements(layer: Layer, cfg: np.ndarray) -> np.ndarray:
+def buffer_elements(layer: Layer, cfg: np.ndarray) -> np.ndarray:
+    """Elements of the largest collective result ``layer`` holds at once, per configuration (rows of ``cfg``)."""
     out = np.zeros(len(cfg))
     for c in collectives(layer, cfg) + partial_collectives(layer, cfg):
         k = split_over(layer, cfg, c.dims)
@@ -468,5 +470,5 @@ def build_memory_model(
         grads[layer.name] = params * per_param["gradients"]
         optim[layer.name] = params * per_param["optimizer"]
         acts[layer.name] = _activation_bytes(graph, layer, cfg, keeps, bpe, options.index_bytes)
-        bufs[layer.name] = _buffer_elements(layer, cfg) * bpe
+        bufs[layer.name] = buffer_elements(layer, cfg) * bpe
     return MemoryModel(graph, cluster, options, layers, dict(configs), weights, grads, optim, acts, bufs)

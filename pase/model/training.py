@@ -87,7 +87,7 @@ from pase.hardware.mesh import DeviceMesh
 from pase.ir.configs import ConfigOptions
 from pase.ir.graph import Graph, Layer
 from pase.model.cost import build_cost_model
-from pase.model.memory import MemoryOptions, activation_bytes, build_memory_model
+from pase.model.memory import MemoryOptions, activation_bytes, buffer_elements
 from pase.model.pipeline import SCHEDULES, ScheduleResult, in_flight, simulate
 from pase.ops import OPS, block_elements
 
@@ -528,15 +528,13 @@ def layer_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
     cost = build_cost_model(graph, group, options, configs=configs)
     rows = cost.breakdown({name: 0 for name in configs})
     layers = cost.layers
-    fwd_flops = np.array([float(OPS[l.op].flops(l, np.asarray(l.sizes, float)[None] / configs[l.name]).forward[0])
-                          for l in layers])
+    fwd_flops = np.array([float(cost.forward_flops[l.name][0]) for l in layers])
     fwd_s = np.array([float(cost.forward_compute_s[l.name][0]) for l in layers])
     total_s = np.array([r.compute_s for r in rows])
     grad = np.array([float(cost.gradient_comm_s[l.name][0]) for l in layers])
     comm = np.array([r.intra_comm_s + r.edge_comm_s for r in rows]) - grad
     forward = fwd_s + comm / 2
     backward = total_s - fwd_s + comm / 2
-    mem = build_memory_model(graph, group, memory, configs=configs)
     params = np.array([float(sum(block_elements(l, w, configs[l.name])[0] for w in l.weights)) for l in layers])
     shared: dict[str, list[tuple[int, float]]] = {}
     for i, l in enumerate(layers):
@@ -550,6 +548,7 @@ def layer_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
     edges = np.array([(index[e.src], index[e.dst], tensors[(e.src, e.src_output)]) for e in graph.edges],
                      dtype=np.int64).reshape(-1, 3)
     bpe = group.bytes_per_element
+    buffers = np.array([float(buffer_elements(l, configs[l.name])[0]) * bpe for l in layers])
     plain = activation_bytes(graph, configs, bpe, memory.index_bytes, producer_blocks=par.sequence_parallel)
     flops = model_flops(graph, options.cost_model)
     out = {}
@@ -573,7 +572,7 @@ def layer_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
             graph=graph, layers=tuple(layers), edges=edges, tensor_elements=np.array(sizes, dtype=float), tied=tied,
             forward_s=forward, backward_s=backward, recompute_s=recompute_s, gradient_s=grad,
             params=params, activations=np.array([float(acts[l.name][0]) for l in layers]),
-            buffers=np.array([float(mem.buffer_bytes[l.name][0]) for l in layers]),
+            buffers=buffers,
             recompute_flops=recompute_flops, block_transient=transient, block_of=block_of,
             model_flops=flops)
     return out[par.recompute] if recompute is None else out

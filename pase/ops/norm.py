@@ -189,6 +189,24 @@ def _ln_collectives(layer, cfg, blk, options=CollectiveOptions()):
     return weight_gradient_collectives(layer, cfg, blk) + [_stats(layer, cfg, (axis,), 2, 2)]
 
 
+def _row_norm(op: str, name: str, shape: Sequence[int], dims: Sequence[str], axis: str | None,
+              weights: tuple[str, ...]) -> Layer:
+    """A normalisation over dimension ``axis`` (default the last) with one weight vector of that length per name."""
+    shape = tuple(shape)
+    dims = check_letters(name, dims, shape)
+    axis = dims[-1] if axis is None else axis
+    if axis not in dims:
+        raise GraphError(f"layer {name!r}: normalised axis {axis!r} is not one of {dims}")
+    n = shape[dims.index(axis)]
+    return Layer(
+        name, op, dims, shape,
+        inputs=(TensorSpec(shape, dims, "x"),),
+        outputs=(TensorSpec(shape, dims, "y"),),
+        weights=tuple(TensorSpec((n,), (axis,), w) for w in weights),
+        params=params(shape=shape, dims=dims, axis=axis),
+    )
+
+
 @register("LayerNorm", _norm_flops, _ln_collectives, contraction=False, onnx=("LayerNormalization",))
 def layer_norm(name: str, shape: Sequence[int], dims: Sequence[str], axis: str | None = None) -> Layer:
     """Layer normalisation over dimension ``axis`` (default the last) with scale and shift.
@@ -197,19 +215,7 @@ def layer_norm(name: str, shape: Sequence[int], dims: Sequence[str], axis: str |
     ``axis`` all-reduces 2 statistics per row forward and 2 backward; scale and
     shift gradients are all-reduced over the other split dimensions.
     """
-    shape = tuple(shape)
-    dims = check_letters(name, dims, shape)
-    axis = dims[-1] if axis is None else axis
-    if axis not in dims:
-        raise GraphError(f"layer {name!r}: normalised axis {axis!r} is not one of {dims}")
-    n = shape[dims.index(axis)]
-    return Layer(
-        name, "LayerNorm", dims, shape,
-        inputs=(TensorSpec(shape, dims, "x"),),
-        outputs=(TensorSpec(shape, dims, "y"),),
-        weights=(TensorSpec((n,), (axis,), "scale"), TensorSpec((n,), (axis,), "shift")),
-        params=params(shape=shape, dims=dims, axis=axis),
-    )
+    return _row_norm("LayerNorm", name, shape, dims, axis, ("scale", "shift"))
 
 
 def _rms_norm_flops(layer, blk):
@@ -236,19 +242,7 @@ def rms_norm(name: str, shape: Sequence[int], dims: Sequence[str], axis: str | N
     (the sum of squares) and 1 backward; the scale's gradient is all-reduced
     over the other split dimensions.
     """
-    shape = tuple(shape)
-    dims = check_letters(name, dims, shape)
-    axis = dims[-1] if axis is None else axis
-    if axis not in dims:
-        raise GraphError(f"layer {name!r}: normalised axis {axis!r} is not one of {dims}")
-    n = shape[dims.index(axis)]
-    return Layer(
-        name, "RMSNorm", dims, shape,
-        inputs=(TensorSpec(shape, dims, "x"),),
-        outputs=(TensorSpec(shape, dims, "y"),),
-        weights=(TensorSpec((n,), (axis,), "scale"),),
-        params=params(shape=shape, dims=dims, axis=axis),
-    )
+    return _row_norm("RMSNorm", name, shape, dims, axis, ("scale",))
 
 
 def _softmax_flops(layer, blk):
