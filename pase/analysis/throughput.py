@@ -78,14 +78,18 @@ def model_flops(graph: Graph, cost_model: str = "corrected") -> float:
     from pase.model.cost import layer_compute_flops  # late: pase.model imports widely
 
     total = 0.0
+    counted: dict = {}  # repeated blocks: each distinct layer is counted once
     for layer in graph.layers:
-        ones = np.ones((1, len(layer.dims)), dtype=np.int64)
         if cost_model == "paper":
             needs = None
         else:
             fed = {e.dst_input for e in graph.in_edges(layer.name)}
-            needs = [t.differentiable and i in fed for i, t in enumerate(layer.inputs)]
-        total += float(layer_compute_flops(layer, ones, needs)[0])
+            needs = tuple(t.differentiable and i in fed for i, t in enumerate(layer.inputs))
+        key = (graph.kind(layer.name), needs)
+        if key not in counted:
+            ones = np.ones((1, len(layer.dims)), dtype=np.int64)
+            counted[key] = float(layer_compute_flops(layer, ones, None if needs is None else list(needs))[0])
+        total += counted[key]
     return total
 
 

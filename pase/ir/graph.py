@@ -19,6 +19,7 @@ nothing about particular ops.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from math import prod
 from typing import Iterator, Mapping, Sequence
 
@@ -151,6 +152,16 @@ class Layer:
         """Number of trainable parameters (elements of all weight tensors, tied ones included)."""
         return sum(w.size for w in self.weights)
 
+    @cached_property
+    def signature(self) -> tuple:
+        """Everything the layer is but its name: layers with equal signatures have equal costs in equal contexts.
+
+        Repeated blocks (the layers of a Transformer, the units of a ResNet
+        stage) are detected by it, structurally, whatever their names.
+        """
+        return (self.op, self.dims, self.sizes, self.inputs, self.outputs, self.weights, self.split_base,
+                _frozen(self.params))
+
     def with_tied(self, tied: Mapping[str, str]) -> Layer:
         """This layer with weight ``name`` tied to parameter ``tied[name]`` (:attr:`TensorSpec.tied`).
 
@@ -172,6 +183,15 @@ class Layer:
     def __str__(self) -> str:
         dims = " ".join(f"{d}={s}" for d, s in zip(self.dims, self.sizes))
         return f"{self.name}: {self.op}({dims})"
+
+
+def _frozen(value):
+    """``value`` with every list and dict turned into hashable tuples."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    if isinstance(value, dict):
+        return tuple((k, _frozen(v)) for k, v in value.items())
+    return value
 
 
 @dataclass(frozen=True)
@@ -207,6 +227,7 @@ class Graph:
     def __init__(self, name: str = "graph"):
         self.name = name
         self._g = nx.MultiDiGraph()
+        self._index: dict | None = None  # order and adjacency, built on first read (see _indexed)
 
     # -- building ---------------------------------------------------------------
 
@@ -251,6 +272,7 @@ class Graph:
         self._g.add_node(layer.name, layer=layer)
         for e in sources:
             self._g.add_edge(e.src, e.dst, edge=e)
+        self._index = None
 
     # -- reading ----------------------------------------------------------------
 
@@ -266,25 +288,54 @@ class Graph:
         except KeyError:
             raise GraphError(f"graph {self.name!r} has no layer named {name!r}") from None
 
+    def _indexed(self) -> dict:
+        """Layer order, edges and adjacency, computed once per shape of the graph.
+
+        The costs and the searches read them millions of times; networkx's views
+        are rebuilt on every read, so they are kept here until the next
+        :meth:`add_layer`.
+        """
+        if self._index is None:
+            order = {n: i for i, n in enumerate(self._g.nodes)}
+            names = nx.lexicographical_topological_sort(self._g, key=order.__getitem__)
+            edges = tuple(d["edge"] for _, _, d in self._g.edges(data=True))
+            ins: dict[str, list[Edge]] = {n: [] for n in self._g}
+            outs: dict[str, list[Edge]] = {n: [] for n in self._g}
+            for e in edges:
+                ins[e.dst].append(e)
+                outs[e.src].append(e)
+            layers = tuple(self._g.nodes[n]["layer"] for n in names)
+            kinds: dict[tuple, int] = {}
+            self._index = {
+                "layers": layers,
+                "kind": {l.name: kinds.setdefault(l.signature, len(kinds)) for l in layers},
+                "edges": edges,
+                "in": {n: tuple(sorted(v, key=lambda e: e.dst_input)) for n, v in ins.items()},
+                "out": {n: tuple(sorted(v, key=lambda e: e.src_output)) for n, v in outs.items()},
+            }
+        return self._index
+
     @property
     def layers(self) -> list[Layer]:
         """Layers in a topological order (stable: insertion order among ties)."""
-        order = {n: i for i, n in enumerate(self._g.nodes)}
-        names = nx.lexicographical_topological_sort(self._g, key=order.__getitem__)
-        return [self._g.nodes[n]["layer"] for n in names]
+        return list(self._indexed()["layers"])
 
     @property
     def edges(self) -> list[Edge]:
         """Every tensor edge, in insertion order."""
-        return [d["edge"] for _, _, d in self._g.edges(data=True)]
+        return list(self._indexed()["edges"])
+
+    def kind(self, name: str) -> int:
+        """A number shared by the layers of this graph with equal :attr:`Layer.signature` (repeated blocks)."""
+        return self._indexed()["kind"][name]
 
     def in_edges(self, name: str) -> list[Edge]:
         """Edges feeding layer ``name``, by input slot."""
-        return sorted((d["edge"] for _, _, d in self._g.in_edges(name, data=True)), key=lambda e: e.dst_input)
+        return list(self._indexed()["in"][name])
 
     def out_edges(self, name: str) -> list[Edge]:
         """Edges reading layer ``name``'s outputs, by output index."""
-        return sorted((d["edge"] for _, _, d in self._g.out_edges(name, data=True)), key=lambda e: e.src_output)
+        return list(self._indexed()["out"][name])
 
     def __len__(self) -> int:
         return self._g.number_of_nodes()
@@ -323,6 +374,8 @@ class Graph:
             the two ends of an edge differ, or weights tied to one name hold
             different numbers of elements.
         """
+        if self._index is not None and self._index.get("valid"):
+            return
         if len(self) == 0:
             raise GraphError(f"graph {self.name!r} has no layers")
         if not nx.is_directed_acyclic_graph(self._g):
@@ -358,3 +411,4 @@ class Graph:
                 if first[1] != w.size:
                     raise GraphError(f"weight {layer.name}.{w.name} ({w.size:,} elements) is tied to {w.tied!r} "
                                      f"with {first[0]} ({first[1]:,} elements); tied weights must be the same size")
+        self._indexed()["valid"] = True  # until the next add_layer

@@ -354,9 +354,13 @@ def build_cost_model(
         configs = {layer.name: layer_configs(layer, cluster.devices, options) for layer in layers}
     else:
         configs = {name: np.asarray(rows, dtype=np.int64).reshape(len(rows), -1) for name, rows in configs.items()}
+        checked = set()
         for layer in layers:
-            for row in configs[layer.name]:
-                check_config(layer, row, cluster.devices, options)
+            rows = configs[layer.name]
+            if (graph.kind(layer.name), rows.shape, rows.tobytes()) not in checked:  # repeated blocks: once
+                checked.add((graph.kind(layer.name), rows.shape, rows.tobytes()))
+                for row in rows:
+                    check_config(layer, row, cluster.devices, options)
     edges = graph.edges
     if table_budget_bytes is None:
         table_budget_bytes = min(DEFAULT_TABLE_BUDGET_BYTES, default_memory_budget_bytes())
@@ -374,13 +378,36 @@ def build_cost_model(
     _check_table_memory(graph, cluster, configs, edges, keys, table_budget_bytes)
     paper = options.cost_model == "paper"
     placer = paper_placement if paper else place
-    placements = {l.name: placer(configs[l.name], mesh) for l in layers}
-    fed = {l.name: {e.dst_input for e in graph.in_edges(l.name)} for l in layers}
+    fed = {l.name: frozenset(e.dst_input for e in graph.in_edges(l.name)) for l in layers}
+    read = {l.name: frozenset(e.src_output for e in graph.out_edges(l.name)) for l in layers}
 
     def needs_gradient(layer: Layer):
         # Under the corrected model a graph input (no edge feeds it) takes no gradient.
         return None if paper else [t.differentiable and i in fed[layer.name] for i, t in enumerate(layer.inputs)]
 
+    # A layer's own costs depend on what it is, its configurations and which of its inputs are
+    # fed and outputs read: repeated blocks share them, so each distinct layer is costed once.
+    def own_key(layer: Layer) -> tuple:
+        rows = configs[layer.name]
+        return graph.kind(layer.name), rows.shape, rows.tobytes(), fed[layer.name], read[layer.name]
+
+    placed: dict = {}
+    own: dict = {}
+    for l in layers:
+        rows = configs[l.name]
+        if (rows.shape, rows.tobytes()) not in placed:
+            placed[rows.shape, rows.tobytes()] = placer(rows, mesh)
+        key = own_key(l)
+        if key not in own:
+            place_l = placed[rows.shape, rows.tobytes()]
+            counted = OPS[l.op].flops(l, np.asarray(l.sizes, dtype=float) / rows)
+            timed = None
+            if cluster.efficiency is not None and not paper:
+                timed = layer_times_s(l, rows, cluster.peak_flops, cluster.efficiency, bpe, needs_gradient(l))
+            own[key] = (_layer_comm_s(graph, l, rows, place_l, cluster, options), counted.total(needs_gradient(l)),
+                        counted.forward, timed)
+    placements = {l.name: placed[configs[l.name].shape, configs[l.name].tobytes()] for l in layers}
+    mine = {l.name: own[own_key(l)] for l in layers}
     cache: dict = {}
 
     def edge_table(e: Edge, key: tuple) -> np.ndarray:
@@ -390,19 +417,16 @@ def build_cost_model(
                                      configs[e.dst], mesh, bpe, paper)
         return cache[key]
 
-    comm = {l.name: _layer_comm_s(graph, l, configs[l.name], placements[l.name], cluster, options) for l in layers}
-    counted = {l.name: OPS[l.op].flops(l, np.asarray(l.sizes, dtype=float) / configs[l.name]) for l in layers}
-    flops = {l.name: counted[l.name].total(needs_gradient(l)) for l in layers}
-    forward_flops = {name: c.forward for name, c in counted.items()}
+    comm = {name: m[0] for name, m in mine.items()}
+    flops = {name: m[1] for name, m in mine.items()}
+    forward_flops = {name: m[2] for name, m in mine.items()}
     if cluster.efficiency is None or paper:
         peak = cluster.peak_flops
         forward = {name: f / peak for name, f in forward_flops.items()}
         seconds = {name: f / peak for name, f in flops.items()}
     else:
-        timed = {l.name: layer_times_s(l, configs[l.name], cluster.peak_flops, cluster.efficiency, bpe,
-                                       needs_gradient(l)) for l in layers}
-        forward = {name: f for name, (f, _) in timed.items()}
-        seconds = {name: f + b for name, (f, b) in timed.items()}
+        forward = {name: m[3][0] for name, m in mine.items()}
+        seconds = {name: m[3][0] + m[3][1] for name, m in mine.items()}
     return CostModel(
         graph=graph, cluster=cluster, options=options, layers=layers, configs=configs, placements=placements,
         compute_flops=flops, forward_flops=forward_flops, compute_s=seconds, forward_compute_s=forward,

@@ -297,6 +297,27 @@ def _activation_bytes(graph: Graph, layer: Layer, cfg: np.ndarray, keeps: dict, 
     return total
 
 
+def _surroundings(graph: Graph, layer: Layer, cfg: np.ndarray, keeps: dict,
+                  producer_cfg: Mapping[str, np.ndarray] | None, dropped: frozenset) -> tuple:
+    """Everything :func:`_activation_bytes` reads of ``layer`` and its neighbours, as a key."""
+    kept_inputs, kept_outputs = keeps[layer.name]
+    feeds = {e.dst_input: e for e in graph.in_edges(layer.name)}
+    inputs = []
+    for slot in sorted(kept_inputs):
+        e = feeds.get(slot)
+        if e is None:
+            inputs.append(None)
+            continue
+        keepers = sum(1 for c in _consumers(graph, e.src, e.src_output) if c.dst_input in keeps[c.dst][0])
+        producer = None
+        if producer_cfg is not None:
+            producer = (graph.kind(e.src), e.src_output, producer_cfg[e.src].tobytes())
+        inputs.append((e.src in dropped, keepers, producer))
+    outputs = tuple(any(c.dst_input in keeps[c.dst][0] for c in _consumers(graph, layer.name, out))
+                    for out in sorted(kept_outputs))
+    return graph.kind(layer.name), cfg.shape, cfg.tobytes(), layer.name in dropped, tuple(inputs), outputs
+
+
 def activation_bytes(graph: Graph, configs: Mapping[str, np.ndarray], bytes_per_element: int, index_bytes: int = 4,
                      *, producer_blocks: bool = False, dropped: frozenset = frozenset(),
                      checkpoints: Mapping[str, str] | None = None) -> dict[str, np.ndarray]:
@@ -326,12 +347,17 @@ def activation_bytes(graph: Graph, configs: Mapping[str, np.ndarray], bytes_per_
             raise ValueError("producer_blocks needs one configuration per layer")
     out = {}
     first: set[tuple[str, int, str]] = set()
+    alike: dict = {}
     for layer in graph.layers:
         cfg = np.asarray(configs[layer.name])
         block_name = None if checkpoints is None else checkpoints.get(layer.name)
         if block_name is None:
-            out[layer.name] = _activation_bytes(graph, layer, cfg, keeps, bytes_per_element, index_bytes,
-                                                producer_cfg, dropped)
+            # Layers of repeated blocks in the same surroundings keep the same bytes: count each once.
+            key = _surroundings(graph, layer, cfg, keeps, producer_cfg, dropped)
+            if key not in alike:
+                alike[key] = _activation_bytes(graph, layer, cfg, keeps, bytes_per_element, index_bytes,
+                                               producer_cfg, dropped)
+            out[layer.name] = alike[key]
             continue
         total = np.zeros(len(cfg))
         fed = set()
@@ -354,7 +380,7 @@ def activation_bytes(graph: Graph, configs: Mapping[str, np.ndarray], bytes_per_
 
 
 def _consumers(graph: Graph, name: str, output: int):
-    return [d["edge"] for _, _, d in graph.nx.out_edges(name, data=True) if d["edge"].src_output == output]
+    return [e for e in graph.out_edges(name) if e.src_output == output]
 
 
 def buffer_elements(layer: Layer, cfg: np.ndarray) -> np.ndarray:

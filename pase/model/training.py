@@ -92,7 +92,8 @@ from pase.model.pipeline import SCHEDULES, ScheduleResult, in_flight, simulate
 from pase.ops import OPS, block_elements
 
 __all__ = ["RECOMPUTE", "Parallelism", "StageReport", "TrainingPlan", "LayerTimes", "evaluate_training",
-           "layer_times", "assemble", "check_devices", "group_extents", "group_cluster", "balanced_cuts", "attention_core", "blocks"]
+           "cached_graph", "cached_times", "layer_times", "assemble", "check_devices", "group_extents", "group_cluster",
+           "balanced_cuts", "attention_core", "blocks"]
 
 RECOMPUTE = ("none", "selective", "full")
 # Mixed-precision Adam's update touches, per parameter: fp32 master, first and second moments read and
@@ -526,29 +527,38 @@ def layer_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
     group = group_cluster(cluster, par)
     configs = {name: np.array([cfg]) for name, cfg in strategy.items()}
     cost = build_cost_model(graph, group, options, configs=configs)
-    rows = cost.breakdown({name: 0 for name in configs})
     layers = cost.layers
+    index = {l.name: i for i, l in enumerate(layers)}
+
+    def alike(value: Callable[[Layer], float]) -> np.ndarray:
+        # Layers alike in what they are and how they split (repeated blocks) give alike values.
+        memo: dict = {}
+        return np.array([memo[k] if (k := (graph.kind(l.name), strategy[l.name])) in memo
+                         else memo.setdefault(k, value(l)) for l in layers])
+
+    edge_s = np.zeros(len(layers))
+    for e, table in cost.edge_tables:  # an edge's seconds are the consumer's, as in CostModel.breakdown
+        edge_s[index[e.dst]] += float(table[0, 0])
     fwd_flops = np.array([float(cost.forward_flops[l.name][0]) for l in layers])
     fwd_s = np.array([float(cost.forward_compute_s[l.name][0]) for l in layers])
-    total_s = np.array([r.compute_s for r in rows])
+    total_s = np.array([float(cost.compute_s[l.name][0]) for l in layers])
     grad = np.array([float(cost.gradient_comm_s[l.name][0]) for l in layers])
-    comm = np.array([r.intra_comm_s + r.edge_comm_s for r in rows]) - grad
+    comm = np.array([float(cost.comm_s[l.name][0]) for l in layers]) + edge_s - grad
     forward = fwd_s + comm / 2
     backward = total_s - fwd_s + comm / 2
-    params = np.array([float(sum(block_elements(l, w, configs[l.name])[0] for w in l.weights)) for l in layers])
+    params = alike(lambda l: float(sum(block_elements(l, w, configs[l.name])[0] for w in l.weights)))
     shared: dict[str, list[tuple[int, float]]] = {}
     for i, l in enumerate(layers):
         for w in l.weights:
             if w.tied:
                 shared.setdefault(w.tied, []).append((i, float(block_elements(l, w, configs[l.name])[0])))
     tied = tuple((np.array([i for i, _ in v]), np.array([e for _, e in v])) for v in shared.values() if len(v) > 1)
-    index = {l.name: i for i, l in enumerate(layers)}
     tensors = {key: t for t, key in enumerate(dict.fromkeys((e.src, e.src_output) for e in graph.edges))}
     sizes = [graph.layer(src).outputs[out].size for src, out in tensors]
     edges = np.array([(index[e.src], index[e.dst], tensors[(e.src, e.src_output)]) for e in graph.edges],
                      dtype=np.int64).reshape(-1, 3)
     bpe = group.bytes_per_element
-    buffers = np.array([float(buffer_elements(l, configs[l.name])[0]) * bpe for l in layers])
+    buffers = alike(lambda l: float(buffer_elements(l, configs[l.name])[0]) * bpe)
     plain = activation_bytes(graph, configs, bpe, memory.index_bytes, producer_blocks=par.sequence_parallel)
     flops = model_flops(graph, options.cost_model)
     out = {}
@@ -589,6 +599,7 @@ def evaluate_training(
     memory_limit_bytes: float | None = None,
     label: str = "",
     record: bool = False,
+    cache: dict | None = None,
 ) -> TrainingPlan:
     """Model one training step of ``parallelism`` on ``cluster`` (see the module docstring).
 
@@ -597,7 +608,9 @@ def evaluate_training(
     layer's split on the ``t x c`` group (default Megatron's,
     :func:`~pase.strategies.baselines.tensor_parallel_strategy`).
     ``memory_limit_bytes`` defaults to the cluster's memory. ``record`` keeps
-    every pipeline operation's times (for a Gantt chart).
+    every pipeline operation's times (for a Gantt chart). ``cache`` (a dict,
+    see :func:`cached_times`) keeps the graphs and Megatron-split layer times
+    for the next call with the same source, cluster and options.
 
     Raises
     ------
@@ -610,16 +623,47 @@ def evaluate_training(
     GraphError
         The graph cannot be built at the microbatch size.
     """
-    from pase.strategies.baselines import tensor_parallel_strategy
-
     par = parallelism
     check_devices(par, cluster)
-    graph = _graph_at(source, par.microbatch_size)
     if strategy is None:
-        strategy = tensor_parallel_strategy(graph, par.tensor, par.context, par.sequence_parallel)
-    lt = layer_times(graph, cluster, strategy, par, options, memory)
+        lt = cached_times(source, cluster, par, options, memory, {} if cache is None else cache)[par.recompute]
+    else:
+        lt = layer_times(_graph_at(source, par.microbatch_size), cluster, strategy, par, options, memory)
     capacity = cluster.memory_bytes if memory_limit_bytes is None else memory_limit_bytes
     return assemble(lt, cluster, par, memory, capacity, label=label, record=record)
+
+
+def cached_graph(source: GraphSource, batch: int, cache: dict) -> Graph:
+    """``source`` at ``batch`` samples, built once per ``cache`` (see :func:`cached_times`).
+
+    Raises ``ConfigurationError`` when ``source`` is a graph at another batch.
+    """
+    if ("graph", batch) not in cache:
+        cache["graph", batch] = _graph_at(source, batch)
+    return cache["graph", batch]
+
+
+def cached_times(source: GraphSource, cluster: Cluster, par: Parallelism, options: ConfigOptions,
+                 memory: MemoryOptions, cache: dict) -> dict[str, LayerTimes]:
+    """Layer times of Megatron's splits for ``par``'s microbatch and group, per recomputation mode, memoised.
+
+    ``cache`` keeps the graph of each microbatch size and the times of each
+    (microbatch, tensor, context, sequence parallelism): everything else of
+    ``par`` (pipeline and data sizes, schedule, ZeRO) is left to
+    :func:`assemble`. One cache serves one source, cluster and options: the
+    search, the baselines and the evaluation of a plan share it.
+
+    Raises ``ConfigurationError`` as :func:`layer_times`.
+    """
+    from pase.strategies.baselines import tensor_parallel_strategy
+
+    b = par.microbatch_size
+    key = ("times", b, par.tensor, par.context, par.sequence_parallel)
+    if key not in cache:
+        graph = cached_graph(source, b, cache)
+        strategy = tensor_parallel_strategy(graph, par.tensor, par.context, par.sequence_parallel)
+        cache[key] = layer_times(graph, cluster, strategy, par, options, memory, recompute=RECOMPUTE)
+    return cache[key]
 
 
 def _step_lower_bound(fq: Sequence[float], bq: Sequence[float], S: int, m: int, reduce: Sequence[float],
@@ -678,6 +722,8 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
         zero3_fwd, zero3_bwd = gather, 2 * gather  # gather again for the backward, reduce-scatter the gradient
     f_layer = lt.forward_s + zero3_fwd
     b_layer = lt.backward_s + lt.recompute_s + zero3_bwd
+    if bound_s is not None and par.stage_cuts is None and m * float(f_layer.sum() + b_layer.sum()) / S >= bound_s:
+        return None  # some device works at least the average load, whatever the cuts
     if par.stage_cuts is not None:
         cuts = par.stage_cuts
     else:

@@ -50,7 +50,8 @@ from pase.model.cost import build_cost_model
 from pase.model.memory import InsufficientMemoryError, MemoryOptions
 from pase.model.pipeline import SCHEDULES
 from pase.model.training import (
-    RECOMPUTE, Parallelism, TrainingPlan, assemble, evaluate_training, group_cluster, group_extents, layer_times,
+    RECOMPUTE, Parallelism, TrainingPlan, assemble, cached_graph, cached_times, evaluate_training, group_cluster,
+    group_extents, layer_times,
 )
 from pase.search.solver import exact
 
@@ -133,6 +134,7 @@ def search_training(
     intra_search: bool = False,
     runners_up: int = 5,
     progress: Callable[[int, int], None] | None = None,
+    cache: dict | None = None,
 ) -> TrainingSearch:
     """Find the fastest 3-D parallel configuration that fits (see the module docstring).
 
@@ -141,6 +143,9 @@ def search_training(
     (default: all that tile the mesh; microbatches up to ``max_microbatch``);
     the other sequences restrict their knob. ``memory_limit_bytes`` defaults to
     the cluster's memory. ``progress(done, total)`` counts (microbatch, group) pairs.
+    ``cache`` (a dict, :func:`~pase.model.training.cached_times`) shares the
+    graphs and layer times with later calls for the same model, cluster and
+    options (:func:`training_baselines`, ``evaluate_training``).
 
     Raises
     ------
@@ -151,14 +156,14 @@ def search_training(
         No configuration fits; the message gives the least memory seen.
     """
     from pase.analysis.throughput import sequence_length
-    from pase.strategies.baselines import tensor_parallel_strategy
 
     if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < 1:
         raise ConfigurationError(f"the global batch must be a positive integer, not {global_batch!r}")
     started = time.perf_counter()
     capacity = cluster.memory_bytes if memory_limit_bytes is None else memory_limit_bytes
     overlap = cluster.efficiency is not None  # frameworks overlap the gradient reduction; the paper's model does not
-    probe = build(1)
+    cache = {} if cache is None else cache
+    probe = cached_graph(build, 1, cache)
     layers, sequence = len(probe), sequence_length(probe)
     groups = [g for g in _groups(cluster, cluster.devices, sequence, context)
               if (tensor is None or g[0] in tensor) and (pipeline is None or g[3] in pipeline) and g[3] <= layers]
@@ -174,39 +179,39 @@ def search_training(
     too_large: list[float] = []
     notes: list[str] = []
     for n, (b, t, c) in enumerate(work):
-        graph = build(b)
-        times: dict = {}  # layer times of this microbatch and group, shared by every pipeline size
-        splits = []
-        for sp in sequence_parallel:
-            if sp and t == 1:
-                continue
-            try:
-                splits.append((MEGATRON_SPLITS, sp, tensor_parallel_strategy(graph, t, c, sp)))
-            except ConfigurationError:
-                continue
+        searched: dict = {}  # searched layer splits' times of this microbatch and group, by microbatch count
         for t_, c_, d, p in groups:
             if (t_, c_) != (t, c) or global_batch % (d * b):
                 continue
             m = global_batch // (d * b)
             base = Parallelism(tensor=t, pipeline=p, data=d, context=c, microbatch_size=b, global_batch=global_batch,
                                overlap=overlap)
-            candidates = list(splits)
-            if intra_search and t * c > 1:
-                searched = _intra_search(graph, cluster, base, m, options, notes)
-                if searched is not None:
-                    candidates.append((SEARCHED_SPLITS, False, searched))
-            for label, sp, strategy in candidates:
-                # Megatron's splits are the same for every pipeline size; the searched ones depend on m.
-                key = (label, sp, m) if label == SEARCHED_SPLITS else (label, sp)
-                if key not in times:
-                    try:
-                        times[key] = layer_times(graph, cluster, strategy, replace(base, sequence_parallel=sp),
-                                                 options, memory, recompute=recompute)
-                    except ConfigurationError:
-                        times[key] = None
-                if times[key] is None:
+            candidates = []
+            for sp in sequence_parallel:
+                if sp and t == 1:
                     continue
-                for rc, lt in times[key].items():
+                try:
+                    candidates.append((MEGATRON_SPLITS, sp, cached_times(build, cluster, replace(
+                        base, sequence_parallel=sp), options, memory, cache)))
+                except ConfigurationError:
+                    continue
+            if intra_search and t * c > 1:
+                if m not in searched:
+                    searched[m] = None
+                    graph = cached_graph(build, b, cache)
+                    strategy = _intra_search(graph, cluster, base, m, options, notes)
+                    if strategy is not None:
+                        try:
+                            searched[m] = layer_times(graph, cluster, strategy, base, options, memory,
+                                                      recompute=recompute)
+                        except ConfigurationError:
+                            pass
+                if searched[m] is not None:
+                    candidates.append((SEARCHED_SPLITS, False, searched[m]))
+            for label, sp, all_times in candidates:
+                for rc, lt in all_times.items():
+                    if rc not in recompute:
+                        continue
                     for schedule, v in [(s, 1) for s in schedules if s != "interleaved"] + (
                             [("interleaved", v) for v in virtual_stages] if "interleaved" in schedules and p > 1
                             else []):
@@ -266,7 +271,7 @@ def _intra_search(graph: Graph, cluster: Cluster, par: Parallelism, microbatches
 
 def training_baselines(build: Callable[[int], Graph], cluster: Cluster, global_batch: int, *,
                        options: ConfigOptions = ConfigOptions(), memory: MemoryOptions = MemoryOptions(),
-                       memory_limit_bytes: float | None = None) -> dict[str, TrainingPlan]:
+                       memory_limit_bytes: float | None = None, cache: dict | None = None) -> dict[str, TrainingPlan]:
     """What practitioners would run, in the same model, each at its best microbatch (1 to 8) that fits.
 
     * ``data parallel``: every device a replica (t = p = 1), recomputation none or full;
@@ -277,7 +282,9 @@ def training_baselines(build: Callable[[int], Graph], cluster: Cluster, global_b
 
     A baseline none of whose variants fits reports its smallest-memory variant
     (``fits_memory`` False); one that cannot be placed at all is left out.
+    ``cache`` as for :func:`search_training`.
     """
+    cache = {} if cache is None else cache
     capacity = cluster.memory_bytes if memory_limit_bytes is None else memory_limit_bytes
     N = cluster.devices
     overlap = cluster.efficiency is not None
@@ -287,7 +294,7 @@ def training_baselines(build: Callable[[int], Graph], cluster: Cluster, global_b
         for par in candidates:
             try:
                 got.append(evaluate_training(build, cluster, par, options=options, memory=memory,
-                                             memory_limit_bytes=capacity))
+                                             memory_limit_bytes=capacity, cache=cache))
             except ConfigurationError:
                 continue
         fitting = [g for g in got if g.fits_memory is not False]
