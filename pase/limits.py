@@ -51,7 +51,7 @@ MAX_INSTANCE_BYTES = 256 * 2**20
 # Devices, and the batch size of a sample model, that the CLI and the app accept. At
 # batch MAX_BATCH every sample's tensors stay below MAX_TENSOR_ELEMENTS, so no cost
 # overflows (at 10**15 one did: "a cost is negative").
-MAX_DEVICES = 4096
+MAX_DEVICES = 16384  # Llama 3 405B trained on 16,384 H100s
 MAX_BATCH = 2**20
 # Physically plausible hardware figures (:class:`pase.hardware.cluster.Cluster`), bounds
 # included: peak FLOP/s of one device (a microcontroller to beyond any accelerator),

@@ -111,7 +111,7 @@ def test_an_unknown_ordering_names_the_known_ones(capsys, command):
     ("--batch", "1000000000000000", f"--batch: expected a batch size: a whole number from 1 to {MAX_BATCH}"),
     ("--batch", "1e30", f"--batch: expected a batch size: a whole number from 1 to {MAX_BATCH}, got '1e30'"),
     ("--batch", "-3", "--batch: expected a batch size"),
-    ("--devices", "0", "--devices/-p: expected a device count: a whole number from 1 to 4096"),
+    ("--devices", "0", "--devices/-p: expected a device count: a whole number from 1 to 16384"),
     ("--devices", "10" * 3000, "--devices/-p: expected a device count"),
     ("--min-shard", "0", "--min-shard: expected a shard size"),
     ("--bytes-per-element", "3", "--bytes-per-element: invalid choice: 3 (choose from 1, 2, 4, 8)"),

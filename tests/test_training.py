@@ -140,6 +140,25 @@ def test_balanced_cuts_are_optimal_against_brute_force():
         assert got == pytest.approx(best)
 
 
+def test_balanced_cuts_equal_the_dynamic_program_on_long_sequences():
+    rng = np.random.default_rng(4)
+    for _ in range(40):
+        n = int(rng.integers(2, 80))
+        k = int(rng.integers(1, min(n, 24) + 1))
+        times = rng.choice([rng.uniform(0, 3, n), np.tile(rng.uniform(0.5, 2, 4), n)[:n]], axis=0)
+        prefix = np.concatenate(([0.0], np.cumsum(times)))
+        # best[j][i]: the least largest run of the first i layers cut into j runs.
+        best = np.full((k + 1, n + 1), np.inf)
+        best[0][0] = 0.0
+        for j in range(1, k + 1):
+            for i in range(j, n + 1):
+                best[j][i] = min(max(best[j - 1][a], prefix[i] - prefix[a]) for a in range(j - 1, i))
+        cuts = balanced_cuts(times, k)
+        assert len(cuts) == k - 1 and list(cuts) == sorted(set(cuts)) and all(0 < c < n for c in cuts)
+        got = max(prefix[b] - prefix[a] for a, b in zip((0, *cuts), (*cuts, n)))
+        assert got == pytest.approx(best[k][n], rel=1e-11)
+
+
 def test_attention_core_and_blocks_of_gpt():
     g = sample("gpt", batch=1, **SMALL)
     assert attention_core(g) == {f"h.{i}.attn.{n}" for i in range(4) for n in ("scores", "softmax")}

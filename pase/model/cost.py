@@ -368,11 +368,21 @@ def build_cost_model(
 
     # Repeated blocks (Transformer layers, ResNet stages) repeat their edges: a table
     # depends only on the two tensors' layouts and configurations, so compute it once.
+    interned: dict = {}
+    ends: dict = {}
+
+    def end(name: str, role: str, slot: int) -> int:
+        # (op, dims, tensor) of one end as a number, hashed once per kind of layer.
+        if (graph.kind(name), role, slot) not in ends:
+            layer = graph.layer(name)
+            tensor = layer.outputs[slot] if role == "out" else layer.inputs[slot]
+            ends[graph.kind(name), role, slot] = interned.setdefault((layer.op, layer.dims, tensor), len(interned))
+        return ends[graph.kind(name), role, slot]
+
     def table_key(e: Edge) -> tuple:
-        src, dst = graph.layer(e.src), graph.layer(e.dst)
         cs, cd = configs[e.src], configs[e.dst]
-        return (src.op, src.dims, src.outputs[e.src_output], cs.shape, cs.tobytes(),
-                dst.op, dst.dims, dst.inputs[e.dst_input], cd.shape, cd.tobytes())
+        return (end(e.src, "out", e.src_output), cs.shape, cs.tobytes(),
+                end(e.dst, "in", e.dst_input), cd.shape, cd.tobytes())
 
     keys = [table_key(e) for e in edges]
     _check_table_memory(graph, cluster, configs, edges, keys, table_budget_bytes)

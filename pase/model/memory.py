@@ -339,7 +339,9 @@ def activation_bytes(graph: Graph, configs: Mapping[str, np.ndarray], bytes_per_
       as usual); layers in no block (absent or ``None``) keep what they
       always keep.
     """
-    keeps = {layer.name: saved_tensors(layer) for layer in graph.layers}
+    saved: dict = {}  # by kind of layer: repeated blocks save alike
+    keeps = {layer.name: saved[graph.kind(layer.name)] if graph.kind(layer.name) in saved
+             else saved.setdefault(graph.kind(layer.name), saved_tensors(layer)) for layer in graph.layers}
     producer_cfg = None
     if producer_blocks:
         producer_cfg = {name: np.asarray(c).reshape(1, -1) for name, c in configs.items()}

@@ -304,7 +304,15 @@ def balanced_cuts(times: Sequence[float], pieces: int) -> tuple[int, ...]:
     """Cut ``times`` (per layer, in order) into ``pieces`` non-empty runs minimising the largest run's sum.
 
     Returns the start index of runs 1 .. pieces - 1. Optimal to a relative
-    1e-12: a bisection over the largest sum, each candidate tried greedily.
+    1e-12. A limit (at least the largest time) is feasible exactly when runs
+    that each go as far as the limit allows reach the end in ``pieces`` runs
+    or fewer. The search keeps the interval [lo, hi] holding the optimum,
+    between the lower bound max(largest time, mean run) and the upper bound
+    mean run + largest time, and tries its middle: if feasible, hi becomes
+    the largest run found (a sum the optimum cannot exceed); if not, lo
+    becomes the least sum by which any run could grow (below it the runs,
+    and the failure, stay the same). The cuts are those of the furthest-end
+    runs at hi, each leaving a layer for every later run.
 
     Raises ``ConfigurationError`` when there are fewer layers than pieces.
     """
@@ -312,29 +320,35 @@ def balanced_cuts(times: Sequence[float], pieces: int) -> tuple[int, ...]:
     if pieces > n:
         raise ConfigurationError(f"{pieces} pipeline stages need at least {pieces} layers; the graph has {n}")
     prefix = [0.0, *itertools.accumulate(float(t) for t in times)]
+    total, largest = prefix[n], max((float(t) for t in times), default=0.0)
 
-    def greedy(limit: float) -> list[int] | None:
-        cuts, start = [], 0
+    def runs(limit: float) -> tuple[bool, float, float]:
+        # Furthest-end runs within limit: whether they reach the end in `pieces`, their largest sum,
+        # and the least sum one of them would have with the next layer added.
         slack = limit * (1 + 1e-12)
-        for k in range(pieces - 1):
-            # The furthest end keeping the run within limit, leaving a layer for each later run.
-            end = min(bisect.bisect_right(prefix, prefix[start] + slack) - 1, n - (pieces - 1 - k))
-            if end <= start:
-                return None
-            cuts.append(end)
-            start = end
-        return cuts if prefix[n] - prefix[start] <= slack else None
+        start, count, biggest, grow = 0, 0, 0.0, math.inf
+        while start < n and count < pieces:
+            end = bisect.bisect_right(prefix, prefix[start] + slack, start + 1) - 1
+            biggest = max(biggest, prefix[end] - prefix[start])
+            if end < n:
+                grow = min(grow, prefix[end + 1] - prefix[start])
+            start, count = end, count + 1
+        return start == n, biggest, grow
 
-    lo, hi = max((float(t) for t in times), default=0.0), prefix[n]
-    best = greedy(hi) or list(range(1, pieces))
+    lo, hi = max(largest, total / pieces), min(total, total / pieces + largest)
     while hi - lo > 1e-12 * max(hi, 1e-30):
-        mid = (lo + hi) / 2
-        found = greedy(mid)
-        if found is None:
-            lo = mid
+        mid = lo if lo > (lo + hi) / 2 * (1 - 1e-3) else (lo + hi) / 2
+        ok, biggest, grow = runs(mid)
+        if ok:
+            hi = min(hi, biggest)
         else:
-            hi, best = mid, found
-    return tuple(best)
+            lo = max(mid, min(grow, hi))
+    slack = hi * (1 + 1e-12)
+    cuts, start = [], 0
+    for k in range(pieces - 1):
+        start = min(bisect.bisect_right(prefix, prefix[start] + slack, start + 1) - 1, n - (pieces - 1 - k))
+        cuts.append(start)
+    return tuple(cuts)
 
 
 @dataclass(frozen=True)
