@@ -7,6 +7,8 @@ time. :func:`evaluate` costs any given strategy under the same model.
 microbatches, schedule, recomputation, ZeRO, tensor and data sizes, the layer
 splits inside a stage) for a model it can rebuild at any microbatch size, and
 :func:`evaluate_training` models one :class:`Parallelism`.
+:func:`export_plan` writes either kind of plan as DTensor placements, JAX
+PartitionSpecs, Megatron-LM arguments, torchtitan or DeepSpeed settings.
 
 >>> import pase
 >>> from pase.models import sample
@@ -18,13 +20,15 @@ The package's folders show its architecture: :mod:`pase.ir` (graph and
 configurations), :mod:`pase.ops` (every op's rules), :mod:`pase.hardware`
 (clusters and device meshes), :mod:`pase.model` (cost and memory),
 :mod:`pase.search` (exact and approximate searches), :mod:`pase.strategies`
-(baselines), :mod:`pase.io` (files, ONNX, PyTorch), :mod:`pase.models`
+(baselines), :mod:`pase.io` (files, ONNX, PyTorch, Hugging Face configs), :mod:`pase.models`
 (samples), :mod:`pase.cli`.
 """
 
 from pase import errors, models, ops
 from pase.hardware.cluster import PRESETS, Cluster, preset
 from pase.io.graph_json import dumps_graph, load_graph, loads_graph, save_graph
+from pase.io.hf_config import from_hf_config
+from pase.io.export import export_plan
 from pase.io.onnx import from_onnx
 from pase.io.torch import from_torch
 from pase.ir.configs import ConfigOptions, config_counts
@@ -42,7 +46,8 @@ __all__ = [
     "Graph", "Layer", "TensorSpec",
     "Cluster", "PRESETS", "preset", "ConfigOptions", "config_counts",
     "CostModel", "build_cost_model",
-    "load_graph", "save_graph", "loads_graph", "dumps_graph", "from_onnx", "from_torch",
+    "load_graph", "save_graph", "loads_graph", "dumps_graph", "from_onnx", "from_torch", "from_hf_config",
+    "export_plan",
     "sample", "SAMPLES",
     "baselines", "errors", "ops", "models",
 ]

@@ -22,9 +22,14 @@ from pathlib import Path
 from pase.analysis.baselines import applicable_baselines, evaluate_strategy
 from pase.analysis.sweep import batch_sweep, sweep
 from pase.analysis.throughput import throughput
-from pase.errors import ClusterError, ConfigurationError, GraphError, PaseError
+from pase.errors import ClusterError, ConfigurationError, FormatError, GraphError, PaseError
 from pase.hardware.cluster import CALIBRATIONS, PRESETS, Cluster
 from pase.io.graph_json import load_model_file
+from pase.io.hf_config import DEFAULT_BATCH, from_hf_config, hf_batch_builder, is_hf_config, is_moe_config
+from pase.io.export import (
+    FORMATS as EXPORT_FORMATS, NotExpressibleError, export_plan, is_training_plan, load_plan_document,
+    training_from_dict,
+)
 from pase.io.strategy_json import load_strategy
 from pase.ir.configs import COST_MODELS, ConfigOptions, config_counts
 from pase.ir.graph import Graph
@@ -57,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Find per-layer parallelization strategies for DNN training (PaSE).",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_solve, _add_evaluate, _add_show, _add_sweep, _add_solve_instance):
+    for add in (_add_solve, _add_evaluate, _add_show, _add_sweep, _add_solve_instance, _add_export):
         add(sub)
     return parser
 
@@ -171,18 +176,24 @@ def _short(text: str, limit: int = 40) -> str:
 
 _DEVICES = _whole("a device count", 1, MAX_DEVICES)
 _BATCH = _whole("a batch size", 1, MAX_BATCH)
+_SEQ = _whole("a sequence length", 1, MAX_DIM)
 _TFLOPS = _amount("peak TFLOP/s per device", 1e12, MIN_PEAK_FLOPS, MAX_PEAK_FLOPS, "TFLOP/s")
 _GBPS = _amount("a bandwidth", 1e9, MIN_BANDWIDTH_BPS, MAX_BANDWIDTH_BPS, "GB/s")
 
 
-def _add_model_options(p: argparse.ArgumentParser, *, many_devices: bool = False) -> None:
-    p.add_argument("model", help="a sample name (alexnet, inception3, resnet101, rnnlm, transformer, densenet121, gpt) or a model file (.json in pase's format, or .onnx)")
+def _add_model_options(p: argparse.ArgumentParser, *, many_devices: bool = False, seq: bool = True) -> None:
+    p.add_argument("model", help="a sample name (alexnet, inception3, resnet101, rnnlm, transformer, densenet121, gpt), "
+                                 "a model file (.json in pase's format, or .onnx) or a Hugging Face config.json "
+                                 "(Llama, Mistral, Qwen2, Mixtral, DeepSeekMoE, GPT-2, GPT-NeoX, BERT)")
     if many_devices:
         p.add_argument("--devices", "-p", type=_DEVICES, nargs="+", required=True,
                        help=f"device counts (1 to {MAX_DEVICES}), e.g. 4 8 16 32 64")
     else:
         p.add_argument("--devices", "-p", type=_DEVICES, required=True, help=f"number of devices (1 to {MAX_DEVICES})")
-    p.add_argument("--batch", type=_BATCH, help=f"batch size, 1 to {MAX_BATCH} (sample and ONNX models only)")
+    p.add_argument("--batch", type=_BATCH, help=f"batch size, 1 to {MAX_BATCH} (sample and ONNX models and Hugging "
+                                                "Face configs)")
+    if seq:  # pase evaluate takes --seq with its 3-D options
+        p.add_argument("--seq", type=_SEQ, help="sequence length (sequence samples and Hugging Face configs)")
     p.add_argument("--powers-of-two", action="store_true", help="only split factors 1, 2, 4, 8...")
     p.add_argument("--min-shard", type=_whole("a shard size", 1, MAX_DIM), default=ConfigOptions().min_shard,
                    help="smallest block a split may leave along a dimension (default %(default)s)")
@@ -224,12 +235,19 @@ def _add_cluster_options(p: argparse.ArgumentParser) -> None:
 
 
 def _load_model(args) -> Graph:
+    seq = getattr(args, "seq", None)
     if args.model in SAMPLES:
-        return sample(args.model, **({} if args.batch is None else {"batch": args.batch}))
+        given = {key: value for key, value in (("batch", args.batch), ("seq", seq)) if value is not None}
+        return sample(args.model, **given)
+    if is_hf_config(args.model):
+        return from_hf_config(args.model, batch=args.batch, seq=seq)
     path = Path(args.model)
     if not path.exists():
         raise GraphError(f"{args.model!r} is neither a sample ({', '.join(SAMPLES)}) nor an existing file; "
                          "give a sample name or the path of a model file")
+    if seq is not None:
+        raise GraphError("--seq applies to sample models and Hugging Face configs; a graph or ONNX file fixes its "
+                         "own sequence length")
     if args.batch is not None and path.suffix.lower() != ".onnx":
         raise GraphError("--batch applies to sample models and ONNX models; a graph file fixes its own batch size")
     return load_model_file(path, batch=args.batch)
@@ -293,7 +311,8 @@ def _add_solve(sub) -> None:
     p.add_argument("--search", choices=("auto", "layers", "3d"), default="auto",
                    help="layers: per-layer splits on all devices (the paper's search); 3d: pipeline stages, "
                         "microbatches, schedule, recomputation, ZeRO and tensor/data sizes jointly (sample models); "
-                        "auto (default): 3d for the large language models (megatron-*, gpt3-175b, llama3-*), else layers")
+                        "auto (default): 3d for the large language models (megatron-*, gpt3-175b, llama3-*) and Hugging "
+                        "Face configs but mixtures of experts, else layers")
     p.add_argument("--global-batch", type=_BATCH, help="samples per step for --search 3d (default: the sample's)")
     p.add_argument("--intra-search", action="store_true",
                    help="with --search 3d, also try the exact per-layer search on each stage's group")
@@ -308,9 +327,10 @@ def _solve_training(args) -> int:
     build, batch = _builder(args), _global_batch(args)
     progress = None if args.json else lambda done, total: print(f"  searched {done}/{total} microbatch and group "
                                                                  "sizes", file=sys.stderr)
+    cache: dict = {}  # the baselines reuse the search's graphs and layer times
     found = search_training(build, cluster, batch, options=_options(args), intra_search=args.intra_search,
-                            progress=progress)
-    baselines = training_baselines(build, cluster, batch, options=_options(args))
+                            progress=progress, cache=cache)
+    baselines = training_baselines(build, cluster, batch, options=_options(args), cache=cache)
     best = found.best.step_time_s
     if args.json:
         out = found.to_dict()
@@ -375,7 +395,10 @@ def _speedup(result: Plan, baseline: Plan) -> float | None:
 
 
 def _solve(args) -> int:
-    if args.search == "3d" or (args.search == "auto" and args.model in LANGUAGE_MODELS):
+    # A Hugging Face config is a transformer language model, planned in 3-D like the large samples, except a
+    # mixture of experts: the 3-D search's Megatron rule never splits the experts, the per-layer search does.
+    hf_3d = is_hf_config(args.model) and not is_moe_config(args.model)
+    if args.search == "3d" or (args.search == "auto" and (args.model in LANGUAGE_MODELS or hf_3d)):
         return _solve_training(args)
     if args.global_batch is not None or args.intra_search:
         raise GraphError("--global-batch and --intra-search apply to --search 3d")
@@ -417,7 +440,7 @@ def _add_evaluate(sub) -> None:
                        description="Cost the strategy of a plan file for MODEL on the cluster the options describe, "
                                    "e.g. a plan saved by `pase solve --json` or the app, on other hardware. Layers "
                                    "the plan leaves out are data parallel. docs/plan-format.md describes the file.")
-    _add_model_options(p)
+    _add_model_options(p, seq=False)
     _add_cluster_options(p)
     p.add_argument("--plan", metavar="PLAN.json",
                    help="strategy file: a plan (pase solve --json, the app's download) or {layer: [factors...]}")
@@ -438,7 +461,7 @@ def _add_training_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--vp", type=_SIZE, help="virtual stages per device (interleaved schedule)")
     g.add_argument("--microbatch-size", type=_BATCH, help="samples per microbatch per replica (default: the best)")
     g.add_argument("--global-batch", type=_BATCH, help="samples per step (default: the sample's batch)")
-    g.add_argument("--seq", type=_whole("a sequence length", 1, MAX_DIM), help="sequence length (sample models)")
+    g.add_argument("--seq", type=_SEQ, help="sequence length (sample models and Hugging Face configs)")
     g.add_argument("--sp", action="store_true", help="Megatron's sequence parallelism")
     g.add_argument("--recompute", choices=RECOMPUTE, help="activation recomputation (default none)")
     g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage over the data-parallel replicas")
@@ -458,13 +481,16 @@ def _training_asked(args) -> bool:
 
 def _builder(args):
     """``build(batch)`` for a sample model with ``--seq``, or GraphError naming the fix."""
-    if args.model not in SAMPLES:
+    hf = is_hf_config(args.model)
+    if args.model not in SAMPLES and not hf:
         raise GraphError(f"3-D parallel training needs the model rebuilt at the microbatch size: give a sample "
-                         f"name ({', '.join(SAMPLES)}), not {_short(args.model)}")
+                         f"name ({', '.join(SAMPLES)}) or a Hugging Face config.json, not {_short(args.model)}")
     if args.batch is not None:
         raise GraphError("give the batch of a 3-D configuration with --global-batch (and --microbatch-size), "
                          "not --batch")
-    seq = getattr(args, "seq", None)  # pase solve takes the sample's sequence
+    seq = getattr(args, "seq", None)
+    if hf:
+        return hf_batch_builder(args.model, seq=seq)
     params = {} if seq is None else {"seq": seq}
     try:
         sample(args.model, batch=1, **params)
@@ -476,6 +502,8 @@ def _builder(args):
 def _global_batch(args) -> int:
     if args.global_batch is not None:
         return args.global_batch
+    if is_hf_config(args.model):
+        return DEFAULT_BATCH
     default = inspect.signature(SAMPLES[args.model]).parameters["batch"].default
     return int(default)
 
@@ -568,6 +596,12 @@ def _evaluate(args) -> int:
     if args.plan is None:
         raise GraphError("give the strategy to cost: --plan PLAN.json, or a 3-D configuration "
                          "(--tp T --pp P --dp D ...)")
+    try:
+        document = load_plan_document(args.plan)
+    except FormatError:
+        document = None  # the strategy reader below reports the problem in its own words
+    if is_training_plan(document):
+        return _evaluate_training_plan(args, document)
     graph, cluster, options = _load_model(args), _cluster(args), _options(args)
     strategy, label = _strategy(args)
     try:
@@ -585,6 +619,33 @@ def _evaluate(args) -> int:
     return 0
 
 
+def _evaluate_training_plan(args, document: dict) -> int:
+    """``pase evaluate MODEL --plan TRAINING.json``: the plan's 3-D configuration, stage cuts included, re-costed
+    on the cluster the options describe (the gradient reduction overlapped on a calibrated cluster)."""
+    label = Path(args.plan).name
+    try:
+        settings = training_from_dict(document)
+    except FormatError as exc:
+        raise FormatError(f"{label}: {exc}") from None
+    if settings.searched:
+        raise GraphError(f"{label}: its layer splits inside a stage were searched per layer, and a training plan "
+                         "does not record them; run pase solve --search 3d --intra-search on this cluster instead")
+    build, cluster = _builder(args), _cluster(args)
+    if settings.model and settings.model != build(1).name:
+        raise GraphError(f"{label} is a plan for {_short(settings.model)}, not {_short(args.model)}; its stage cuts "
+                         "are positions in that model's layers")
+    par = replace(settings.parallelism, overlap=cluster.efficiency is not None)
+    try:
+        result = evaluate_training(build, cluster, par, options=_options(args), label=f"{label}: {par.describe()}")
+    except (GraphError, ConfigurationError) as exc:
+        raise type(exc)(f"{label}: {exc}") from None
+    if args.json:
+        _print_json(result.to_dict())
+        return 0
+    _print_training(result)
+    return 0
+
+
 # -- pase sweep ------------------------------------------------------------------------
 
 
@@ -594,7 +655,14 @@ def _add_sweep(sub) -> None:
     p.add_argument("--bandwidths", type=_GBPS, nargs="+", help="link bandwidths to sweep, GB/s")
     p.add_argument("--tflops-list", type=_TFLOPS, nargs="+", help="peak TFLOP/s values to sweep")
     p.add_argument("--batches", type=_BATCH, nargs="+", help="batch sizes to sweep (sample and ONNX models)")
+    p.add_argument("--per-device-batch", action="store_true",
+                   help="weak scaling: --batches (or --batch) is each device's batch, so the global batch at p "
+                        "devices is that times p; default: a fixed global batch (strong scaling)")
     _add_cluster_options(p)
+    p.add_argument("--clusters", choices=sorted(PRESETS), nargs="+", metavar="PRESET",
+                   help="GPU types side by side: sweep every preset given instead of --cluster, each with its "
+                        "published figures (calibrated with --calibrated; options that override a figure are "
+                        f"refused); choose from {', '.join(sorted(PRESETS))}")
     p.add_argument("--json", action="store_true", help="print the records as a JSON list")
     p.set_defaults(func=_sweep)
 
@@ -609,7 +677,17 @@ def _working(graph: Graph) -> Graph:
 
 
 def _sweep(args) -> int:
-    cluster = _cluster(argparse.Namespace(**{**vars(args), "devices": args.devices[0]}))
+    names = list(dict.fromkeys(args.clusters)) if args.clusters else [args.cluster]
+    cluster = [_cluster(argparse.Namespace(**{**vars(args), "cluster": name, "devices": args.devices[0]}))
+               for name in names]
+    if len(cluster) > 1 and len({c.name for c in cluster}) == 1:
+        # An override (--tflops...) renames every preset "custom", leaving the GPU types indistinguishable.
+        raise ClusterError("--clusters compares presets as they are; drop the options that override their figures")
+    if args.per_device_batch:
+        if args.batches is None and args.batch is None:
+            raise GraphError("--per-device-batch needs the per-device batch: give it with --batch or --batches")
+        if args.batches is None:
+            args.batches, args.batch = [args.batch], None
     grid = dict(
         bandwidths_Bps=[b * 1e9 for b in args.bandwidths] if args.bandwidths else None,
         peak_flops=[f * 1e12 for f in args.tflops_list] if args.tflops_list else None,
@@ -622,21 +700,22 @@ def _sweep(args) -> int:
         if args.batch is not None:
             raise GraphError("give the batch sizes with --batches, or one with --batch, not both")
         path = Path(args.model)
-        if args.model not in SAMPLES and path.suffix.lower() != ".onnx" and path.exists():
+        if args.model not in SAMPLES and path.suffix.lower() != ".onnx" and path.exists() and not is_hf_config(path):
             raise GraphError("--batches applies to sample models and ONNX models; a graph file fixes its own "
                              "batch size")
         records = batch_sweep(lambda batch: _working(_load_model(argparse.Namespace(**{**vars(args), "batch": batch}))),
-                              args.batches, args.devices, cluster, **grid)
+                              args.batches, args.devices, cluster, per_device=args.per_device_batch, **grid)
     if args.json:
         _print_json(records)
         return 0
-    by_batch = args.batches is not None
-    rows = [(["batch"] if by_batch else []) + ["devices", "GB/s", "TFLOP/s", "strategy", "step time (ms)",
-                                                 "speedup over DP"]]
+    by_batch, by_cluster = args.batches is not None, len(cluster) > 1
+    batch_head = "global batch" if args.per_device_batch else "batch"
+    rows = [(["GPU type"] if by_cluster else []) + ([batch_head] if by_batch else [])
+            + ["devices", "GB/s", "TFLOP/s", "strategy", "step time (ms)", "speedup over DP", "idle devices"]]
     for r in records:
-        rows.append(([str(r["batch"])] if by_batch else []) + [
+        rows.append(([r["cluster"]] if by_cluster else []) + ([str(r["batch"])] if by_batch else []) + [
             str(r["devices"]), f"{r['bandwidth_Bps'] / 1e9:g}", f"{r['peak_flops'] / 1e12:g}", r["label"],
-            f"{r['step_time_s'] * 1e3:.2f}", f"{r['speedup_over_dp']:.2f}"])
+            f"{r['step_time_s'] * 1e3:.2f}", f"{r['speedup_over_dp']:.2f}", str(r["idle_devices"])])
     print(_table(rows))
     return 0
 
@@ -711,4 +790,49 @@ def _solve_instance(args) -> int:
     print(f"search {result.search_time_s:.3f} s with ordering {args.ordering}: largest dependent set "
           f"{result.max_dependent_set}, largest table {result.max_table_entries:,} entries, "
           f"{result.total_work:,} sums, {result.pruned_configs} dominated configurations dropped")
+    return 0
+
+
+# -- pase export -----------------------------------------------------------------------
+
+
+def _add_export(sub) -> None:
+    p = sub.add_parser("export", help="write a plan as DTensor placements, JAX PartitionSpecs, Megatron-LM arguments, "
+                                      "torchtitan or DeepSpeed settings",
+                       description="Write a plan pase saved in the form a framework reads (pase.io.export; "
+                                   "docs/plan-format.md). A per-layer plan (pase solve --json) exports to every "
+                                   "format, to Megatron-LM, torchtitan and DeepSpeed when its layers split as "
+                                   "Megatron-LM's rule does; a 3-D training plan (pase evaluate --tp ... --json, "
+                                   "pase solve --search 3d --json) to megatron, torchtitan and deepspeed. What the "
+                                   "format cannot express is refused, naming the layers or settings.")
+    p.add_argument("plan", metavar="PLAN.json", help="a plan document pase wrote (either kind)")
+    p.add_argument("--format", required=True, choices=EXPORT_FORMATS, help="what to write")
+    p.add_argument("--out", metavar="FILE", help="write to FILE (default: standard output)")
+    p.add_argument("--model", help="the model of a per-layer plan: a sample name, a model file or a Hugging Face "
+                                   "config.json (default: the sample the plan names, at the plan's batch)")
+    p.add_argument("--batch", type=_BATCH, help="the batch of --model (sample and ONNX models, Hugging Face configs)")
+    p.set_defaults(func=_export)
+
+
+def _export(args) -> int:
+    label = Path(args.plan).name
+    document = load_plan_document(args.plan)
+    if args.model is None and args.batch is not None:
+        raise GraphError("--batch applies to the model given with --model")
+    if args.model is not None and is_training_plan(document):
+        raise GraphError(f"--model applies to per-layer plans; {_printable(label)} is a 3-D training plan, which "
+                         "names its model")
+    graph = None if args.model is None else _load_model(argparse.Namespace(model=args.model, batch=args.batch))
+    try:
+        text = export_plan(document, args.format, graph=graph)
+    except (FormatError, GraphError, ConfigurationError, NotExpressibleError) as exc:
+        raise type(exc)(f"{label}: {exc}") from None
+    if args.out is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        Path(args.out).write_text(text)
+    except OSError as exc:
+        raise FormatError(f"cannot write {_short(args.out)}: {exc.strerror or exc}") from None
+    print(f"wrote the {args.format} export of {_printable(label)} to {_printable(args.out)}", file=sys.stderr)
     return 0

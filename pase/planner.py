@@ -154,7 +154,10 @@ class Plan:
         """
         from pase.analysis.throughput import throughput  # late: keeps pase.planner's imports light
 
+        from pase.io.strategy_json import FORMAT, VERSION  # late: pase.io imports the planner
+
         out = {
+            "format": FORMAT, "version": VERSION,  # docs/plan-format.md
             "model": self.graph.name,
             "label": self.label,
             "devices": self.cluster.devices,

@@ -12,6 +12,7 @@ from pase.ir.configs import ConfigOptions
 from pase.errors import ConfigurationError, GraphError
 from pase.ir.graph import Graph
 from pase.models import LANGUAGE_MODELS, SAMPLES, sample
+from pase.models.moe import MOE_SAMPLES
 from pase.model.cost import build_cost_model
 from pase.planner import PlanOptions, evaluate, plan
 from pase.search.approx import improve
@@ -172,8 +173,10 @@ SMALL_SAMPLES.append(("megatron-1.7b", dict(batch=8), (4,), {"Mesh-TF", "Megatro
 
 
 def test_small_samples_cover_every_sample_the_exact_search_solves():
-    assert {name for name, *_ in SMALL_SAMPLES} == set(SAMPLES) - {"densenet121"} - set(LANGUAGE_MODELS) | {
-        "megatron-1.7b"}
+    # The mixtures of experts build no smaller than their published depth; tests/test_moe.py checks the
+    # search on a small block of the same builder against brute force.
+    assert {name for name, *_ in SMALL_SAMPLES} == set(SAMPLES) - {"densenet121"} - set(LANGUAGE_MODELS) - set(
+        MOE_SAMPLES) | {"megatron-1.7b"}
 
 
 @pytest.mark.parametrize("name,sizes,devices,specific", SMALL_SAMPLES, ids=[s[0] for s in SMALL_SAMPLES])

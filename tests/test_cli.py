@@ -206,3 +206,35 @@ def test_solve_reports_throughput_and_mfu_in_text_and_strict_json(capsys):
     assert code == 0 and re.search(r"samples/s, [\d,]+ tokens/s, model FLOPs per step .*MFU [\d.]+% of peak", out)
     code, out, _ = run(capsys, "solve", "alexnet", "-p", "2", "--json")
     assert json.loads(out)["tokens_per_s"] is None
+
+
+def test_sweep_clusters_puts_gpu_types_side_by_side(capsys):
+    code, out, _ = run(capsys, "sweep", "alexnet", "--devices", "2", "4", "--clusters", "dgx-a100", "dgx-h100",
+                       "--json")
+    assert code == 0
+    records = json.loads(out)
+    assert {(r["cluster"], r["devices"]) for r in records} == {(c, p) for c in ("dgx-a100", "dgx-h100") for p in (2, 4)}
+    peak = {r["cluster"]: r["peak_flops"] for r in records}
+    assert peak == {"dgx-a100": 312e12, "dgx-h100": 989e12}, "each GPU type keeps its preset's figures"
+    code, out, _ = run(capsys, "sweep", "alexnet", "--devices", "2", "--clusters", "dgx-a100", "dgx-h100")
+    assert code == 0 and out.split()[:2] == ["GPU", "type"]
+
+
+def test_sweep_per_device_batch_grows_the_global_batch_with_the_devices(capsys):
+    code, out, _ = run(capsys, "sweep", "alexnet", "--devices", "2", "4", "8", "--batch", "16", "--per-device-batch",
+                       "--json")
+    assert code == 0
+    records = json.loads(out)
+    assert {(r["devices"], r["batch"]) for r in records} == {(2, 32), (4, 64), (8, 128)}
+    assert all(r["batch_mode"] == "per device" and r["per_device_batch"] == 16 for r in records)
+    assert all(r["global_batch"] == r["batch"] and r["batch_per_device"] == 16 for r in records)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["sweep", "alexnet", "--devices", "2", "--per-device-batch"], "needs the per-device batch"),
+    (["sweep", "alexnet", "--devices", "2", "--clusters", "dgx-a100", "dgx-h100", "--tflops", "100"],
+     "drop the options"),
+])
+def test_sweep_refuses_a_per_device_batch_or_gpu_types_it_cannot_honour(capsys, argv, message):
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and message in err and "Traceback" not in err

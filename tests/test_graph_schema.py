@@ -59,6 +59,11 @@ EXAMPLES = {
     "Reshape": {"shape": [2, 8], "dims": ["b", "n"], "out_shape": [2, 2, 4]},
     "Transpose": {"shape": [2, 8], "dims": ["b", "n"], "perm": [1, 0]},
     "ReduceMean": {"shape": [2, 4, 8], "dims": ["b", "s", "d"], "reduce": ["s"]},
+    "GroupedConv2D": {"b": 2, "g": 4, "c": 1, "height": 8, "width": 8, "n": 2, "r": 3, "s": 3, "stride": 1, "pad": 2,
+                      "pointwise": 1, "bias": True, "dilation": 2},
+    "MoERouter": {"b": 2, "s": 8, "d": 8, "experts": 4, "top_k": 2, "capacity": 4},
+    "MoEExperts": {"b": 2, "capacity": 4, "experts": 4, "d": 8, "f": 16},
+    "MoECombine": {"b": 2, "s": 8, "d": 8, "experts": 4, "top_k": 2, "capacity": 4},
 }
 
 

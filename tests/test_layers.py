@@ -61,6 +61,9 @@ HAND_COUNTED = [
     # Stride 2, no pad: (8 - 3) // 2 + 1 = 3 output rows and columns: 2 * 4 * 3 * 9 * 9 = 1944
     # multiply-adds = 3888 forward, 11664 in all.
     (L.conv2d("convs", b=2, c=3, height=8, width=8, n=4, r=3, stride=2, bias=False), 11664),
+    # 4 groups of 2 input and 3 output channels, 3x3, pad 1: multiply-adds b g n c h w r s =
+    # 2 * 4 * 3 * 2 * 64 * 9 = 27648 = 55296 forward; data and weight gradients as much each: 165888.
+    (L.build_layer("GroupedConv2D", "gconv", b=2, g=4, c=2, height=8, width=8, n=3, r=3, pad=1, bias=False), 165888),
     # 2x2 max pooling of 8 x 8: 2 * 3 * 4 * 4 = 96 outputs. Forward: the library's documented
     # convention counts every window element once, 4 per output (a strict count of compares would
     # be 3); backward: the gradient is routed to the one winner, 1 per output. 96 * 5 = 480.
@@ -117,6 +120,21 @@ HAND_COUNTED = [
     # Mean over s of 2 x 4 x 8: 16 outputs of 4 values, 3 adds and a divide each = 64 forward;
     # backward dy / 4 broadcast to each of the 64 inputs = 64. 128.
     (L.reduce_mean("mean", (2, 4, 8), ("b", "s", "d"), ["s"]), 128),
+    # Router of 2 x 8 tokens of width 8 to 4 experts, top 2, 4 slots per expert and sequence: the logits
+    # GEMM 16 * 8 * 4 = 512 multiply-adds = 1024, with the weight's and the input's gradients 3072;
+    # softmax over 64 logits 5 + 4 per logit = 576; top-2, two compare passes over the logits = 128;
+    # the dispatch copies 2 * 4 * 4 slots of 8 = 256 elements forward and gathers their gradients
+    # back (256). 3072 + 576 + 128 + 512 = 4288.
+    (L.moe_router("router", b=2, s=8, d=8, experts=4, top_k=2, capacity=4), 4288),
+    # 4 SwiGLU experts on 2 x 4 slots each (32 slots), d 8, f 16: each of the gate, up and down
+    # products 32 * 8 * 16 = 4096 multiply-adds = 8192; forward 3 of them + silu and product on 512
+    # hidden elements (2 each) = 25600; backward the three weight gradients, the hidden gradient
+    # through down and the input's through gate and up: 6 products = 49152, and the SwiGLU's
+    # derivative, chain rule and factor products (4 each) = 2048. 25600 + 49152 + 2048 = 76800.
+    (L.moe_experts("experts", b=2, capacity=4, experts=4, d=8, f=16), 76800),
+    # Combine the same 256 slot elements: gate times slot and add into the token, 2 each (512);
+    # backward the slot's gradient gate * dy (256) and the gate's, a dot product over d (512). 1280.
+    (L.moe_combine("combine", b=2, s=8, d=8, experts=4, top_k=2, capacity=4), 1280),
 ]
 IDS = [layer.name for layer, _ in HAND_COUNTED]
 # The LSTM's pointwise work is a modelling constant: its GEMMs are checked against torch and the rest

@@ -390,6 +390,10 @@ EVERY_OP = [
     L.reduce_mean("mean", (4, 4, 8), ("b", "s", "d"), ["s"]),
     L.dropout("drop", (2, 8), ("b", "n")),
     L.gelu("gelu", (2, 8), ("b", "n")),
+    L.grouped_conv2d("dw", b=4, g=4, c=1, height=8, width=8, n=1, r=3, pad=2, dilation=2),
+    L.moe_router("router", b=2, s=8, d=8, experts=4, top_k=2, capacity=4),
+    L.moe_experts("experts", b=2, capacity=4, experts=4, d=8, f=16),
+    L.moe_combine("combine", b=2, s=8, d=8, experts=4, top_k=2, capacity=4),
 ]
 
 

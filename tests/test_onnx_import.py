@@ -167,11 +167,11 @@ def test_same_padding_and_asymmetric_pads():
     assert from_onnx(m).layer("conv").outputs[0].shape == (2, 4, 16, 16)
 
 
-def test_grouped_convolution_is_reported_unsupported():
+def test_grouped_convolution_is_a_grouped_conv_layer():
     m = model([node("Conv", ["x", "W"], ["y"], name="dw", group=8)],
               [vi("x", [2, 8, 16, 16])], [vi("y", [2, 8, 14, 14])], [w("W", 8, 1, 3, 3)])
-    with pytest.raises(FormatError, match=r"Conv \(grouped convolution, group=8\) x1, e.g. 'dw'"):
-        from_onnx(m)
+    layer = from_onnx(m).layer("dw")
+    assert layer.op == "GroupedConv2D" and layer.size_of["g"] == 8 and layer.outputs[0].shape == (2, 8, 14, 14)
 
 
 # -- normalisation, softmax, losses ---------------------------------------------------------------

@@ -53,6 +53,21 @@ def test_a_large_product_is_compute_bound_at_its_size_efficiency():
     assert alone[0] == pytest.approx(flops / (0.9 * PEAK) + 4e-6)
 
 
+def test_the_experts_products_run_at_the_matrix_rate():
+    # Slots N = b c x = 4 * 256 * 8; every kernel over 100 GFLOP, so 90% of peak; compute-bound (the
+    # weights, 0.8 GB, and the slots, 0.13 GB, take under a third of the products' time).
+    b, c, x, d, f = 4, 256, 8, 4096, 4096
+    experts = L.moe_experts("experts", b, c, x, d, f)
+    for split in (1, 2):  # whole, and expert parallel over two devices
+        n = b * c * x / split
+        fwd, bwd = layer_times_s(experts, np.array([[1, 1, split, 1, 1]]), PEAK, EFF, 2)
+        forward = 3 * 2 * n * d * f + 2 * n * f  # gate, up and down; the SwiGLU's 2 FLOPs per hidden element
+        weights = 4 * 2 * n * d * f + 4 * n * f  # three weight gradients and dh; the rest of the SwiGLU
+        inputs = 2 * 2 * n * d * f  # dx through gate and up
+        assert fwd[0] == pytest.approx(forward / (0.9 * PEAK) + 4e-6)
+        assert bwd[0] == pytest.approx(weights / (0.9 * PEAK) + 4e-6 + inputs / (0.9 * PEAK) + 4e-6)
+
+
 def test_elementwise_is_memory_bound():
     add = L.elementwise("add", (4096, 4096), ("b", "n"))
     fwd, bwd = layer_times_s(add, np.array([[1, 1], [2, 1]]), PEAK, EFF, 2)

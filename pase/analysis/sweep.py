@@ -1,8 +1,11 @@
 """Sweeps: PaSE's plan and every applicable baseline at each point of a grid of clusters.
 
-:func:`sweep` varies the cluster (devices, bandwidth, FLOP rate) for one
-graph; :func:`batch_sweep` also varies the batch size, building the graph once
-per batch.
+:func:`sweep` varies the cluster (GPU type, devices, bandwidth, FLOP rate) for
+one graph; :func:`batch_sweep` also varies the batch size, building the graph
+once per batch: a fixed global batch (strong scaling: the same graph at every
+device count) or a fixed per-device batch (weak scaling: at ``p`` devices the
+global batch is ``B * p``). :func:`with_training_estimates` adds the time,
+GPU-hours and cost to train on ``N`` tokens or samples to each record.
 """
 
 from __future__ import annotations
@@ -15,15 +18,19 @@ from numbers import Integral
 from typing import Callable, Sequence
 
 from pase.analysis.baselines import applicable_baselines
-from pase.analysis.throughput import throughput
-from pase.errors import GraphError
+from pase.analysis.throughput import ThroughputError, estimate_from_rate, throughput
+from pase.errors import ClusterError, GraphError
 from pase.hardware.cluster import Cluster
 from pase.ir.configs import ConfigOptions
 from pase.ir.graph import Graph
 from pase.model.memory import InsufficientMemoryError
 from pase.planner import PlanOptions, plan
 
-__all__ = ["sweep", "batch_sweep", "DeviceUse", "device_use", "records_csv", "records_from_csv"]
+__all__ = ["sweep", "batch_sweep", "BATCH_MODES", "DeviceUse", "device_use", "with_training_estimates", "records_csv",
+           "records_from_csv"]
+
+# A record's ``batch_mode``: what stays fixed as the device count grows.
+BATCH_MODES = ("global", "per device")
 
 
 @dataclass(frozen=True)
@@ -101,10 +108,26 @@ def records_from_csv(text: str) -> list[dict]:
             for row in csv.DictReader(io.StringIO(text))]
 
 
+def _clusters(cluster: Cluster | Sequence[Cluster]) -> list[Cluster]:
+    """``cluster`` as a list of GPU types; ``ClusterError`` for an empty list, a non-cluster or a repeated name."""
+    clusters = [cluster] if isinstance(cluster, Cluster) else list(cluster)
+    if not clusters:
+        raise ClusterError("a sweep needs at least one cluster")
+    bad = [c for c in clusters if not isinstance(c, Cluster)]
+    if bad:
+        raise ClusterError(f"a sweep's clusters must be Cluster values, got {bad[0]!r}")
+    names = [c.name for c in clusters]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if len(clusters) > 1 and repeated:
+        # Records tell GPU types apart by name only.
+        raise ClusterError(f"the clusters compared must have distinct names; {repeated[0]!r} is given twice")
+    return clusters
+
+
 def sweep(
     graph: Graph,
     devices: Sequence[int],
-    cluster: Cluster,
+    cluster: Cluster | Sequence[Cluster],
     *,
     bandwidths_Bps: Sequence[float] | None = None,
     peak_flops: Sequence[float] | None = None,
@@ -113,14 +136,22 @@ def sweep(
 ) -> list[dict]:
     """Solve ``graph`` and cost every applicable baseline at each point of a grid.
 
-    The grid is every combination of ``devices`` and, when given,
-    ``bandwidths_Bps`` and ``peak_flops`` (otherwise the cluster's). Returns
-    plain records, one per point and strategy: ``devices``,
-    ``bandwidth_Bps``, ``peak_flops``, ``strategy`` (``"PaSE"`` or a baseline
-    name), ``label``, ``cost``, ``step_time_s``, ``speedup_over_dp``,
+    ``cluster`` is one cluster or several (GPU types side by side, such as
+    ``[preset("dgx-a100"), preset("dgx-h100")]``; their names must differ).
+    The grid is every combination of those clusters (outermost), ``devices``
+    and, when given, ``bandwidths_Bps`` and ``peak_flops`` (which then override
+    every cluster's own figure; otherwise each cluster's). The global batch is
+    the graph's at every point (strong scaling). Returns plain records, one per
+    point and strategy: ``cluster`` (its name), ``devices``,
+    ``bandwidth_Bps``, ``peak_flops``, ``memory_capacity_bytes`` (one device's,
+    None when the cluster has no limit), ``strategy`` (``"PaSE"`` or a
+    baseline name), ``label``, ``cost``, ``step_time_s``, ``speedup_over_dp``,
     ``memory_per_device_bytes``, ``fits_memory`` (None when the cluster has no
     capacity), ``devices_used`` (the most devices any layer splits over, see
-    :func:`device_use`), the rates of :func:`pase.analysis.throughput.throughput`
+    :func:`device_use`) and ``idle_devices`` (``devices - devices_used``),
+    ``batch_mode`` (``"global"``), ``global_batch`` (samples per step, None
+    without a batch dimension) and ``batch_per_device`` (``global_batch /
+    devices``, samples), the rates of :func:`pase.analysis.throughput.throughput`
     (``samples_per_s``, ``tokens_per_s`` (None without a sequence),
     ``model_flops_per_step``, ``model_flops_per_device_per_s``, ``mfu``; None at a
     0 s step) and, for PaSE, ``configs`` (layer name -> configuration). Where
@@ -131,15 +162,17 @@ def sweep(
     Raises
     ------
     ClusterError
-        A device count, bandwidth or FLOP rate is not positive.
+        No cluster, a repeated cluster name, or a device count, bandwidth or
+        FLOP rate that is not positive.
     SearchTooLargeError
         A point's search would exceed memory (nothing is allocated for it).
     """
     grid = [
-        replace(cluster, devices=int(p), bandwidth_Bps=float(bw), peak_flops=float(fl))
+        replace(c, devices=int(p), bandwidth_Bps=float(bw), peak_flops=float(fl))
+        for c in _clusters(cluster)
         for p in devices
-        for bw in (bandwidths_Bps or [cluster.bandwidth_Bps])
-        for fl in (peak_flops or [cluster.peak_flops])
+        for bw in (bandwidths_Bps or [c.bandwidth_Bps])
+        for fl in (peak_flops or [c.peak_flops])
     ]
     records = []
     for i, point in enumerate(grid):
@@ -151,13 +184,18 @@ def sweep(
         others = applicable_baselines(graph, point, options)
         dp = others["data parallel"]
         for name, p in [("PaSE", best), *others.items()]:
+            rates = throughput(p)
+            used = device_use(p).used
             record = {
-                "devices": point.devices, "bandwidth_Bps": point.bandwidth_Bps, "peak_flops": point.peak_flops,
+                "cluster": point.name, "devices": point.devices, "bandwidth_Bps": point.bandwidth_Bps,
+                "peak_flops": point.peak_flops, "memory_capacity_bytes": point.memory_bytes,
                 "strategy": name, "label": p.label, "cost": p.cost, "step_time_s": p.step_time_s,
                 "speedup_over_dp": p.speedup_over(dp),
                 "memory_per_device_bytes": p.memory_per_device_bytes, "fits_memory": p.fits_memory,
-                "devices_used": device_use(p).used,
-                **throughput(p).rates(),
+                "devices_used": used, "idle_devices": point.devices - used,
+                "batch_mode": "global", "global_batch": rates.batch,
+                "batch_per_device": None if rates.batch is None else rates.batch / point.devices,
+                **rates.rates(),
             }
             if name == "PaSE":
                 record["configs"] = {k: list(v) for k, v in p.strategy.items()}
@@ -171,8 +209,9 @@ def batch_sweep(
     build_graph: Callable[[int], Graph],
     batches: Sequence[int],
     devices: Sequence[int],
-    cluster: Cluster,
+    cluster: Cluster | Sequence[Cluster],
     *,
+    per_device: bool = False,
     bandwidths_Bps: Sequence[float] | None = None,
     peak_flops: Sequence[float] | None = None,
     options: ConfigOptions = ConfigOptions(),
@@ -180,16 +219,25 @@ def batch_sweep(
 ) -> list[dict]:
     """:func:`sweep` at every batch size: the graph ``build_graph(batch)`` over the same cluster grid.
 
+    With ``per_device`` False (strong scaling), each of ``batches`` is the
+    global batch, the same at every device count. With ``per_device`` True
+    (weak scaling), each is a per-device batch ``B``: at ``p`` devices the
+    graph is ``build_graph(B * p)``, so the global batch doubles when the
+    devices do.
+
     Returns the records of :func:`sweep`, batch by batch in the order of
-    ``batches``, each with a ``batch`` field. ``progress(done, total)`` counts
-    points over all batches (``total`` = batches x grid points).
+    ``batches`` (and, per device, device count by device count), each with
+    ``batch`` (the global batch the graph was built at), ``batch_mode``
+    (``"global"`` or ``"per device"``) and, per device, ``per_device_batch``
+    (``B``). ``progress(done, total)`` counts points over all batches
+    (``total`` = batches x grid points).
 
     Raises
     ------
     GraphError
         ``batches`` is empty or holds a value that is not a positive integer
         (checked before anything is built or solved), or ``build_graph``
-        refuses a batch.
+        refuses a batch (one too large, for instance).
     ClusterError, SearchTooLargeError
         As :func:`sweep`.
 
@@ -197,10 +245,13 @@ def batch_sweep(
     --------
     >>> from pase.models import sample
     >>> from pase.hardware.cluster import preset
-    >>> records = batch_sweep(lambda b: sample("rnnlm", batch=b, vocab=1000, hidden=64, seq=8), [16, 32], [2],
-    ...                       preset("paper-model", devices=2))
+    >>> build = lambda b: sample("rnnlm", batch=b, vocab=1000, hidden=64, seq=8)
+    >>> records = batch_sweep(build, [16, 32], [2], preset("paper-model", devices=2))
     >>> sorted({(r["batch"], r["devices"]) for r in records})
     [(16, 2), (32, 2)]
+    >>> records = batch_sweep(build, [4], [2, 4], preset("paper-model"), per_device=True)
+    >>> sorted({(r["devices"], r["batch"], r["per_device_batch"]) for r in records})
+    [(2, 8, 4), (4, 16, 4)]
     """
     if not batches:
         raise GraphError("a batch sweep needs at least one batch size")
@@ -208,12 +259,58 @@ def batch_sweep(
     if bad:
         raise GraphError(f"batch sizes must be positive integers, got {bad[0]!r}")
     batches = [int(b) for b in batches]
-    records = []
-    for i, batch in enumerate(batches):
-        # Each batch's sweep reports its own (done, total); offset it into the count over all batches.
+    # One sub-sweep per global batch: every batch over all devices, or (per device) one per batch and device.
+    parts = ([(b * int(p), b, [p]) for b in batches for p in devices] if per_device
+             else [(b, None, list(devices)) for b in batches])
+    points_per_device = len(_clusters(cluster)) * len(bandwidths_Bps or [None]) * len(peak_flops or [None])
+    total = points_per_device * len(devices) * len(batches)
+    records, before = [], 0
+    for batch, per_device_batch, part_devices in parts:
+        # Each sub-sweep reports its own (done, total); offset it into the count over all batches.
         point_progress = None if progress is None else (
-            lambda done, total, i=i: progress(i * total + done, total * len(batches)))
-        part = sweep(build_graph(batch), devices, cluster, bandwidths_Bps=bandwidths_Bps, peak_flops=peak_flops,
-                     options=options, progress=point_progress)
-        records += [{**r, "batch": batch} for r in part]
+            lambda done, _total, before=before: progress(before + done, total))
+        part = sweep(build_graph(batch), part_devices, cluster, bandwidths_Bps=bandwidths_Bps,
+                     peak_flops=peak_flops, options=options, progress=point_progress)
+        before += points_per_device * len(part_devices)
+        extra = ({"batch": batch} if per_device_batch is None
+                 else {"batch": batch, "batch_mode": "per device", "per_device_batch": per_device_batch})
+        records += [{**r, **extra} for r in part]
     return records
+
+
+def with_training_estimates(records: Sequence[dict], amount: float, *, unit: str = "tokens",
+                            price_per_gpu_hour: float | None = None) -> list[dict]:
+    """``records`` (of :func:`sweep`), each with what training on ``amount`` ``unit`` would take at its rate.
+
+    Adds ``train_amount``, ``train_unit``, ``time_to_train_s`` (``amount /
+    rate``, the rate ``tokens_per_s`` or ``samples_per_s``), ``gpu_hours``
+    (``time_to_train_s * devices / 3600``: every device is paid for, idle or
+    not) and ``train_cost`` (``gpu_hours * price_per_gpu_hour``, in the
+    price's currency, None without a price; ``cost`` stays the plan's
+    modelled cost), as :func:`pase.analysis.throughput.estimate_from_rate`; all three
+    None at a 0 s step. The records given are not changed.
+
+    Raises
+    ------
+    ThroughputError
+        ``unit`` is not ``"tokens"`` or ``"samples"``; ``amount`` is not
+        positive or the price is negative; ``"tokens"`` for a record without a
+        sequence (``tokens_per_s`` None while ``samples_per_s`` is not).
+
+    >>> r = {"devices": 2, "tokens_per_s": 1.0, "samples_per_s": 1.0}
+    >>> e = with_training_estimates([r], 3600.0, price_per_gpu_hour=1.5)[0]
+    >>> (e["time_to_train_s"], e["gpu_hours"], e["train_cost"])
+    (3600.0, 2.0, 3.0)
+    """
+    if unit not in ("tokens", "samples"):
+        raise ThroughputError(f"train on 'tokens' or 'samples', not {unit!r}")
+    out = []
+    for r in records:
+        rate = r.get(f"{unit}_per_s")
+        if rate is None and r.get("samples_per_s") is not None:
+            raise ThroughputError(f"{r.get('label', 'a record')!r} has no {unit} per second (no sequence "
+                                  "dimension): train on samples instead")
+        e = estimate_from_rate(amount, rate, r["devices"], price_per_gpu_hour, unit=unit)
+        out.append({**r, "train_amount": e.amount, "train_unit": unit, "time_to_train_s": e.time_s,
+                    "gpu_hours": e.gpu_hours, "train_cost": e.cost})
+    return out

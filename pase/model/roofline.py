@@ -9,7 +9,9 @@ gradient and each input's gradient as one kernel each (``dW = dy^T x``,
 
 with ``rate`` the peak times the matrix-size efficiency
 (:meth:`~pase.hardware.efficiency.Efficiency.matmul_fraction`) for matrix
-products (``FullyConnected``, ``Einsum``, ``Conv2D``, ``LSTM``) and
+products (``FullyConnected``, ``Einsum``, ``Conv2D``, ``GroupedConv2D``
+(a depthwise one is bound by its bytes), ``LSTM``, and ``MoEExperts``, the
+experts' batched products) and
 ``vector_flops`` for the rest. Bytes: a kernel reads its activation inputs
 (and a product its weights) and writes its outputs, each block once; a
 product's backward kernels touch as many bytes as its forward, another op's
@@ -30,7 +32,7 @@ from pase.ops import OPS, block_elements
 
 __all__ = ["MATRIX_OPS", "layer_times_s"]
 
-MATRIX_OPS = frozenset({"FullyConnected", "Einsum", "Conv2D", "LSTM"})
+MATRIX_OPS = frozenset({"FullyConnected", "Einsum", "Conv2D", "GroupedConv2D", "LSTM", "MoEExperts"})
 # Backward bytes of a non-matrix kernel relative to its forward's.
 VECTOR_BACKWARD_BYTES = 1.5
 

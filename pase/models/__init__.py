@@ -50,6 +50,14 @@ vertices, parameters:
 * ``llama3-70b``: 80, 8192, 64, 28672; 1204, 70,553,706,496.
 * ``llama3-405b``: 126, 16384, 128, 53248; 1894, 405,853,388,800.
 
+Mixtures of experts (:mod:`pase.models.moe`: Llama-style attention, top-k
+routed SwiGLU experts with an expert dimension ``x``), sequence 4,096, batch
+16; name: layers, hidden, experts, top-k, expert FFN; vertices, parameters:
+
+* ``mixtral-8x7b``: 32, 4096, 8, 2, 14336; 452, 46,702,792,704.
+* ``deepseek-moe-16b``: 28, 2048, 64 + 2 shared, 6, 1408 (first layer dense,
+  FFN 10944); 505, 16,375,728,128.
+
 :mod:`pase.models.teaching` holds the small graphs the app's Learn page draws
 (one GEMM, a branchy 8-layer graph); they are not samples.
 """
@@ -65,6 +73,7 @@ from pase.models.cnn import alexnet, densenet121, inception3, resnet101
 from pase.models.sequence import gpt, rnnlm, transformer, transformer_large
 from pase.models.llama import LLAMA_SAMPLES, llama
 from pase.models.megatron import MEGATRON_SAMPLES, megatron_gpt
+from pase.models.moe import MOE_SAMPLES, moe_decoder
 
 __all__ = [
     "SAMPLES",
@@ -80,6 +89,7 @@ __all__ = [
     "gpt",
     "megatron_gpt",
     "llama",
+    "moe_decoder",
     "LANGUAGE_MODELS",
 ]
 
@@ -94,10 +104,12 @@ SAMPLES: dict[str, Callable[..., Graph]] = {
     "gpt": gpt,
     **MEGATRON_SAMPLES,
     **LLAMA_SAMPLES,
+    **MOE_SAMPLES,
 }
 
 # Samples planned with pipeline stages, microbatches, ZeRO and recomputation by default
-# (``pase solve --search auto``): the large language models, Megatron-LM's GPTs and Llama 3.
+# (``pase solve --search auto``): the large language models, Megatron-LM's GPTs and Llama 3. Not the
+# mixtures of experts: the 3-D search's Megatron rule never splits experts (pase.models.moe).
 LANGUAGE_MODELS: tuple[str, ...] = (*MEGATRON_SAMPLES, *LLAMA_SAMPLES)
 
 

@@ -37,10 +37,13 @@ from pase.errors import GraphError
 from pase.ir.graph import Graph, Layer
 from pase.models._common import check_positive
 
-__all__ = ["llama", "llama_parameters", "block_matmul_forward_flops", "LLAMA_SAMPLES", "VOCAB"]
+__all__ = ["llama", "llama_parameters", "block_matmul_forward_flops", "gqa_attention", "swiglu_ffn", "output_head",
+           "add_vertex", "check_attention", "check_flags", "LLAMA_SAMPLES", "VOCAB"]
 
 VOCAB = 128256
 BSD = ("b", "s", "d")
+# A tied projection shares the embedding's table under the embedding's name.
+TIED_TABLE = {"weight": "embedding"}
 # The vertices of one block ``layers.{i}``, in order, with their ops.
 BLOCK = (
     ("attn_norm", "RMSNorm"), ("attn.q", "Einsum"), ("attn.k", "Einsum"), ("attn.v", "Einsum"),
@@ -51,7 +54,8 @@ BLOCK = (
 
 
 def llama(name: str, layers: int, hidden: int, heads: int, kv_heads: int, ffn: int, vocab: int, *,
-          batch: int, seq: int, rope: bool = True) -> Graph:
+          batch: int, seq: int, rope: bool = True, head_dim: int | None = None, qkv_bias: bool = False,
+          out_bias: bool = False, mlp_bias: bool = False, tied: bool = False) -> Graph:
     """A Llama 3 decoder: ``layers`` pre-norm blocks of width ``hidden``, grouped-query attention, SwiGLU.
 
     Vertices: token embedding ``embedding`` (``b s d v``); per block
@@ -78,12 +82,23 @@ def llama(name: str, layers: int, hidden: int, heads: int, kv_heads: int, ffn: i
     the graph is the same either way, RoPE having no parameters and
     negligible FLOPs (the module docstring).
 
+    The other keyword options cover the Llama family's variants (Hugging
+    Face's Llama, Mistral and Qwen2 configurations,
+    :mod:`pase.io.hf_config`); their defaults are Llama 3. ``head_dim``:
+    the head width ``c`` when it is not ``hidden / heads`` (Mistral NeMo's
+    128 at hidden 5120 and 32 heads): q and out are then ``d x (heads c)``.
+    ``qkv_bias`` (Qwen2; Llama's ``attention_bias``), ``out_bias``
+    (``attention_bias``) and ``mlp_bias``: biases on q, k and v (``heads
+    c`` and ``2 kv_heads c``), on out (``d``), on the three FFN products
+    (``2 F + d``). ``tied``: the projection shares the embedding's table
+    (``TensorSpec.tied``, counted once: ``V d`` fewer parameters).
+
     Raises
     ------
     GraphError
         A size is not a positive integer, ``hidden`` is not a multiple of
-        ``heads``, ``heads`` not a multiple of ``kv_heads``, or ``rope`` not
-        a bool.
+        ``heads`` (without ``head_dim``), ``heads`` not a multiple of
+        ``kv_heads``, or ``rope`` or a bias or ``tied`` option not a bool.
 
     Examples
     --------
@@ -93,49 +108,107 @@ def llama(name: str, layers: int, hidden: int, heads: int, kv_heads: int, ffn: i
     """
     check_positive(name, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, ffn=ffn, vocab=vocab,
                    batch=batch, seq=seq)
-    if hidden % heads:
-        raise GraphError(f"{name}: hidden {hidden} is not a multiple of heads {heads}")
-    if heads % kv_heads:
-        raise GraphError(f"{name}: heads {heads} is not a multiple of kv_heads {kv_heads}")
-    if not isinstance(rope, bool):
-        raise GraphError(f"{name}: rope must be true or false, got {rope!r}")
-    b, s, d, h, r, c, e = batch, seq, hidden, kv_heads, heads // kv_heads, hidden // heads, ffn
+    c = check_attention(name, hidden, heads, kv_heads, head_dim)
+    check_flags(name, rope=rope, qkv_bias=qkv_bias, out_bias=out_bias, mlp_bias=mlp_bias, tied=tied)
+    b, s, d = batch, seq, hidden
     g = Graph(name)
-
-    def add(layer: Layer, *inputs: str) -> str:
-        g.add_layer(layer, list(inputs))
-        return layer.name
-
-    def norm(vertex: str, x: str) -> str:
-        return add(L.rms_norm(vertex, (b, s, d), BSD), x)
-
-    q_sizes = dict(b=b, s=s, d=d, h=h, r=r, c=c)
-    kv_sizes = dict(b=b, s=s, d=d, h=h, c=c)
-    ff = dict(b=b, s=s, d=d, e=e)
-    x = add(L.embedding("embedding", b, s, d, vocab))
+    x = add_vertex(g, L.embedding("embedding", b, s, d, vocab).with_tied(TIED_TABLE if tied else {}))
     for i in range(layers):
         p = f"layers.{i}"
-        y = norm(f"{p}.attn_norm", x)
-        q = add(L.einsum(f"{p}.attn.q", "bsd,hrcd->bshrc", q_sizes, weights=(1,)), y)
-        k = add(L.einsum(f"{p}.attn.k", "bsd,hcd->bshc", kv_sizes, weights=(1,)), y)
-        v = add(L.einsum(f"{p}.attn.v", "bsd,hcd->bshc", kv_sizes, weights=(1,)), y)
-        scores = add(L.einsum(f"{p}.attn.scores", "bshrc,bkhc->bhrsk", dict(b=b, s=s, h=h, r=r, c=c, k=s)), q, k)
-        probs = add(L.softmax(f"{p}.attn.softmax", (b, h, r, s, s), ("b", "h", "r", "s", "k"), axis="k"), scores)
-        context = add(L.einsum(f"{p}.attn.context", "bhrsk,bkhc->bshrc", dict(b=b, h=h, r=r, s=s, k=s, c=c)),
-                      probs, v)
-        y = add(L.einsum(f"{p}.attn.out", "bshrc,hrcd->bsd", q_sizes, weights=(1,)), context)
-        x = add(L.elementwise(f"{p}.add1", (b, s, d), BSD), x, y)
-        y = norm(f"{p}.ffn_norm", x)
-        gate = add(L.einsum(f"{p}.ffn.gate", "bsd,ed->bse", ff, weights=(1,)), y)
-        up = add(L.einsum(f"{p}.ffn.up", "bsd,ed->bse", ff, weights=(1,)), y)
-        y = add(L.elementwise(f"{p}.ffn.swiglu", (b, s, e), ("b", "s", "e"), pointwise=1, gated=True), gate, up)
-        y = add(L.einsum(f"{p}.ffn.down", "bse,de->bsd", ff, weights=(1,)), y)
-        x = add(L.elementwise(f"{p}.add2", (b, s, d), BSD), x, y)
-    x = norm("norm", x)
-    logits = add(L.einsum("projection", "bsd,vd->bsv", dict(b=b, s=s, d=d, v=vocab), weights=(1,)), x)
-    add(L.softmax_cross_entropy("softmax", (b, s, vocab), ("b", "s", "v")), logits)
+        x = gqa_attention(g, p, x, batch=b, seq=s, hidden=d, kv_heads=kv_heads, group=heads // kv_heads,
+                          head_dim=c, qkv_bias=qkv_bias, out_bias=out_bias)
+        y = add_vertex(g, L.rms_norm(f"{p}.ffn_norm", (b, s, d), BSD), x)
+        y = swiglu_ffn(g, f"{p}.ffn", y, batch=b, seq=s, hidden=d, width=ffn, bias=mlp_bias)
+        x = add_vertex(g, L.elementwise(f"{p}.add2", (b, s, d), BSD), x, y)
+    output_head(g, x, batch=b, seq=s, hidden=d, vocab=vocab, tied=tied)
     g.validate()
     return g
+
+
+def check_attention(name: str, hidden: int, heads: int, kv_heads: int, head_dim: int | None) -> int:
+    """The head width ``c`` of :func:`gqa_attention` (``head_dim``, else ``hidden / heads``); ``GraphError``
+    when ``hidden`` is not a multiple of ``heads`` (without ``head_dim``), ``head_dim`` is not a positive
+    integer or ``heads`` is not a multiple of ``kv_heads`` (the caller has checked the three positive)."""
+    if head_dim is None and hidden % heads:
+        raise GraphError(f"{name}: hidden {hidden} is not a multiple of heads {heads}")
+    if head_dim is not None:
+        check_positive(name, head_dim=head_dim)
+    if heads % kv_heads:
+        raise GraphError(f"{name}: heads {heads} is not a multiple of kv_heads {kv_heads}")
+    return hidden // heads if head_dim is None else head_dim
+
+
+def check_flags(name: str, **flags: object) -> None:
+    """``GraphError`` naming the first of ``flags`` that is not a bool."""
+    for key, value in flags.items():
+        if not isinstance(value, bool):
+            raise GraphError(f"{name}: {key} must be true or false, got {value!r}")
+
+
+def add_vertex(g: Graph, layer: Layer, *inputs: str | tuple[str, int]) -> str:
+    """Add ``layer`` to ``g`` fed by ``inputs`` (vertex names, or ``(name, output)``); its name."""
+    g.add_layer(layer, list(inputs))
+    return layer.name
+
+
+def gqa_attention(g: Graph, prefix: str, x: str, *, batch: int, seq: int, hidden: int, kv_heads: int, group: int,
+                  head_dim: int, qkv_bias: bool = False, out_bias: bool = False) -> str:
+    """Add the attention half of a pre-norm block at ``prefix`` to ``g``, fed by ``x``; the residual sum's name.
+
+    Nine vertices, those of :func:`llama`'s blocks: ``{prefix}.attn_norm``
+    (RMSNorm over ``d``); ``attn.q`` (``bsd,hrcd->bshrc``: ``h =
+    kv_heads``, ``r = group`` query heads per key/value head, ``c =
+    head_dim``); ``attn.k`` and ``attn.v`` (``bsd,hcd->bshc``);
+    ``attn.scores`` (``bshrc,bkhc->bhrsk``); ``attn.softmax`` over ``k``;
+    ``attn.context`` (``bhrsk,bkhc->bshrc``); ``attn.out``
+    (``bshrc,hrcd->bsd``); ``add1`` (``x`` plus the attention). Biases on
+    q, k and v with ``qkv_bias``, on out with ``out_bias``. The sizes are
+    the caller's to check (:func:`llama`, :func:`pase.models.moe.moe_decoder`).
+    """
+    b, s, d, h, r, c = batch, seq, hidden, kv_heads, group, head_dim
+    q_sizes = dict(b=b, s=s, d=d, h=h, r=r, c=c)
+    kv_sizes = dict(b=b, s=s, d=d, h=h, c=c)
+    y = add_vertex(g, L.rms_norm(f"{prefix}.attn_norm", (b, s, d), BSD), x)
+    q = add_vertex(g, L.einsum(f"{prefix}.attn.q", "bsd,hrcd->bshrc", q_sizes, weights=(1,), bias=qkv_bias), y)
+    k = add_vertex(g, L.einsum(f"{prefix}.attn.k", "bsd,hcd->bshc", kv_sizes, weights=(1,), bias=qkv_bias), y)
+    v = add_vertex(g, L.einsum(f"{prefix}.attn.v", "bsd,hcd->bshc", kv_sizes, weights=(1,), bias=qkv_bias), y)
+    scores = add_vertex(g, L.einsum(f"{prefix}.attn.scores", "bshrc,bkhc->bhrsk", dict(b=b, s=s, h=h, r=r, c=c, k=s)),
+                  q, k)
+    probs = add_vertex(g, L.softmax(f"{prefix}.attn.softmax", (b, h, r, s, s), ("b", "h", "r", "s", "k"), axis="k"),
+                 scores)
+    context = add_vertex(g, L.einsum(f"{prefix}.attn.context", "bhrsk,bkhc->bshrc", dict(b=b, h=h, r=r, s=s, k=s, c=c)),
+                   probs, v)
+    y = add_vertex(g, L.einsum(f"{prefix}.attn.out", "bshrc,hrcd->bsd", q_sizes, weights=(1,), bias=out_bias), context)
+    return add_vertex(g, L.elementwise(f"{prefix}.add1", (b, s, d), BSD), x, y)
+
+
+def swiglu_ffn(g: Graph, prefix: str, y: str, *, batch: int, seq: int, hidden: int, width: int,
+               bias: bool = False) -> str:
+    """Add a SwiGLU network of width ``width`` at ``prefix`` to ``g``, fed by ``y``; its output's name.
+
+    ``{prefix}.gate`` and ``.up`` (``bsd,ed->bse``), ``.swiglu`` (``silu(gate)
+    * up``, one gated Elementwise over ``b s e``), ``.down`` (``bse,de->bsd``);
+    biases on the three products with ``bias``.
+    """
+    ff = dict(b=batch, s=seq, d=hidden, e=width)
+    gate = add_vertex(g, L.einsum(f"{prefix}.gate", "bsd,ed->bse", ff, weights=(1,), bias=bias), y)
+    up = add_vertex(g, L.einsum(f"{prefix}.up", "bsd,ed->bse", ff, weights=(1,), bias=bias), y)
+    y = add_vertex(g, L.elementwise(f"{prefix}.swiglu", (batch, seq, width), ("b", "s", "e"), pointwise=1, gated=True),
+             gate, up)
+    return add_vertex(g, L.einsum(f"{prefix}.down", "bse,de->bsd", ff, weights=(1,), bias=bias), y)
+
+
+def output_head(g: Graph, x: str, *, batch: int, seq: int, hidden: int, vocab: int, tied: bool = False) -> str:
+    """Add ``norm`` (RMSNorm), ``projection`` (``bsd,vd->bsv``), ``softmax`` (cross-entropy) to ``g``, fed by ``x``.
+
+    ``tied``: the projection's table is the embedding's (an ``embedding``
+    vertex made with ``.with_tied(TIED_TABLE)``). The loss vertex's name.
+    """
+    b, s, d = batch, seq, hidden
+    x = add_vertex(g, L.rms_norm("norm", (b, s, d), BSD), x)
+    logits = add_vertex(g, L.einsum("projection", "bsd,vd->bsv", dict(b=b, s=s, d=d, v=vocab), weights=(1,))
+                  .with_tied({"w1": "embedding"} if tied else {}), x)
+    return add_vertex(g, L.softmax_cross_entropy("softmax", (b, s, vocab), ("b", "s", "v")), logits)
 
 
 def llama_parameters(layers: int, hidden: int, heads: int, kv_heads: int, ffn: int, vocab: int = VOCAB) -> int:

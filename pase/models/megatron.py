@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Callable
 
 from pase import ops as L
+from pase.errors import GraphError
 from pase.ir.graph import Graph
 from pase.models._common import check_positive
 from pase.models.sequence import _Stack
@@ -35,7 +36,7 @@ TIED = "wte"
 
 
 def megatron_gpt(name: str, layers: int, hidden: int, heads: int, *, batch: int = 512, seq: int = 2048,
-                 vocab: int = 51200, ffn: int | None = None) -> Graph:
+                 vocab: int = 51200, ffn: int | None = None, positions: int | None = None, tied: bool = True) -> Graph:
     """Megatron-LM's GPT: ``layers`` pre-LN blocks of width ``hidden`` with ``heads`` heads, as Megatron runs it.
 
     Vertices: token embedding ``wte`` (``b s d v``, ``vocab x hidden``) and
@@ -57,11 +58,16 @@ def megatron_gpt(name: str, layers: int, hidden: int, heads: int, *, batch: int 
     once; with ``F = 4 h`` this is Megatron's ``12 l h^2 (1 + 13/(12 h) +
     (V + s)/(12 l h))`` plus the final LayerNorm's ``2 h``.
 
+    ``positions``: rows of the position table when it is longer than the
+    sequence (GPT-2's 1024 ``n_positions`` trained at any shorter ``seq``;
+    :mod:`pase.io.hf_config`): ``positions`` replaces ``s`` in the count.
+    ``tied`` False gives the projection its own ``V h`` table.
+
     Raises
     ------
     GraphError
-        A size is not a positive integer, or ``hidden`` is not a multiple of
-        ``heads``.
+        A size is not a positive integer, ``hidden`` is not a multiple of
+        ``heads``, or ``positions`` is shorter than ``seq``.
 
     Examples
     --------
@@ -70,13 +76,21 @@ def megatron_gpt(name: str, layers: int, hidden: int, heads: int, *, batch: int 
     (41, True)
     """
     ffn = 4 * hidden if ffn is None else ffn
-    check_positive(name, layers=layers, hidden=hidden, heads=heads, batch=batch, seq=seq, vocab=vocab, ffn=ffn)
+    positions = seq if positions is None else positions
+    check_positive(name, layers=layers, hidden=hidden, heads=heads, batch=batch, seq=seq, vocab=vocab, ffn=ffn,
+                   positions=positions)
+    if positions < seq:
+        raise GraphError(f"{name}: the position table has {positions} rows, fewer than the sequence's {seq} tokens; "
+                         f"use a sequence of at most {positions}")
+    if not isinstance(tied, bool):
+        raise GraphError(f"{name}: tied must be true or false, got {tied!r}")
+    table = {"weight": TIED} if tied else {}
     net = _Stack(name, batch, seq, hidden, heads, ffn)
     b, s, d, h, c = net.b, net.s, net.d, net.h, net.c
     proj = dict(b=b, s=s, d=d, h=h, c=c)
     ff = dict(b=b, s=s, d=d, e=ffn)
-    tokens = net.add(L.embedding("wte", b, s, d, vocab).with_tied({"weight": TIED}))
-    x = net.residual("embed", tokens, net.embedding("wpe", seq))
+    tokens = net.add(L.embedding("wte", b, s, d, vocab).with_tied(table))
+    x = net.residual("embed", tokens, net.embedding("wpe", positions))
     x = net.add(L.dropout("embed.dropout", (b, s, d), ("b", "s", "d")), x)
     for i in range(layers):
         p = f"h.{i}"
@@ -97,7 +111,7 @@ def megatron_gpt(name: str, layers: int, hidden: int, heads: int, *, batch: int 
         x = net.residual(f"{p}.add2", x, y)
     x = net.norm("ln_f", x)
     logits = net.add(L.einsum("projection", "bsd,vd->bsv", dict(b=b, s=s, d=d, v=vocab), weights=(1,))
-                     .with_tied({"w1": TIED}), x)
+                     .with_tied({"w1": TIED} if tied else {}), x)
     net.add(L.softmax_cross_entropy("softmax", (b, s, vocab), ("b", "s", "v")), logits)
     net.graph.validate()
     return net.graph

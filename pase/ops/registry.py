@@ -1,7 +1,7 @@
 """The op registry: one :class:`OpSpec` per op kind holds everything the tool knows of it.
 
 An op module (:mod:`.gemm`, :mod:`.conv`, :mod:`.norm`, :mod:`.sequence`,
-:mod:`.movement`) registers each op with :func:`register`; adding an op touches
+:mod:`.movement`, :mod:`.moe`) registers each op with :func:`register`; adding an op touches
 its module and its tests only. A spec holds:
 
 * ``build``: keyword parameters -> :class:`~pase.ir.graph.Layer` (the graph

@@ -25,8 +25,10 @@ How operators map (:data:`SUPPORTED_OPS` lists them all):
 
 * ``Gemm`` / 2-D ``MatMul`` with a weight: ``FullyConnected``; other
   ``MatMul`` and ``Einsum`` (batched, attention ``q k^T``): ``Einsum``.
-* ``Conv`` (2-D, and 1-D through a height-1 image): ``Conv2D``; pooling:
-  ``Pooling`` (a global pool of a non-square map: ``ReduceMean``).
+* ``Conv`` (2-D, and 1-D through a height-1 image): ``Conv2D``, or
+  ``GroupedConv2D`` with ``group > 1`` (depthwise included); a dilated kernel
+  keeps its taps and is sized by its span; pooling: ``Pooling`` (a global pool
+  of a non-square map: ``ReduceMean``).
 * ``BatchNormalization``, ``LayerNormalization``, ``Softmax`` /
   ``LogSoftmax``; ``SoftmaxCrossEntropyLoss`` and ``LogSoftmax`` followed by
   ``NegativeLogLikelihoodLoss``: one ``SoftmaxCrossEntropy``.
@@ -39,9 +41,28 @@ How operators map (:data:`SUPPORTED_OPS` lists them all):
 * Element-wise operators with two different activations: ``Elementwise``,
   or an ``Einsum`` when one is broadcast (``x * gate[b, c]``).
 
-Not mapped (listed in the error, or element-wise with ``unsupported=
-"elementwise"``): control flow, other domains, GRU/RNN, grouped or dilated
-convolutions, 3-D convolutions, non-square pooling windows.
+Not mapped (listed in the error, all at once, or element-wise with
+``unsupported="elementwise"``): control flow, other domains, GRU/RNN, 3-D
+convolutions, non-square pooling windows. An unmapped operator whose output
+shape ONNX shape inference cannot give is never approximated by a guessed
+shape: what depends on it is not converted, and the import is refused.
+
+Parameters: an initializer several layers read (a language model's head tied
+to its token embedding; also an optimising exporter's transposed copy of one)
+is one parameter, tied in the graph (:attr:`~pase.ir.graph.TensorSpec.tied`);
+a floating-point initializer of more than one element that reaches an
+activation outside any weight slot (a position embedding added, a class token
+concatenated, an RMSNorm scale multiplied in, through the exporter's slices and
+expands) becomes an extra weight, of its full size, of the nearest layer
+upstream that all-reduces weight gradients. A float *buffer* used the same way
+(a cached rotary table) is counted too unless named in ``buffers``: the file
+does not tell them apart.
+
+Batch: tensors the exporter fixed at the export batch (``Reshape`` targets,
+``-1`` included; ``Expand`` targets; constants folded at that batch such as
+token-type ids or an expanded class token) are resized where the batch axis
+is traced; a shape that still disagrees is refused with a message to export
+with a dynamic batch axis.
 
 Safety: the model is parsed from bytes (at most :data:`MAX_ONNX_BYTES`, and at
 most ``MAX_ONNX_PARSE_BYTES`` of memory as estimated from the bytes before
@@ -77,7 +98,7 @@ Layout: this module is the public surface; the work is done by
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Collection, Mapping
 
 from pase.errors import FormatError, GraphError, PaseError
 from pase.io.onnx import convert, importer, reader
@@ -109,6 +130,7 @@ def from_onnx(
     symbols: Mapping[str, int] | None = None,
     name: str | None = None,
     max_bytes: int = MAX_ONNX_BYTES,
+    buffers: Collection[str] = (),
 ) -> Graph:
     """Build a pase graph from an ONNX model.
 
@@ -130,6 +152,11 @@ def from_onnx(
         (``{"sequence": 128}``).
     name : str, optional
         Graph name; default the file's stem or the ONNX graph's name.
+    buffers : collection of str, optional
+        Names of initializers that are not trainable (a module's buffers, such
+        as a cached rotary table): never counted as parameters. By default
+        every floating-point initializer of more than one element that reaches
+        an activation is one.
 
     Returns
     -------
@@ -176,7 +203,8 @@ def from_onnx(
         except Exception as exc:
             raise FormatError(f"the model's local functions cannot be inlined: {exc}") from None
     graph_name = name or (stem if stem != "model" else (model.graph.name or "onnx-model"))
-    imp = importer.Importer(model, batch=batch, symbols=symbols, unsupported=unsupported, name=graph_name)
+    imp = importer.Importer(model, batch=batch, symbols=symbols, unsupported=unsupported, name=graph_name,
+                            buffers=buffers)
     try:
         return imp.run()
     except PaseError as exc:

@@ -49,6 +49,8 @@ def try_bias(act: Act, const: Const) -> bool:
     else:
         return False
     spec.params["bias"] = True
+    if const.source:
+        spec.sources["bias"] = const.source
     return True
 
 

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import heapq
 import warnings
+from dataclasses import replace
 from math import prod
+
+import numpy as np
 
 from pase.errors import FormatError, PaseError
 from pase.io.onnx.build import build_graph
@@ -25,7 +28,7 @@ from pase.io.onnx.fold import Fold, fold
 from pase.io.onnx.reader import (check_shape, infer_node, infer_shapes, input_shapes, node_label, read_attrs,
                                  tensor_value)
 from pase.io.onnx.shapes import broadcast, letters, reshape_axis, unit_reshape
-from pase.io.onnx.values import Act, Const, Spec
+from pase.io.onnx.values import Act, Const, Spec, Unknown
 from pase.ir.graph import Graph
 from pase.limits import MAX_FOLD_BYTES, MAX_LAYER_INPUTS, MAX_LAYERS, MAX_NODE_OUTPUTS, MAX_NODES, check_layer_size
 from pase.ops import build_layer
@@ -33,6 +36,15 @@ from pase.ops import build_layer
 # Folded constants up to this many elements are "small": they may use all of
 # MAX_FOLD_BYTES, larger ones only half of it.
 _SMALL_CONSTANT = 4096
+
+# ONNX element types of trainable tensors (float, float16, double, bfloat16): an
+# initializer of another type (a boolean causal mask, integer ids) is never a parameter.
+_FLOAT_TYPES = frozenset({1, 10, 11, 16})
+
+# Operators whose output is its first input viewed (transposed, reshaped, sliced,
+# broadcast, rows gathered, cast): folding one keeps the initializer it is a view of.
+_VIEWS = frozenset({"Identity", "Dropout", "Cast", "CastLike", "Transpose", "Reshape", "Squeeze", "Unsqueeze",
+                    "Flatten", "Slice", "Expand", "Tile", "Gather"})
 
 
 class OnnxImportWarning(UserWarning):
@@ -42,8 +54,9 @@ class OnnxImportWarning(UserWarning):
 class Importer:
     """One import: walks the nodes, keeps a value per tensor, collects layer specs, builds the Graph."""
 
-    def __init__(self, model, *, batch, symbols, unsupported, name):
+    def __init__(self, model, *, batch, symbols, unsupported, name, buffers=()):
         self.model = model
+        self.buffers = frozenset(buffers)  # initializers known not to be trainable
         self.g = model.graph
         self.batch = batch
         self.symbols = dict(symbols or {})
@@ -59,6 +72,8 @@ class Importer:
         self.specs: list[Spec] = []
         self.names: set[str] = set()
         self.unsupported: list[tuple[str, str, str]] = []
+        self.unsized: list[tuple[str, str, str]] = []  # unsupported nodes whose output shapes are unknown
+        self.param_shapes: dict[str, tuple] = {}  # trainable initializer -> its shape
         self.old_batch: int | None = None
         self.new_batch: int | None = None
         self.input_shapes: dict[str, tuple] = {}
@@ -90,9 +105,11 @@ class Importer:
         """The current node as messages name it (``model`` outside the walk)."""
         return f"node {node_label(self.node)}" if self.node is not None else "model"
 
-    def emit(self, op: str, params: dict, inputs: list, suffix: str = "") -> Spec:
+    def emit(self, op: str, params: dict, inputs: list, suffix: str = "", sources: dict | None = None) -> Spec:
         """Add a layer of builder ``op`` reading ``inputs`` (an Act or None per slot), named
-        after the current node plus ``suffix``; checks the parameters and input shapes."""
+        after the current node plus ``suffix``; checks the parameters and input shapes.
+        ``sources`` maps a weight's name to the constant it is (an initializer, or a view
+        of one, is recorded so that weights naming the same initializer are tied)."""
         if suffix and not self._named and self.node is not None:
             conv = CONVERTERS.get(self.node.op_type)
             if conv is not None and conv.keeps_name:
@@ -114,6 +131,9 @@ class Importer:
                 )
         spec = Spec(op, name, params, list(inputs) + [None] * (len(layer.inputs) - len(inputs)),
                     [t.shape for t in layer.outputs], self.where())
+        for weight, const in (sources or {}).items():
+            if isinstance(const, Const) and const.source:
+                spec.sources[weight] = const.source
         self.specs.append(spec)
         if len(self.specs) > MAX_LAYERS:
             raise FormatError(f"the model maps to more than {MAX_LAYERS} layers")
@@ -134,6 +154,50 @@ class Importer:
             shape = self._node_inferred.get(tensor)
         return shape
 
+    def extra_weight(self, spec: Spec, const: Const, act: Act | None = None) -> None:
+        """Record that layer ``spec`` reads the trainable initializer behind ``const`` outside
+        its weight slots (added, multiplied or concatenated with activation ``act``): it
+        becomes an extra weight of the layer, with the initializer's full size, so that it
+        counts as a parameter and its gradient is all-reduced. An initializer the exporter
+        stored already broadcast over the export batch (the same values for every sample:
+        a class token) counts one sample. Constants that are no trainable initializer are
+        ignored."""
+        if not const.source:
+            return
+        full = list(self.param_shapes[const.source])
+        stored = self.values.get(const.source)
+        if act is not None and act.batch_axis is not None and len(full) == len(act.shape) and self.old_batch:
+            j = act.batch_axis
+            value = stored.value if isinstance(stored, Const) else None
+            if full[j] == self.old_batch > 1 and value is not None and (value == value.take([0], axis=j)).all():
+                full[j] = 1
+        spec.extras.append((const.source, tuple(full), tuple(const.shape)))
+
+    def rebatch(self, const: Const, act: Act) -> Const:
+        """``const`` (aligned on the right with ``act``) with the axis that meets ``act``'s
+        batch axis resized from the export batch to this import's: a tensor the exporter
+        folded at the export batch (an expanded class token, token-type embeddings).
+        Unchanged when nothing needs resizing."""
+        old, new, axis = self.old_batch, self.new_batch, act.batch_axis
+        if not old or not new or old == new or axis is None:
+            return const
+        j = axis - (len(act.shape) - len(const.shape))
+        if not 0 <= j < len(const.shape):
+            return const
+        size, want = const.shape[j], act.shape[axis]
+        if size == want or size == 1 or size * new != want * old:
+            return const
+        shape = list(const.shape)
+        shape[j] = want
+        return Const(tuple(shape), None, const.source)
+
+    def batch_hint(self) -> str:
+        """The advice to add to a shape mismatch when the batch differs from the export's."""
+        if self.old_batch and self.new_batch and self.old_batch != self.new_batch:
+            return (f" (the model was exported with batch {self.old_batch} and a shape here is fixed at it; "
+                    f"export it with batch {self.new_batch} or with a dynamic batch axis)")
+        return ""
+
     def hold(self, value):
         """``value`` (a node's output) as it is kept: a folded constant stays a value while
         the folded constants held stay within ``MAX_FOLD_BYTES`` (half of it for large
@@ -143,7 +207,7 @@ class Importer:
         nbytes = value.value.nbytes
         budget = MAX_FOLD_BYTES if value.value.size <= _SMALL_CONSTANT else MAX_FOLD_BYTES // 2
         if self.held_bytes + nbytes > budget:
-            return Const(value.shape, None)
+            return Const(value.shape, None, value.source)
         self.held_bytes += nbytes
         return value
 
@@ -283,10 +347,25 @@ class Importer:
                     raise FormatError(
                         f"node {node_label(node)} has {len(names):,} {what}; at most {limit:,} are accepted"
                     )
+        fingerprints: dict = {}
         for t in g.initializer:
             if not t.name:
                 raise FormatError("an initializer has no name")
-            self.values[t.name] = self.hold(tensor_value(t, f"initializer {t.name!r}"))
+            value = self.hold(tensor_value(t, f"initializer {t.name!r}"))
+            if t.data_type in _FLOAT_TYPES and prod(value.shape) > 1 and t.name not in self.buffers:
+                # A trainable tensor, as far as the file tells (buffers of float type are
+                # told apart only where they end up: see extra_weight). An optimising
+                # exporter stores a tied table twice, once transposed: the transpose of
+                # another initializer is that parameter. Equal copies in the same
+                # orientation are not (cloned layers of a fresh model start equal).
+                key = _fingerprint(value.value)
+                source = t.name
+                if key is not None:
+                    source = fingerprints.get((key[0], not key[1]), t.name)
+                    fingerprints.setdefault(key, t.name)
+                self.param_shapes.setdefault(source, value.shape)
+                value = replace(value, source=source)
+            self.values[t.name] = value
         for t in g.sparse_initializer:
             self.values[t.values.name or t.indices.name] = Const(check_shape(t.dims, "sparse initializer"), None)
         self.input_shapes, self.old_batch, self.new_batch = input_shapes(g, self.batch, self.symbols)
@@ -299,6 +378,15 @@ class Importer:
         for node in _topological(g.node, set(self.values)):
             self.node = node
             self._named = False
+            if any(isinstance(self.values.get(t), Unknown) for t in node.input if t):
+                # Downstream of an operator of unknown output shape: nothing to convert, but
+                # an unsupported operator here is listed too.
+                if not self._supported(node):
+                    self.unsupported.append((node.op_type, node.name or (node.output[0] if node.output else ""), ""))
+                for name in node.output:
+                    if name:
+                        self.values[name] = Unknown()
+                continue
             try:
                 outs = self._convert(node)
             except Unsupported as exc:
@@ -318,9 +406,17 @@ class Importer:
                 if name:
                     if value is None:
                         value = Act((), None)
-                    check_shape(value.shape, self.where())
-                    self.values[name] = self.hold(value)
+                    if not isinstance(value, Unknown):
+                        check_shape(value.shape, self.where())
+                        value = self.hold(value)
+                    self.values[name] = value
         self.node = None
+        if self.unsized and self.unsupported_mode == "elementwise":
+            raise FormatError(
+                f"the model uses operators pase cannot import whose output shapes are unknown, so they cannot be "
+                f"approximated: {_unsupported_listing(self.unsized)}. Re-export without them (or with static shapes "
+                "that ONNX shape inference can propagate)"
+            )
         if self.unsupported:
             listing = _unsupported_listing(self.unsupported)
             if self.unsupported_mode == "error":
@@ -331,7 +427,12 @@ class Importer:
             warnings.warn(f"treated as element-wise layers (approximate cost): {listing}", OnnxImportWarning, stacklevel=3)
         outputs = {self.values[o.name].key() for o in g.output
                    if isinstance(self.values.get(o.name), Act) and self.values[o.name].src is not None}
-        return build_graph(self.name, self.specs, outputs)
+        return build_graph(self.name, self.specs, outputs, {k: prod(v) for k, v in self.param_shapes.items()})
+
+    @staticmethod
+    def _supported(node) -> bool:
+        """Whether a converter maps ``node`` (default domain, a registered operator)."""
+        return node.domain in ("", "ai.onnx") and node.op_type in CONVERTERS
 
     def _convert(self, node) -> list:
         """The values of a node's outputs, from its converter, or by folding when all its
@@ -360,12 +461,15 @@ class Importer:
         when the node folds, else their shapes only."""
         vals = [v.value if isinstance(v, Const) else None for v in ins]
         present = [v for v in ins if v is not None]
+        # A view of a trainable initializer stays that initializer (a transposed tied table,
+        # a sliced position embedding, an expanded class token).
+        source = ins[0].source if op in _VIEWS and isinstance(ins[0], Const) else ""
         if all(isinstance(v, Const) and v.value is not None for v in present):
             try:
-                return [Const.of(o) for o in fold(op, attrs, vals, self.opset)]
+                return [Const.of(o, source) for o in fold(op, attrs, vals, self.opset)]
             except Fold as exc:
                 if exc.shape is not None:
-                    return [Const(check_shape(exc.shape, self.where()), None)]
+                    return [Const(check_shape(exc.shape, self.where()), None, source)]
             except FormatError:
                 raise
             except Exception:
@@ -382,26 +486,30 @@ class Importer:
                 shape = broadcast([v.shape for v in present], self.where())
             if shape is None:
                 shape = ()
-            out.append(Const(check_shape(shape, self.where()), None))
+            out.append(Const(check_shape(shape, self.where()), None, source))
         return out
 
     # -- unsupported: error list, or the element-wise approximation ----------------------------------
 
     def _fallback(self, node, reason: str) -> list:
-        """Record an unsupported node; its outputs as an element-wise layer over its activations."""
-        self.unsupported.append((node.op_type, node.name or (node.output[0] if node.output else ""), reason))
+        """Record an unsupported node; its outputs as an element-wise layer over its
+        activations, or all :class:`~.values.Unknown` when ONNX shape inference does not
+        size them (a shape is never guessed)."""
+        entry = (node.op_type, node.name or (node.output[0] if node.output else ""), reason)
+        self.unsupported.append(entry)
         ins = [self.values[t] if t else None for t in node.input]
         acts = [v for v in ins if isinstance(v, Act)]
         live = [a for a in acts if a.src is not None]
+        shapes = [self.inferred_shape(name) if name else () for name in node.output]
+        if any(s is None for s in shapes):
+            self.unsized.append(entry)
+            return [Unknown() for _ in node.output]
         outs = []
         for k, name in enumerate(node.output):
             if not name:
                 outs.append(None)
                 continue
-            shape = self.inferred_shape(name) or (acts[0].shape if acts else None)
-            if shape is None:
-                shape = ()
-            shape = check_shape(shape, self.where())
+            shape = check_shape(shapes[k], self.where())
             if k > 0 or not live or not shape or 0 in shape:
                 outs.append(Act(shape, None) if acts or not ins else Const(shape, None))
                 continue
@@ -416,6 +524,18 @@ class Importer:
                              inputs)
             outs.append(Act.of(spec, 0, axis))
         return outs
+
+
+def _fingerprint(value):
+    """``(key, transposed)`` for a non-square matrix: ``key`` equal for two matrices holding
+    the same values up to a transpose, ``transposed`` telling the orientation; None for
+    other tensors and unknown values (external data, too large to read)."""
+    if value is None or value.ndim != 2 or value.shape[0] == value.shape[1]:
+        return None
+    transposed = value.shape[0] < value.shape[1]
+    if transposed:
+        value = value.T
+    return (value.shape, hash(np.ascontiguousarray(value).tobytes())), transposed
 
 
 def _unsupported_listing(unsupported) -> str:

@@ -8,7 +8,7 @@ parameters until :mod:`pase.io.onnx.build` turns the specs into a graph.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -24,6 +24,13 @@ class Spec:
     out_shapes: list
     node: str
     logsoftmax: bool = False
+    # Weight name -> the initializer it is (Const.source): weights that name the same
+    # initializer are one parameter, tied in the graph.
+    sources: dict = field(default_factory=dict)
+    # Trainable initializers this layer reads outside its weight slots (a position
+    # embedding added to its output, a class token concatenated, an RMSNorm scale):
+    # (initializer, its full shape, the shape it is read at), extra weights of the layer.
+    extras: list = field(default_factory=list)
 
 
 @dataclass(eq=False)
@@ -54,9 +61,21 @@ class Const:
 
     shape: tuple
     value: np.ndarray | None = None
+    # The trainable initializer this constant is, or a view of (transposed, sliced,
+    # broadcast, rows gathered): its name; "" for anything else.
+    source: str = ""
 
     @classmethod
-    def of(cls, value) -> Const:
+    def of(cls, value, source: str = "") -> Const:
         """A constant holding ``value``, its shape taken from the array."""
         value = np.asarray(value)
-        return cls(tuple(int(d) for d in value.shape), value)
+        return cls(tuple(int(d) for d in value.shape), value, source)
+
+
+@dataclass(eq=False)
+class Unknown:
+    """A tensor whose shape cannot be known: an output of an unsupported operator that
+    shape inference does not size. Nodes reading it are not converted (their outputs are
+    Unknown too), so that no shape is guessed and every unsupported operator is listed."""
+
+    shape: tuple = ()

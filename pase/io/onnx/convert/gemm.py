@@ -24,18 +24,19 @@ def gemm(imp, ins, attrs):
     if isinstance(a, Act) and attrs.get("transA", 0):
         a = imp.transpose(a, [1, 0])
     elif attrs.get("transA", 0):
-        a = Const(a.shape[::-1])
+        a = Const(a.shape[::-1], None, a.source)
     if isinstance(b, Act) and attrs.get("transB", 0):
         b = imp.transpose(b, [1, 0])
     elif attrs.get("transB", 0):
-        b = Const(b.shape[::-1])
+        b = Const(b.shape[::-1], None, b.source)
     m, k = a.shape
     if b.shape[0] != k:
         raise FormatError(f"{imp.where()}: inner dimensions differ: {a.shape} x {b.shape}")
     n = b.shape[1]
     if isinstance(a, Act) and isinstance(b, Const):
         bias = isinstance(c, Const) and prod(c.shape) > 0
-        spec = imp.emit("FullyConnected", dict(b=m, n=n, c=k, pointwise=0, bias=bias), [a])
+        spec = imp.emit("FullyConnected", dict(b=m, n=n, c=k, pointwise=0, bias=bias), [a],
+                        sources={"weight": b, "bias": c})
         out = Act.of(spec, 0, 0 if a.batch_axis == 0 else None, outer=a.outer)
     else:
         out = matmul(imp, a, b)
@@ -64,7 +65,8 @@ def matmul(imp, a, b) -> Act:
     if ka != kb:
         raise FormatError(f"{where}: inner dimensions differ: {a.shape} x {b.shape}")
     if isinstance(a, Act) and isinstance(b, Const) and ra == 2 and rb == 2:
-        spec = imp.emit("FullyConnected", dict(b=a.shape[0], n=b.shape[1], c=ka, pointwise=0, bias=False), [a])
+        spec = imp.emit("FullyConnected", dict(b=a.shape[0], n=b.shape[1], c=ka, pointwise=0, bias=False), [a],
+                        sources={"weight": b})
         return Act.of(spec, 0, 0 if a.batch_axis == 0 else None, outer=a.outer)
     lead_a = a.shape[:-2] if ra >= 2 else ()
     lead_b = b.shape[:-2] if rb >= 2 else ()
@@ -110,7 +112,8 @@ def matmul(imp, a, b) -> Act:
     eq = f"{ta},{tb}->{out_term}"
     weights = [i for i, x in enumerate((a2, b2)) if isinstance(x, Const)]
     inputs = [x for x in (a2, b2) if isinstance(x, Act)]
-    spec = imp.emit("Einsum", dict(equation=eq, sizes=sizes, weights=weights, pointwise=0, bias=False), inputs)
+    spec = imp.emit("Einsum", dict(equation=eq, sizes=sizes, weights=weights, pointwise=0, bias=False), inputs,
+                    sources={f"w{i}": (a2, b2)[i] for i in weights})
     return Act.of(spec, 0, out_term.index("b") if "b" in out_term and batch_pos is not None else None, outer=outer)
 
 
@@ -142,5 +145,5 @@ def einsum(imp, ins, attrs):
     weights = [i for i, x in enumerate(ins) if isinstance(x, Const)]
     inputs = [x for x in ins if isinstance(x, Act)]
     spec = imp.emit("Einsum", dict(equation=f"{lhs}->{rhs}", sizes=sizes, weights=weights, pointwise=0, bias=False),
-                    inputs)
+                    inputs, sources={f"w{i}": ins[i] for i in weights})
     return [Act.of(spec, 0, rhs.index("b") if "b" in rhs else None)]

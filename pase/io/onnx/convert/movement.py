@@ -13,7 +13,7 @@ from pase.errors import FormatError
 from pase.io.onnx.convert.registry import Unsupported, converter
 from pase.io.onnx.convert.sequence import embedding
 from pase.io.onnx.reader import check_shape
-from pase.io.onnx.shapes import axes_arg, batch_slot, broadcast, letters, norm_axis, resolve_reshape
+from pase.io.onnx.shapes import axes_arg, batch_slot, broadcast, letters, norm_axis, reshape_axis, resolve_reshape
 from pase.io.onnx.values import Act, Const
 
 # -- reshapes and transposes ------------------------------------------------------------------------
@@ -29,9 +29,46 @@ def reshape(imp, ins, attrs):
         shape = resolve_reshape(x.shape, target, allowzero, imp.where())
     except FormatError:
         shape = None
-    if shape is None or prod(shape) != prod(x.shape):
+    if shape is not None and prod(shape) != prod(x.shape):
+        shape = None
+    if shape is None or _loses_batch(imp, x, shape):
+        # A target fixed at the export batch: its -1 would absorb the batch change
+        # (view(4, 256, -1, 64) at batch 8 giving 24 heads instead of 12).
+        shape = _export_batch_target(imp, x, target, allowzero) or shape
+    if shape is None:
         shape = _rebatch_target(imp, x, target, allowzero)
     return [imp.reshape(x, check_shape(shape, imp.where()))]
+
+
+def _loses_batch(imp, x: Act, shape) -> bool:
+    """Whether reshaping ``x`` to ``shape`` cuts the batch across axes, when the batch
+    differs from the export's (a sign that the target was fixed at the export batch)."""
+    old, new = imp.old_batch, imp.new_batch
+    if not old or not new or old == new or x.batch_axis is None:
+        return False
+    axis, _ = reshape_axis(x.shape, shape, x.batch_axis, x.outer, new)
+    return axis is None
+
+
+def _export_batch_target(imp, x: Act, target, allowzero):
+    """The target resolved as at export (``x`` at the export batch), its batch slot then
+    rescaled to this import's batch; None when that reading does not keep the batch."""
+    old, new, a = imp.old_batch, imp.new_batch, x.batch_axis
+    if not old or not new or old == new or a is None or x.shape[a] % new:
+        return None
+    at_export = list(x.shape)
+    at_export[a] = x.shape[a] // new * old
+    try:
+        shape = list(resolve_reshape(at_export, target, allowzero, imp.where()))
+    except FormatError:
+        return None
+    if prod(shape) != prod(at_export):
+        return None
+    j, _ = reshape_axis(tuple(at_export), tuple(shape), a, x.outer, old)
+    if j is None:
+        return None
+    shape[j] = shape[j] // old * new
+    return tuple(shape) if prod(shape) == prod(x.shape) else None
 
 
 def _rebatch_target(imp, x: Act, target, allowzero):
@@ -108,17 +145,22 @@ def transpose(imp, ins, attrs):
 
 @converter("Concat")
 def concat(imp, ins, attrs):
-    """A Concat layer of the inputs along ``axis`` (constant inputs as unread slots)."""
+    """A Concat layer of the inputs along ``axis`` (constant inputs as unread slots; a
+    trainable one, such as a class token, an extra weight of the layer; one folded at
+    the export batch resized to this import's)."""
     present = [v for v in ins if v is not None and 0 not in v.shape]
     rank = len(present[0].shape) if present else 0
     if any(len(v.shape) != rank for v in present) or rank == 0:
         raise FormatError(f"{imp.where()}: inputs of different ranks {[v.shape for v in present]}")
     axis = norm_axis(int(attrs.get("axis", 0)), rank, imp.where())
-    for v in present:
-        if v.shape[:axis] + v.shape[axis + 1:] != present[0].shape[:axis] + present[0].shape[axis + 1:]:
-            raise FormatError(f"{imp.where()}: input shapes {[v.shape for v in present]} differ off axis {axis}")
     acts = [v for v in present if isinstance(v, Act)]
     lead = next((a for a in acts if a.batch_axis is not None), acts[0])
+    if lead.batch_axis != axis:
+        present = [imp.rebatch(v, lead) if isinstance(v, Const) else v for v in present]
+    for v in present:
+        if v.shape[:axis] + v.shape[axis + 1:] != present[0].shape[:axis] + present[0].shape[axis + 1:]:
+            raise FormatError(f"{imp.where()}: input shapes {[v.shape for v in present]} differ off axis {axis}"
+                              f"{imp.batch_hint()}")
     out_shape = list(present[0].shape)
     out_shape[axis] = sum(v.shape[axis] for v in present)
     if not any(a.src is not None for a in acts):
@@ -129,6 +171,9 @@ def concat(imp, ins, attrs):
     inputs = [v if isinstance(v, Act) and v.src is not None else None for v in present]
     spec = imp.emit("Concat", dict(shapes=[list(v.shape) for v in present], dims=list(dims), axis=dims[axis]),
                     inputs)
+    for v in present:
+        if isinstance(v, Const):
+            imp.extra_weight(spec, v, lead)
     return [Act.of(spec, 0, lead.batch_axis, lead.image, lead.outer)]
 
 
@@ -249,7 +294,13 @@ def expand(imp, ins, attrs):
     """The input broadcast to the constant shape, as pads."""
     x = ins[0]
     target = tuple(int(t) for t in np.asarray(imp.const_value(ins[1], "shape")).reshape(-1))
-    return [imp.adapt(x, check_shape(broadcast([x.shape, target], imp.where()), imp.where()))]
+    # A target fixed at the export batch (a grouped-query key/value expansion) gets this import's.
+    target = imp.rebatch(Const(target), x).shape
+    try:
+        shape = broadcast([x.shape, target], imp.where())
+    except FormatError as exc:
+        raise FormatError(f"{exc}{imp.batch_hint()}") from None
+    return [imp.adapt(x, check_shape(shape, imp.where()))]
 
 
 @converter("Tile", inputs=2, act_first=True, keeps_name=True)

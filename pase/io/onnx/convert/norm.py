@@ -17,13 +17,22 @@ from pase.io.onnx.values import Act, Const
 
 def elementwise(imp, ins: list, pointwise: bool, out_shape=None) -> Act:
     """An element-wise op over ``ins``: fused as a bias or pointwise op when it reads one
-    activation, an Einsum when one operand is broadcast, else an Elementwise layer."""
+    activation, an Einsum when one operand is broadcast, else an Elementwise layer.
+    Constants folded at the export batch are resized to this import's; trainable
+    initializers among ``ins`` (a position embedding, an RMSNorm scale) become extra
+    weights of the layer that takes the op. Raises FormatError when the shapes do not
+    broadcast."""
     acts = [v for v in ins if isinstance(v, Act)]
+    lead = next((a for a in acts if a.batch_axis is not None), acts[0])
+    ins = [imp.rebatch(v, lead) if isinstance(v, Const) else v for v in ins]
+    consts = [v for v in ins if isinstance(v, Const)]
     shapes = [v.shape for v in ins if v is not None]
     if out_shape is None:
-        out_shape = broadcast(shapes, imp.where())
+        try:
+            out_shape = broadcast(shapes, imp.where())
+        except FormatError as exc:
+            raise FormatError(f"{exc}{imp.batch_hint()}") from None
     out_shape = tuple(out_shape)
-    lead = next((a for a in acts if a.batch_axis is not None), acts[0])
     shift = len(out_shape) - len(lead.shape)
     axis = lead.batch_axis + shift if lead.batch_axis is not None and shift >= 0 else None
     outer = lead.outer
@@ -40,26 +49,35 @@ def elementwise(imp, ins: list, pointwise: bool, out_shape=None) -> Act:
     dims = letters(len(out_shape), axis, image)
     if len(distinct) == 1 and live[0].shape == out_shape:
         x = live[0]
-        consts = [v for v in ins if isinstance(v, Const)]
         if imp.node.op_type == "Add" and len(consts) == 1 and try_bias(x, consts[0]):
             return x
         # One activation (x + c, x * f(x)...): a pointwise op of the layer that made x.
         target = fusion_target(x)
         if target is not None:
             target.params["pointwise"] = target.params.get("pointwise", 0) + 1
+            _keep_parameters(imp, target, consts)
             return x
         spec = imp.emit("Elementwise", dict(shape=list(out_shape), dims=list(dims), inputs=1, pointwise=1), [x])
+        _keep_parameters(imp, spec, consts)
         return Act.of(spec, 0, axis, image, outer)
     full = [a for a in distinct.values() if a.shape == out_shape]
     partial = [a for a in distinct.values() if a.shape != out_shape]
     if len(full) == 1 and len(partial) == 1:
         einsum = _broadcast_einsum(imp, full[0], partial[0], out_shape, dims)
         if einsum is not None:
+            _keep_parameters(imp, einsum, consts)
             return Act.of(einsum, 0, axis, image, outer)
     inputs = full + [imp.adapt(a, out_shape) for a in partial]
     spec = imp.emit("Elementwise", dict(shape=list(out_shape), dims=list(dims), inputs=len(inputs),
                                         pointwise=int(pointwise)), inputs)
+    _keep_parameters(imp, spec, consts)
     return Act.of(spec, 0, axis, image, outer)
+
+
+def _keep_parameters(imp, spec, consts) -> None:
+    """The trainable initializers among ``consts`` as extra weights of layer ``spec``."""
+    for c in consts:
+        imp.extra_weight(spec, c)
 
 
 def _broadcast_einsum(imp, full: Act, part: Act, out_shape, dims):

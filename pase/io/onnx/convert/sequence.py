@@ -20,7 +20,8 @@ def embedding(imp, weight: Const, ids: Act, axis: int) -> Act:
         raise Unsupported("gather of one row")
     flat = (shape[0], prod(shape[1:])) if len(shape) >= 2 else (shape[0], 1)
     ids2 = imp.reshape(ids, flat) if ids.src is not None else Act(flat, None, 0, ids.batch_axis)
-    spec = imp.emit("Embedding", dict(b=flat[0], s=flat[1], d=d, v=v), [ids2 if ids2.src is not None else None])
+    spec = imp.emit("Embedding", dict(b=flat[0], s=flat[1], d=d, v=v), [ids2 if ids2.src is not None else None],
+                    sources={"weight": weight})
     out = Act.of(spec, 0, 0 if ids.batch_axis == 0 else None)
     return imp.reshape(out, tuple(shape) + (d,))
 
