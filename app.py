@@ -29,6 +29,7 @@ st.set_page_config(page_title="PaSE explorer", page_icon=HUB_ICON, layout="wide"
 
 from ui.pagekit import run_routed  # noqa: E402  (after set_page_config)
 from ui.sidebar import problem_sidebar  # noqa: E402
+from ui.tour import show_tour, tour_button  # noqa: E402
 
 # Absolute paths: the router also works when a page script runs it (ui.pagekit.routed).
 HERE = Path(__file__).resolve().parent
@@ -43,4 +44,6 @@ PAGES = [
 
 page = st.navigation(PAGES)
 problem_sidebar()
+tour_button()
+show_tour()  # the guided first visit, above whichever page the session opens first
 run_routed(page)

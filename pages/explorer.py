@@ -6,6 +6,7 @@ import streamlit as st
 
 from pase.ir.configs import config_counts
 from pase.errors import PaseError
+from pase.io.export import FORMATS as EXPORT_FORMATS, export_plan, file_name
 from ui import state
 from ui.figures import SORT_KEYS, cost_breakdown_figure, memory_figure, strategy_graph_figure
 from ui.fmt import fmt_count, fmt_time, md
@@ -154,12 +155,26 @@ with summary:
                " (no capacity given: set one under Nodes and memory to search only strategies that fit)")
         )
     table = strategy_table(plan)
-    d1, d2, _ = st.columns([1, 1, 3])
+    d1, d2, d3, d4 = st.columns([1, 1, 1, 2])
     d1.download_button("Strategy (JSON)", json.dumps(plan.to_dict(), indent=1),
                        file_name=f"{graph.name}-p{c.devices}-strategy.json", mime="application/json",
                        icon=":material/download:", key="dl_json")
     d2.download_button("Table (CSV)", table.to_csv(index=False), file_name=f"{graph.name}-p{c.devices}-table.csv",
                        mime="text/csv", icon=":material/download:", key="dl_csv")
+    export_format = d3.selectbox("Export as", EXPORT_FORMATS, index=None, placeholder="Export as...",
+                                 key="ex_export_format", label_visibility="collapsed",
+                                 help="DTensor placements and JAX PartitionSpecs of every layer; Megatron-LM, "
+                                      "torchtitan and DeepSpeed settings when the layers split as Megatron-LM's "
+                                      "rule does (docs/plan-format.md)")
+    try:  # only once a format is chosen: the Megatron-LM check tries every tensor size
+        exported = None if export_format is None else export_plan(plan.to_dict(), export_format, graph=plan.graph)
+    except PaseError as exc:  # not expressible in that framework: say which layers, and offer nothing to download
+        d4.error(md(exc), icon=":material/block:")
+    else:
+        if exported is not None:
+            d4.download_button(f"Export ({export_format})", exported,
+                               file_name=file_name(graph.name, export_format), icon=":material/download:",
+                               key="dl_export")
 
 # -- cost breakdown and table ------------------------------------------------------------------
 

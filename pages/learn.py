@@ -8,7 +8,7 @@ from pase.hardware.cluster import PRESETS
 from pase.ir.configs import ConfigOptions
 from pase.models.teaching import GEMM_DIMS, small_graph
 from pase.planner import PlanOptions, parallelism_kind, plan
-from ui import state
+from ui import state, walkthrough
 from ui.figures import dependent_sets_figure, gemm_cube_figure, gemm_tensors_figure, search_step_figure
 from ui.glossary import COMMON, glossary
 from ui.fmt import compact_config, config_str, fmt_count, fmt_time, md
@@ -170,9 +170,61 @@ if len(results) == 2:
         f"{fmt_count(b.search.max_table_entries)}."
     )
 
-# -- 3. on a real network ------------------------------------------------------------------------
+# -- 3. the walk-through: five ways to split training, on one model ---------------------------------
 
-st.header("3. On a real network")
+st.header("3. Five ways to split training, on one model")
+walk_cluster = walkthrough.walk_cluster()
+st.markdown(
+    f"One tiny language model (an embedding, two feed-forward blocks, an output head: "
+    f"{walkthrough.walk_graph().parameter_count / 1e6:.1f}M parameters, sequences of 256 tokens, "
+    f"{walkthrough.GLOBAL_BATCH} sequences per step) on the same eight GPUs, two nodes of four "
+    f"({walk_cluster.peak_flops / 1e12:g} TFLOP/s, NVLink at {walk_cluster.bandwidth_Bps / 1e9:g} GB/s inside a "
+    f"node, {walk_cluster.network_bandwidth_Bps / 1e9:g} GB/s per GPU between the nodes, bf16 with Adam). Each step "
+    "splits the training differently: see what every GPU holds and what crosses which link. Every number is "
+    "pase's (the memory model and the cost model of the Training page)."
+)
+walk_name = st.radio("Step", walkthrough.STEPS, horizontal=True, key="wt_step",
+                     format_func=lambda s: f"{walkthrough.STEPS.index(s) + 1}. {s}")
+zero = 3
+if walk_name == "ZeRO":
+    zero = st.radio("ZeRO stage", walkthrough.ZERO_STAGES, index=2, horizontal=True, key="wt_zero",
+                    format_func=lambda z: {1: "1: optimizer state", 2: "2: + gradients", 3: "3: + weights"}[z])
+try:
+    walk_now = walkthrough.walk_step(walk_name, zero)
+except PaseError as exc:
+    st.error(f"This step cannot be modelled: {md(exc)}", icon=":material/error:")
+else:
+    for paragraph in walkthrough.step_story(walk_now):
+        st.markdown(paragraph)
+    w1, w2, w3, w4 = st.columns(4)
+    largest = max(walk_now.plan.stages, key=lambda s: s.memory_bytes)
+    w1.metric("Memory per GPU", walkthrough.fmt_mb(largest.memory_bytes),
+              help="The largest stage's: weights, gradients, optimizer state, activations, the largest "
+                   "communication buffer and the reserve.")
+    busiest = max(range(walk_now.parallelism.pipeline), key=lambda s: sum(walk_now.bytes_by_axis(s).values()))
+    sent = walk_now.bytes_by_axis(busiest)
+    w2.metric("Sent over NVLink per GPU", walkthrough.fmt_mb(sent.get("gpu", 0.0)), help="Per training step.")
+    w3.metric("Sent over the network per GPU", walkthrough.fmt_mb(sent.get("node", 0.0)), help="Per training step.")
+    w4.metric("Step time", fmt_time(walk_now.plan.step_time_s), help=walk_now.parallelism.describe())
+    hold_col, link_col = st.columns(2)
+    with hold_col:
+        st.plotly_chart(walkthrough.holdings_figure(walk_now), key="wt_holdings")
+    with link_col:
+        st.plotly_chart(walkthrough.traffic_figure(walk_now), key="wt_traffic")
+    st.caption("Left: each GPU's memory, with its place in the configuration under its bar (its tensor-parallel "
+               "shard, pipeline stage, data-parallel replica or ZeRO shard). Right: the bytes one GPU sends per "
+               "step on each link, one piece per collective or send, coloured by the parallelism that causes it "
+               "(data and tensor in the explorer's colours for data and parameter parallelism).")
+    with st.expander("Which block of which weight each GPU holds"):
+        st.dataframe(pd.DataFrame(walkthrough.weight_rows(walk_now)), hide_index=True, key="wt_weights")
+    with st.expander("Every transfer of this step"):
+        st.dataframe(pd.DataFrame(walkthrough.transfer_rows(walk_now)), hide_index=True, key="wt_transfers")
+    with st.expander("All five steps at a glance"):
+        st.dataframe(pd.DataFrame(walkthrough.summary_rows(zero)), hide_index=True, key="wt_summary")
+
+# -- 4. on a real network ------------------------------------------------------------------------
+
+st.header("4. On a real network")
 if problem is None:
     st.info("Choose a graph in the sidebar to see its dependent sets here.")
     st.stop()

@@ -13,6 +13,7 @@ import json
 import streamlit as st
 
 from pase.errors import PaseError
+from pase.io.export import FORMATS as EXPORT_FORMATS, export_plan, file_name
 from pase.hardware.cluster import PRESETS, preset
 from pase.limits import MAX_BATCH, MAX_DEVICES
 from pase.model.pipeline import SCHEDULES
@@ -177,6 +178,21 @@ def show_plan(plan, prefix: str) -> None:
     st.dataframe(stage_rows(plan), hide_index=True, key=f"{prefix}_stages")
     st.download_button("Plan (JSON)", json.dumps(plan.to_dict(), indent=1), file_name=f"{model}-training.json",
                        mime="application/json", key=f"{prefix}_json", icon=":material/download:")
+    # DTensor and PartitionSpec placements come from per-layer plans (the explorer); a 3-D plan exports its flags.
+    formats = [f for f in EXPORT_FORMATS if f not in ("dtensor", "partitionspec")]
+    e1, e2 = st.columns([1, 2])
+    export_format = e1.selectbox("Export as", formats, index=None, placeholder="Choose a framework",
+                                 key=f"{prefix}_export_format",
+                                 help="Megatron-LM arguments, a torchtitan TOML or a DeepSpeed ZeRO config of this "
+                                      "plan (docs/plan-format.md)")
+    try:
+        exported = None if export_format is None else export_plan(plan.to_dict(), export_format)
+    except PaseError as exc:  # a setting the framework lacks: say which, and offer nothing to download
+        e2.error(md(exc), icon=":material/block:")
+    else:
+        if exported is not None:
+            e2.download_button(f"Export ({export_format})", exported, file_name=file_name(model, export_format),
+                               key=f"{prefix}_export", icon=":material/download:")
 
 
 store = state.stores()["misc"]

@@ -1,15 +1,21 @@
-"""What-if: sweep devices (and bandwidth, FLOP/s or batch), re-solve per point, and plot the result."""
+"""What-if: sweep devices (GPU types side by side, a fixed global or per-device batch, and bandwidth, FLOP/s or
+batch), re-solve per point, and plot the result in today's units."""
+
+import threading
+import time
+from dataclasses import replace
 
 import streamlit as st
 
-from pase.analysis.sweep import records_csv
-from pase.analysis.throughput import estimate_from_rate, sequence_length
+from pase.analysis.sweep import records_csv, with_training_estimates
+from pase.analysis.throughput import sequence_length
 from pase.errors import PaseError
+from pase.hardware.cluster import PRESETS
 from pase.limits import MAX_BANDWIDTH_BPS, MAX_BATCH, MAX_DEVICES, MAX_PEAK_FLOPS, MIN_BANDWIDTH_BPS, MIN_PEAK_FLOPS
 from pase.ops import training_flops
 from pase.planner import parallelism_kind
-from ui import state
-from ui.figures import split_changes_figure, sweep_figure
+from ui import jobs, state
+from ui.figures import split_changes_figure, sweep_figure, sweep_panels_figure
 from ui.graphview import auto_group_depth, group_key
 from ui.fmt import md
 from ui.pagekit import require_problem, routed
@@ -25,6 +31,10 @@ VARY = {
     "peak TFLOP/s": "peak_flops",
     "batch size": "batch",
 }
+BATCH_MODES = {
+    "fixed global batch": "global",
+    "fixed per-device batch": "per device",
+}
 # What each varied quantity's values may be: (unit scale, lowest, highest in the hardware's units, unit), the
 # bounds of pase.hardware.cluster.Cluster and of `pase sweep --bandwidths/--tflops-list/--batches`.
 BOUNDS = {
@@ -36,8 +46,9 @@ BOUNDS = {
 MAX_ROWS = 80
 
 st.title("What if?")
-st.caption("Re-solve at every device count (and, optionally, several bandwidths, FLOP rates or batch sizes) "
-           "and see how the estimated step time, the speedup over data parallelism and each layer's split change. "
+st.caption("Re-solve at every device count (on several GPU types, with a fixed global or per-device batch, and "
+           "optionally several bandwidths, FLOP rates or batch sizes) and see how the estimated step time, "
+           "throughput, MFU, memory, the time and cost to train and each layer's split change. "
            "Like the paper's Fig. 6, but modelled.")
 
 problem = require_problem()
@@ -61,6 +72,25 @@ for v in picked:
         st.stop()
     devices.append(n)
 devices = sorted(set(devices))
+
+g1, g2, g3 = st.columns([3, 2, 2])
+# The sidebar's cluster (its figures as edited there) and every preset as published (pase.hardware.cluster).
+gpu_names = [cluster.name, *(n for n in PRESETS if n != cluster.name)]
+gpu_picked = g1.multiselect("GPU types", gpu_names, default=[cluster.name], key="wi_gpus",
+                            help="Sweep the same model on several cluster presets, drawn side by side on the same "
+                                 f"device axis. {cluster.name}: the sidebar's figures; the others: the presets' "
+                                 "published peak figures (pase.hardware.cluster.PRESETS).")
+clusters = [cluster if n == cluster.name else PRESETS[n] for n in gpu_picked]
+batch_mode = BATCH_MODES[g2.radio(
+    "Batch", list(BATCH_MODES), key="wi_batch_mode",
+    help="Fixed global batch (strong scaling): the same batch at every device count, split over more devices. "
+         "Fixed per-device batch (weak scaling): each device keeps B samples, so at p devices the global batch "
+         "is B x p.")]
+global_batch = dict(problem.source.params).get("batch")
+if batch_mode == "per device" and (problem.source.kind != "sample" or global_batch is None):
+    g2.warning("A per-device batch needs a sample graph with a batch size; the global batch stays fixed.")
+    batch_mode = "global"
+
 vary_label = c2.selectbox("Also vary", list(VARY), key="wi_vary")
 vary = VARY[vary_label]
 values: list[float] = []
@@ -68,15 +98,26 @@ if vary is not None:
     if vary == "batch" and problem.source.kind != "sample":
         c3.warning("Batch size can only vary for sample graphs.")
         vary = None
+    elif vary != "batch" and len(clusters) > 1:
+        c3.warning(f"{vary_label} would override every GPU type's own figure; compare GPU types or vary it, "
+                   "not both.")
+        vary = None
+    elif vary != "batch" and batch_mode == "per device":
+        # Each point of a per-device batch is its own graph, solved as a batch sweep of one batch size.
+        c3.warning(f"With a fixed per-device batch only the batch can vary, not the {vary_label}.")
+        vary = None
     else:
         default = {
             "bandwidth_Bps": f"{cluster.bandwidth_Bps / 1e9 / 4:g}, {cluster.bandwidth_Bps / 1e9:g}, "
                              f"{cluster.bandwidth_Bps / 1e9 * 4:g}",
             "peak_flops": f"{cluster.peak_flops / 1e12:g}, {cluster.peak_flops / 1e12 * 4:g}",
-            "batch": "32, 64, 128",
+            "batch": "32, 64, 128" if batch_mode == "global" else "2, 4, 8",
         }[vary]
-        text = c3.text_input(vary_label, value=default, key=f"wi_values_{vary}",
-                             help="Comma-separated values.")
+        what = "per-device batch sizes" if vary == "batch" and batch_mode == "per device" else vary_label
+        text = c3.text_input(what, value=default, key=f"wi_values_{vary}",
+                             help="Comma-separated values." + (" Each is one device's batch: the global batch at "
+                                                               "p devices is that times p."
+                                                               if what != vary_label else ""))
         scale, low, high, unit = BOUNDS[vary]
         try:
             values = sorted({float(v) for v in text.replace(";", ",").split(",") if v.strip()})
@@ -88,15 +129,36 @@ if vary is not None:
             st.error(f"'{text}' is not a comma-separated list of {kind} from {low / scale:g} to {high / scale:g}"
                      f"{' ' + unit if unit else ''}; type e.g. {default}")
             st.stop()
+# The per-device batches: the varied ones, or one typed here.
+per_device = [int(v) for v in values] if batch_mode == "per device" and vary == "batch" else []
+if batch_mode == "per device" and not per_device:
+    per_device = [int(g3.number_input(
+        "Per-device batch B", min_value=1, max_value=MAX_BATCH, step=1, key="wi_per_device_batch",
+        value=max(1, global_batch // cluster.devices),
+        help=f"Samples each device processes per step; the default is the sidebar's batch ({global_batch}) over "
+             f"its {cluster.devices} devices."))]
 
 if not devices:
     st.info("Choose at least one device count.")
+    st.stop()
+if not clusters:
+    st.info("Choose at least one GPU type.")
+    st.stop()
+if per_device and max(per_device) * devices[-1] > MAX_BATCH:
+    st.error(f"A per-device batch of {max(per_device)} on {devices[-1]} devices is a global batch of "
+             f"{max(per_device) * devices[-1]:,}, above the {MAX_BATCH:,} a sample may have; choose a smaller batch "
+             "or fewer devices.")
     st.stop()
 if all(training_flops(layer) == 0 for layer in graph):
     # Every step would take 0 s: speedups over data parallelism are undefined (as `pase sweep` says).
     st.error("This graph does no work: its layers only move data, so every step time is 0 s and speedups over "
              "data parallelism are undefined; sweep a model with computing layers.")
     st.stop()
+st.caption("Hardware: " + "; ".join(
+    f"**{md(c.name)}** {c.peak_flops / 1e12:g} TFLOP/s peak, {c.bandwidth_Bps / 1e9:g} GB/s links"
+    + (f", {c.memory_bytes / 1e9:g} GB per device" if c.memory_bytes else ", no memory limit")
+    + (" (the sidebar's figures)" if c is cluster else " (published peak figures, pase.hardware.cluster.PRESETS)")
+    for c in clusters))
 
 
 def _duration(seconds: float) -> str:
@@ -107,7 +169,98 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.3g} s"
 
 
-key = ("sweep", problem, tuple(devices), vary, tuple(values))
+# The sweep in parts, each one call of ui.state.sweep (which runs its points in parallel workers and keeps them
+# for a resumed run): (problem, devices, cluster, vary, values, fields each record gets). A fixed global batch is
+# one part per GPU type; a per-device batch B is one part per GPU type, B and device count, since the graph
+# differs at every count (global batch B x p).
+parts = []
+for c in clusters:
+    on_c = replace(problem, cluster=c)
+    if batch_mode == "global":
+        parts.append((on_c, devices, c, vary, values, {}))
+    else:
+        parts += [(on_c, [p], c, "batch", [b * p], {"batch_mode": "per device", "per_device_batch": b})
+                  for b in per_device for p in devices]
+
+
+class _Stopped(Exception):
+    """Raised in a part's thread once the sweep stops (Cancel, or another part failed): its workers are killed."""
+
+
+def run_parts(show_progress, heartbeat) -> list[dict]:
+    """Every part's records, in order; ``show_progress(done, total, eta_s)`` and ``heartbeat()`` as in
+    :func:`ui.state.sweep`.
+
+    One part runs in this (the script's) thread. Several run at once, up to :data:`ui.jobs.MAX_JOBS`, each
+    in a thread carrying this script's context (the result stores are Streamlit resources); this thread
+    alone touches the page: it sums their points into one count, whose ETA is the points left at the rate
+    of this run so far. When this thread is stopped (Cancel) or a part fails, every part is stopped and
+    the exception re-raised; the points done are kept.
+
+    Raises
+    ------
+    PaseError
+        A point's search or costing failed (the first such error).
+    """
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+    from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ctx
+
+    if len(parts) == 1:
+        on_c, devs, c, v, vals, extra = parts[0]
+        return [{**r, **extra} for r in state.sweep(on_c, graph, devs, c, v, vals, progress=show_progress,
+                                                     heartbeat=heartbeat)]
+    # Parts of one GPU type share its store of points done: an empty sweep creates it here, once, rather
+    # than in two threads at once (where one thread's points would be lost from it).
+    for on_c, _, c, v, _, _ in parts:
+        state.sweep(on_c, graph, [], c, v, [])
+    stop = threading.Event()
+    sizes = [len(devs) * max(1, len(vals)) for _, devs, _, _, vals, _ in parts]
+    done, first = [0] * len(parts), [None] * len(parts)
+
+    def check() -> None:
+        if stop.is_set():
+            raise _Stopped("the sweep was stopped")
+
+    def run_part(i: int) -> list[dict]:
+        def seen(n: int, _total: int, _eta) -> None:
+            done[i] = n
+            if first[i] is None:
+                first[i] = n  # the points this part had done before this run
+        on_c, devs, c, v, vals, extra = parts[i]
+        return [{**r, **extra} for r in state.sweep(on_c, graph, devs, c, v, vals, progress=seen, heartbeat=check)]
+
+    ctx = get_script_run_ctx()
+    workers = min(jobs.MAX_JOBS, len(parts))
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pase-what-if",
+                              initializer=lambda: add_script_run_ctx(threading.current_thread(), ctx))
+    futures = [pool.submit(run_part, i) for i in range(len(parts))]
+    start = beat = time.monotonic()
+    try:
+        pending = set(futures)
+        while pending:
+            finished, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            for f in finished:
+                f.result()  # a part's error: raised here, the others stopped below
+            # The parts started first say at once how many of their points were done before; until they
+            # have, a count would show a resumed sweep starting from nothing.
+            if all(first[i] is not None or futures[i].done() for i in range(workers)):
+                total, now = sum(sizes), sum(done)
+                new = now - sum(f for f in first if f is not None)
+                eta = (total - now) * (time.monotonic() - start) / new if new > 0 else None
+                show_progress(now, total, eta)
+            if time.monotonic() - beat > 0.5:
+                beat = time.monotonic()
+                heartbeat()
+    except BaseException:
+        stop.set()
+        raise
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    return [r for f in futures for r in f.result()]
+
+
+key = ("sweep", problem, tuple(devices), vary, tuple(values), tuple(clusters), batch_mode, tuple(per_device))
 store = state.stores()["sweeps"]
 records = store.get(key)
 cancelled = st.session_state.get("wi_cancel")
@@ -124,8 +277,7 @@ if st.button("Run sweep", type="primary", key="wi_run", icon=":material/play_arr
         bar.progress(done / total if total else 1.0, text=f"Points solved: {done} of {total}{left}")
 
     try:
-        records = state.sweep(problem, graph, devices, cluster, vary, values, progress=show_progress,
-                              heartbeat=beat.empty)
+        records = run_parts(show_progress, beat.empty)
         store.put(key, records)
     except PaseError as exc:
         records = None
@@ -142,34 +294,47 @@ if records is None:
             icon=":material/info:")
     st.stop()
 
+several_gpus = len({r["cluster"] for r in records}) > 1
+if vary is not None:
+    unit = {"bandwidth_Bps": (1e9, "GB/s"), "peak_flops": (1e12, "TFLOP/s"), "batch": (1, "batch")}[vary]
+
+
+def series_name(r: dict) -> str:
+    """The line a record belongs to: its strategy, GPU type (when several) and varied value."""
+    name = r["strategy"] + (f" on {r['cluster']}" if several_gpus else "")
+    if vary is None:
+        return name
+    if vary == "batch" and batch_mode == "per device":
+        return f"{name} @ {r['per_device_batch']} per device"
+    return f"{name} @ {r[vary] / unit[0]:g} {unit[1]}"
+
+
 strategies = list(dict.fromkeys(r["strategy"] for r in records))
 shown = st.multiselect("Strategies", strategies, default=[s for s in strategies if s in ("PaSE", "data parallel")]
                        or strategies[:2], key="wi_strategies")
-rows = [r for r in records if r["strategy"] in shown]
+# Copies: the stored records stay as the sweep returned them (and as the CSV gives them).
+rows = [{**r, "series": series_name(r)} for r in records if r["strategy"] in shown]
 show = st.selectbox("Show", SHOW, key="wi_show",
                     help="Left chart: step time, throughput (tokens/s for models with a sequence, else samples/s) or "
                          "MFU: model FLOPs / (devices x peak FLOP/s x step time), against the hardware's peak figure.")
-if vary is not None:
-    unit = {"bandwidth_Bps": (1e9, "GB/s"), "peak_flops": (1e12, "TFLOP/s"), "batch": (1, "batch")}[vary]
-    for r in rows:
-        r["series"] = f"{r['strategy']} @ {r[vary] / unit[0]:g} {unit[1]}"
-    fig = sweep_figure(rows, series="series", show=show)
-else:
-    fig = sweep_figure(rows, show=show)
-st.plotly_chart(fig, key="wi_sweep")
-idle = sorted({(r["devices"], r["devices_used"]) for r in records
-               if r["strategy"] == "PaSE" and r.get("devices_used", r["devices"]) < r["devices"]})
+st.plotly_chart(sweep_figure(rows, series="series", show=show), key="wi_sweep")
+if batch_mode == "per device":
+    st.caption("Fixed per-device batch (weak scaling): at p devices the global batch is B x p, so the step time of "
+               "perfect scaling stays flat and the throughput grows with p.")
+idle = {}
+for r in rows:
+    if r["idle_devices"] > 0:
+        idle.setdefault(r["strategy"] + (f" on {r['cluster']}" if several_gpus else ""), set()).add(
+            (r["devices"], r["devices_used"]))
 if idle:
-    st.warning("Idle devices: " + ", ".join(f"at p = {p} PaSE's layers split over at most {u}" for p, u in idle)
-               + "; the other devices only replicate work (a dimension, such as the batch, is too small to split "
-               "further).", icon=":material/warning:")
-st.download_button("Sweep records (CSV)", records_csv(records), file_name=f"{graph.name}-sweep.csv",
-                   mime="text/csv", key="wi_csv", icon=":material/download:",
-                   help="Every point and strategy: step time, throughput, MFU, speedup, memory, devices used and "
-                        "PaSE's configurations.")
+    st.warning("Idle devices (no layer splits over them; they only replicate work, since a dimension such as the "
+               "batch is too small to split further): "
+               + "; ".join(f"{md(name)} at " + ", ".join(f"p = {p} uses {u}" for p, u in sorted(pairs))
+                           for name, pairs in idle.items()) + ".",
+               icon=":material/warning:")
 
 
-st.subheader("Time and cost to train")
+st.subheader("Side by side: throughput, MFU, memory, time and cost to train")
 tokens = sequence_length(graph) is not None and all(r.get("tokens_per_s") is not None for r in records)
 unit_name = "tokens" if tokens else "samples"
 t1, t2 = st.columns(2)
@@ -177,40 +342,65 @@ amount_text = t1.text_input(f"Train on N {unit_name}", value="1e9" if tokens els
                             help=f"How many {unit_name} to train on, e.g. 300e9.")
 price_text = t2.text_input("Price per GPU-hour (optional)", value="", key="wi_price",
                            help="In any currency; leave empty for no cost column.")
-estimates = []
+estimated = None
 try:
     amount = float(amount_text.replace(",", "").replace("_", ""))
     price = float(price_text.replace(",", "")) if price_text.strip() else None
-    first_value = None if vary is None else records[0][vary]
-    for r in records:
-        if r["strategy"] != "PaSE" or (vary is not None and r[vary] != first_value):
-            continue
-        e = estimate_from_rate(amount, r.get(f"{unit_name}_per_s"), r["devices"], price, unit=unit_name)
-        estimates.append({
-            "devices": r["devices"],
-            "time to train": "undefined (0 s step)" if e.time_s is None else _duration(e.time_s),
-            "GPU-hours": None if e.gpu_hours is None else float(f"{e.gpu_hours:.4g}"),
-            **({} if price is None else {"cost": None if e.cost is None else round(e.cost, 2)}),
-            "MFU (% of peak)": None if r.get("mfu") is None else round(r["mfu"] * 100, 1),
-        })
+    estimated = with_training_estimates(records, amount, unit=unit_name, price_per_gpu_hour=price)
 except ValueError as exc:
     st.error(f"Cannot estimate: {md(exc) if isinstance(exc, PaseError) else 'N and the price must be numbers'} "
              f"(N a positive number of {unit_name}, the price a number >= 0).")
-if estimates:
-    st.dataframe(estimates, hide_index=True, key="wi_train_table")
+st.plotly_chart(sweep_panels_figure([{**r, "series": series_name(r)} for r in (estimated or records)
+                                     if r["strategy"] in shown], series="series"), key="wi_panels")
+st.caption("One colour per line in every panel; marker shape: GPU type; open marker: some devices idle; x: does "
+           "not fit in memory (dotted: each GPU type's capacity). Step times are modelled at the hardware's peak "
+           "FLOP/s, so real runs are slower.")
+if estimated:
+    first_value = None if vary is None else records[0][vary]
+    table = []
+    for r in estimated:
+        if r["strategy"] != "PaSE" or (vary is not None and r[vary] != first_value):
+            continue
+        table.append({
+            **({"GPU type": r["cluster"]} if several_gpus else {}),
+            "devices": r["devices"],
+            "global batch": r["global_batch"],
+            f"{unit_name}/s": None if r[f"{unit_name}_per_s"] is None else float(f"{r[f'{unit_name}_per_s']:.4g}"),
+            "time to train": "undefined (0 s step)" if r["time_to_train_s"] is None else _duration(r["time_to_train_s"]),
+            "GPU-hours": None if r["gpu_hours"] is None else float(f"{r['gpu_hours']:.4g}"),
+            **({} if price is None else {"cost": None if r["train_cost"] is None else round(r["train_cost"], 2)}),
+            "MFU (% of peak)": None if r.get("mfu") is None else round(r["mfu"] * 100, 1),
+            "fits memory": {True: "yes", False: "no", None: "no limit"}[r["fits_memory"]],
+            "idle devices": r["idle_devices"],
+        })
+    st.dataframe(table, hide_index=True, key="wi_train_table")
     st.caption(f"PaSE's strategy at each device count{'' if vary is None else f', at {vary_label} = {first_value / unit[0]:g}'}: "
-               f"time = N / {unit_name} per second, GPU-hours = time x devices / 3600, cost = GPU-hours x price. "
-               "Modelled step times at the hardware's peak FLOP/s, so real runs are slower.")
+               f"time = N / {unit_name} per second, GPU-hours = time x devices / 3600 (idle devices are paid for "
+               "too), cost = GPU-hours x price. Modelled step times at the hardware's peak FLOP/s, so real runs are "
+               "slower.")
+st.download_button("Sweep records (CSV)", records_csv(estimated or records), file_name=f"{graph.name}-sweep.csv",
+                   mime="text/csv", key="wi_csv", icon=":material/download:",
+                   help="Every point and strategy: GPU type, batch mode, global and per-device batch, step time, "
+                        "throughput, MFU, speedup, memory and its fit, devices used and idle, the time, GPU-hours and "
+                        "cost to train N, and PaSE's configurations.")
 
 st.subheader("Where each layer's split changes")
-pase_records = [r for r in records if r["strategy"] == "PaSE"]
+pase_records = [r for r in records if r["strategy"] == "PaSE" and r["cluster"] == records[0]["cluster"]]
+where = [f"on {records[0]['cluster']}"] if several_gpus else []
 if vary is not None:
     first = pase_records[0][vary]
-    pase_records = [r for r in pase_records if r[vary] == first]
-    st.caption(f"At {vary_label} = {first / unit[0]:g}.")
+    if batch_mode == "per device":
+        first = pase_records[0]["per_device_batch"]
+        pase_records = [r for r in pase_records if r["per_device_batch"] == first]
+        where.append(f"at a per-device batch of {first}")
+    else:
+        pase_records = [r for r in pase_records if r[vary] == first]
+        where.append(f"at {vary_label} = {first / unit[0]:g}")
+if where:
+    st.caption(f"PaSE {', '.join(where)}.")
 configs = {r["devices"]: r["configs"] for r in pase_records}
 if vary == "batch":
-    graph = state.load_graph(problem.source.with_params(batch=int(first)))
+    graph = state.load_graph(problem.source.with_params(batch=int(pase_records[0]["batch"])))
 layers = [(layer.name, layer.dims) for layer in graph.layers]
 # On one device everything is replicated; kinds are compared from two devices up.
 kinds_change = [

@@ -46,6 +46,13 @@ OVERRIDES: dict[str, dict[str, str]] = {
     "Embedding": {"s": "sequence positions", "d": "embedding width", "v": "vocabulary (table rows)"},
     "LSTM": {"l": "stacked LSTM layers", "s": "sequence steps (never split)", "d": "input features",
              "e": "hidden units"},
+    "GroupedConv2D": {"g": "groups (split without communication)", "c": "input channels per group",
+                      "n": "output channels per group", "h": "output rows", "w": "output columns",
+                      "r": "kernel rows", "s": "kernel columns"},
+    "MoERouter": {"s": "tokens of a sequence", "d": "model width"},
+    "MoEExperts": {"c": "slots per expert and sequence (its capacity)", "x": "experts (expert parallelism)",
+                   "d": "model width", "f": "hidden units of an expert"},
+    "MoECombine": {"s": "tokens of a sequence", "d": "model width"},
 }
 
 

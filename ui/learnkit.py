@@ -28,7 +28,6 @@ __all__ = [
     "Step",
     "ORDERING_FUNCS",
     "walk",
-    "connected_set",
     "small_layout",
 ]
 

@@ -34,6 +34,7 @@ __all__ = [
     "MUTED_LINE",
     "OUTLINE",
     "FOUND_RING",
+    "PARALLELISM_COLORS",
 ]
 
 # -- kinds of parallelism (the explorer's graph, the what-if heat map) ----------------------------
@@ -109,8 +110,9 @@ def device_color(d: int) -> str:
 
 
 # -- Learn: orderings and the states of a search step ----------------------------------------------
-ORDERING_COLORS = {"GenerateSeq": "#d62728", "breadth-first": "#1f77b4"}
-_ORDERING_SPARE = ["#2ca02c", "#9467bd", "#8c564b", "#e377c2"]
+# Hues of their own: the walk-through on the same page draws data and tensor parallelism in blue and red.
+ORDERING_COLORS = {"GenerateSeq": "#01665e", "breadth-first": "#8c510a"}
+_ORDERING_SPARE = ["#5ab4ac", "#d8b365", "#762a83", "#1b7837"]
 
 
 def ordering_color(name: str, index: int = 0) -> str:
@@ -118,10 +120,10 @@ def ordering_color(name: str, index: int = 0) -> str:
     return ORDERING_COLORS.get(name, _ORDERING_SPARE[index % len(_ORDERING_SPARE)])
 
 
-STEP_COLORS = {
-    "current": "#d62728",
+STEP_COLORS = {  # not the walk-through's blues and reds: both are on the Learn page
+    "current": "#4d4d4d",
     "dependent": "#ff7f0e",
-    "connected": "#9ecae1",
+    "connected": "#c7e9c0",
     "done": "#c7c7c7",
     "pending": "#ffffff",
 }
@@ -135,3 +137,15 @@ INK = "#222"
 MUTED_LINE = "#999"
 OUTLINE = "#333"
 FOUND_RING = "#111"  # the ring around the layer found on the explorer's graph
+
+# -- kinds of parallelism of a 3-D configuration (Learn: the walk-through's traffic) -----------------
+# Data and tensor parallelism take the explorer's colours for data and parameter parallelism; ZeRO, which
+# shards the data-parallel replicas' state, a light shade of data's; sequence parallelism, an extension of
+# tensor parallelism, a light shade of tensor's; the pipeline a hue of its own.
+PARALLELISM_COLORS = {
+    "data": KIND_COLORS["data"],
+    "ZeRO": "#9ecae1",
+    "tensor": KIND_COLORS["parameter"],
+    "sequence": "#fc9272",
+    "pipeline": "#e6ab02",
+}
