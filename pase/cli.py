@@ -318,7 +318,58 @@ def _add_solve(sub) -> None:
                    help="with --search 3d, also try the exact per-layer search on each stage's group")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object (a baseline's speedup is null where PaSE takes 0 s and it does not)")
+    p.add_argument("--stats", action="store_true",
+                   help="also print the search's statistics: configurations before and after pruning, layers "
+                        "costed once per kind (repeated blocks), tables built, peak memory (under \"stats\" "
+                        "with --json)")
     p.set_defaults(func=_solve)
+
+
+def _peak_rss_bytes() -> int:
+    """The largest resident memory this process has held, in bytes (what a user's machine must have)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+def _layer_search_stats(graph: Graph, result: Plan, options: ConfigOptions) -> dict:
+    """``pase solve --stats`` of the per-layer search: what was enumerated, pruned, shared and held."""
+    listed = sum(config_counts(graph, result.cluster.devices, options).values())
+    pruned = getattr(result.search, "pruned_configs", 0)
+    ends = {(graph.kind(e.src), e.src_output, graph.kind(e.dst), e.dst_input) for e in graph.edges}
+    return {
+        "layers": len(graph), "layer_kinds": len({graph.kind(l.name) for l in graph}),
+        "configurations": listed, "configurations_after_pruning": listed - pruned,
+        "edges": len(graph.edges), "edge_tables": len(ends),
+        "max_dependent_set": result.search.max_dependent_set,
+        "max_table_entries": result.search.max_table_entries,
+        "peak_table_bytes": getattr(result.search, "peak_table_bytes", None),
+        "search_time_s": result.search.search_time_s, "peak_memory_bytes": _peak_rss_bytes(),
+    }
+
+
+def _training_search_stats(found, cache: dict) -> dict:
+    """``pase solve --stats`` of the 3-D search: configurations modelled and pruned, layer-time tables built."""
+    graphs = [v for k, v in cache.items() if k[0] == "graph"]
+    return {
+        "configurations": found.configurations, "skipped_by_bound": found.skipped,
+        "layers": len(graphs[0]) if graphs else None,
+        "layer_kinds": len({graphs[0].kind(l.name) for l in graphs[0]}) if graphs else None,
+        "graphs_built": len(graphs), "layer_time_tables": sum(1 for k in cache if k[0] == "times"),
+        "search_time_s": found.search_time_s, "peak_memory_bytes": _peak_rss_bytes(),
+    }
+
+
+def _print_stats(stats: dict) -> None:
+    print("search statistics: " + ", ".join(_stat(key, value) for key, value in stats.items() if value is not None))
+
+
+def _stat(key: str, value) -> str:
+    if key.endswith("_bytes"):
+        return f"{key[:-6].replace('_', ' ')} {value / 1e6:,.1f} MB"
+    if key.endswith("_s"):
+        return f"{key[:-2].replace('_', ' ')} {value:.3g} s"
+    return f"{key.replace('_', ' ')} {value:,}"
 
 
 def _solve_training(args) -> int:
@@ -331,9 +382,12 @@ def _solve_training(args) -> int:
     found = search_training(build, cluster, batch, options=_options(args), intra_search=args.intra_search,
                             progress=progress, cache=cache)
     baselines = training_baselines(build, cluster, batch, options=_options(args), cache=cache)
+    stats = _training_search_stats(found, cache) if args.stats else None
     best = found.best.step_time_s
     if args.json:
         out = found.to_dict()
+        if stats is not None:
+            out["stats"] = stats
         out["baselines"] = {
             name: {"label": b.label, "step_time_s": b.step_time_s, "speedup": b.step_time_s / best if best else None,
                    "memory_per_device_bytes": b.memory_per_device_bytes, "fits_memory": b.fits_memory}
@@ -350,6 +404,8 @@ def _solve_training(args) -> int:
         fits = "" if b.fits_memory is not False else ", does NOT fit memory"
         print(f"  vs {name} ({b.label}): {b.step_time_s:.3f} s{fits}, "
               f"{b.step_time_s / best:.2f}x the searched step")
+    if stats is not None:
+        _print_stats(stats)
     return 0
 
 
@@ -404,9 +460,12 @@ def _solve(args) -> int:
         raise GraphError("--global-batch and --intra-search apply to --search 3d")
     graph, cluster, options = _load_model(args), _cluster(args), _options(args)
     result = plan(graph, cluster, PlanOptions(configs=options, ordering=args.ordering))
+    stats = _layer_search_stats(graph, result, options) if args.stats else None
     baselines = applicable_baselines(graph, cluster, options)
     if args.json:
         out = result.to_dict()
+        if stats is not None:
+            out["stats"] = stats
         out["baselines"] = {
             name: {"label": b.label, "cost": b.cost, "step_time_s": b.step_time_s, "speedup": _speedup(result, b),
                    "memory_per_device_bytes": b.memory_per_device_bytes, "fits_memory": b.fits_memory}
@@ -429,6 +488,8 @@ def _solve(args) -> int:
         speedup = _speedup(result, b)
         faster = "PaSE takes no time" if speedup is None else f"PaSE is {speedup:.2f}x faster"
         print(f"  vs {b.label}: {b.step_time_s * 1e3:.2f} ms{fits}, {faster}")
+    if stats is not None:
+        _print_stats(stats)
     return 0
 
 

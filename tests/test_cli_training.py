@@ -90,3 +90,24 @@ def test_solve_searches_three_d_and_never_loses_to_megatrons_configuration(capsy
                        "--tp", "1", "--pp", "1", "--json")
     theirs = json.loads(out)
     assert d["step_time_s"] <= theirs["step_time_s"] * (1 + 1e-9)
+
+
+def test_solve_stats_count_what_the_searches_did(capsys):
+    from pase.ir.configs import ConfigOptions, layer_configs
+    from pase.models import sample
+
+    code, out, _ = run(capsys, "solve", "transformer", "-p", "8", "--cluster", "dgx-a100", "--stats", "--json")
+    assert code == 0
+    stats = json.loads(out)["stats"]
+    graph = sample("transformer")
+    # Configurations as listed one by one; the 6 + 6 identical blocks costed once per kind of layer.
+    assert stats["configurations"] == sum(len(layer_configs(l, 8, ConfigOptions())) for l in graph)
+    assert stats["configurations_after_pruning"] <= stats["configurations"]
+    assert stats["layers"] == len(graph) and stats["layer_kinds"] < len(graph) / 10
+    assert stats["edge_tables"] < stats["edges"] == len(graph.edges)
+    assert stats["peak_memory_bytes"] > stats["peak_table_bytes"] > 0
+
+    code, out, _ = run(capsys, "solve", "megatron-1.7b", "-p", "16", "--cluster", "dgx-a100", "--stats")
+    assert code == 0
+    line = next(l for l in out.splitlines() if l.startswith("search statistics: "))
+    assert "layer kinds 16" in line and "skipped by bound" in line and "peak memory" in line
