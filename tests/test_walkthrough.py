@@ -8,7 +8,6 @@ its parameters, its activations' sizes and the ring collectives' 2 (p - 1) / p r
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -19,10 +18,8 @@ from pase.strategies.baselines import tensor_parallel_strategy
 from ui import walkthrough as wt
 from ui.palette import MEMORY_COLORS, PARALLELISM_COLORS
 from pase.model.training import group_cluster
+from test_app import charts, new_app  # the app tests' helpers: run app.py once, find a chart by its key
 
-ROOT = Path(__file__).resolve().parents[1]
-APP = str(ROOT / "app.py")
-TIMEOUT_S = 120
 
 # The model's sizes (tiny_lm's defaults) and the cluster's: two nodes of four GPUs, bf16.
 SEQ, HIDDEN, FFN, VOCAB, BLOCKS = 256, 512, 2048, 4096, 2
@@ -202,15 +199,6 @@ def test_data_and_tensor_parallelism_take_the_explorers_colours():
 # -- the app ------------------------------------------------------------------------------------------
 
 
-def new_app() -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT_S)
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
-
-
-def charts(at: AppTest, key: str) -> list:
-    return [c for c in at.get("plotly_chart") if c.proto.id.endswith(key)]
 
 
 def metrics(at: AppTest) -> dict[str, str]:

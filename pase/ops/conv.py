@@ -67,6 +67,20 @@ def _conv_saved(layer):
     return frozenset({0}), frozenset({0}) if layer.param_dict.get("pointwise", 0) else frozenset()
 
 
+def _window(name: str, height: int, width: int, r: int, s: int, stride: int, pad, dilation: int, pointwise: int,
+            bias: bool) -> tuple[int, int, int | tuple[int, int], int]:
+    """A convolution's output rows and columns, its ``pad`` as recorded and its checked ``dilation``.
+
+    Raises ``GraphError`` naming layer ``name`` for a bad pad, dilation or fused op, or an empty output.
+    """
+    check_fused(name, pointwise, bias)
+    dilation = _check_dilation(name, dilation)
+    pad_h, pad_w = _pads(name, pad)
+    h = _conv_out(name, height, (r - 1) * dilation + 1, stride, pad_h, "height")
+    w = _conv_out(name, width, (s - 1) * dilation + 1, stride, pad_w, "width")
+    return h, w, (pad_h if pad_h == pad_w else (pad_h, pad_w)), dilation
+
+
 @register("Conv2D", _conv_flops, _conv_collectives, saved=_conv_saved, spatial_dims=("h", "w"), onnx=("Conv",))
 def conv2d(
     name: str, b: int, c: int, height: int, width: int, n: int, r: int, s: int | None = None,
@@ -88,12 +102,7 @@ def conv2d(
     """
     s = r if s is None else s
     check_sizes(name, b=b, c=c, height=height, width=width, n=n, r=r, s=s, stride=stride)
-    check_fused(name, pointwise, bias)
-    dilation = _check_dilation(name, dilation)
-    pad_h, pad_w = _pads(name, pad)
-    pad = pad_h if pad_h == pad_w else (pad_h, pad_w)
-    h = _conv_out(name, height, (r - 1) * dilation + 1, stride, pad_h, "height")
-    w = _conv_out(name, width, (s - 1) * dilation + 1, stride, pad_w, "width")
+    h, w, pad, dilation = _window(name, height, width, r, s, stride, pad, dilation, pointwise, bias)
     weights = (TensorSpec((n, c, r, s), ("n", "c", "r", "s"), "weight"),)
     if bias:
         weights += (TensorSpec((n,), ("n",), "bias"),)
@@ -146,12 +155,7 @@ def grouped_conv2d(
     """
     s = r if s is None else s
     check_sizes(name, b=b, g=g, c=c, height=height, width=width, n=n, r=r, s=s, stride=stride)
-    check_fused(name, pointwise, bias)
-    dilation = _check_dilation(name, dilation)
-    pad_h, pad_w = _pads(name, pad)
-    pad = pad_h if pad_h == pad_w else (pad_h, pad_w)
-    h = _conv_out(name, height, (r - 1) * dilation + 1, stride, pad_h, "height")
-    w = _conv_out(name, width, (s - 1) * dilation + 1, stride, pad_w, "width")
+    h, w, pad, dilation = _window(name, height, width, r, s, stride, pad, dilation, pointwise, bias)
     weights = (TensorSpec((g * n, c, r, s), ("g", None, None, None), "weight"),)
     if bias:
         weights += (TensorSpec((g * n,), ("g",), "bias"),)
