@@ -9,12 +9,13 @@ the builders: nothing in a file is evaluated, executed or used as a path.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from pase.errors import FormatError, GraphError, PaseError
 from pase.io.files import read_limited
-from pase.limits import MAX_FILE_BYTES, MAX_LAYER_INPUTS, MAX_LAYERS, MAX_ONNX_BYTES, check_layer_size
-from pase.ir.graph import Graph
+from pase.limits import MAX_FILE_BYTES, MAX_LAYER_INPUTS, MAX_LAYERS, MAX_ONNX_BYTES, MAX_RANK, check_layer_size
+from pase.ir.graph import Graph, TensorSpec
 from pase.ops import build_layer
 
 __all__ = ["FORMAT", "VERSION", "MODEL_SUFFIXES",
@@ -38,6 +39,11 @@ def graph_to_dict(graph: Graph) -> dict:
 
     A layer with tied weights (:attr:`~pase.ir.graph.TensorSpec.tied`) gets a
     ``tied`` object, weight name -> shared parameter name; other layers have none.
+    Weights beyond those the op's builder makes (the importer's extra weights: a
+    trainable tensor read outside a weight slot, such as a position table or a
+    class token) are listed in ``extra_weights``, each with its shape, the layer
+    dimension of each axis and its ``tied`` name, so that a round trip keeps the
+    parameter count and the gradient all-reduce of each.
     """
     layers = []
     for layer in graph.layers:
@@ -47,11 +53,59 @@ def graph_to_dict(graph: Graph) -> dict:
         while inputs and inputs[-1] is None:
             inputs.pop()
         record = {"name": layer.name, "op": layer.op, "params": layer.param_dict, "inputs": inputs}
-        tied = {w.name: w.tied for w in layer.weights if w.tied}
+        own = _own_weights(layer)
+        tied = {w.name: w.tied for w in layer.weights[:own] if w.tied}
         if tied:
             record["tied"] = tied
+        if len(layer.weights) > own:
+            record["extra_weights"] = [_extra_to_dict(w) for w in layer.weights[own:]]
         layers.append(record)
     return {"format": FORMAT, "version": VERSION, "name": graph.name, "layers": layers}
+
+
+def _own_weights(layer) -> int:
+    """How many of ``layer``'s weights its op's builder makes (the rest are extra weights);
+    all of them for a layer its params do not rebuild (a file of it would not load anyway)."""
+    try:
+        return len(build_layer(layer.op, layer.name, **layer.param_dict).weights)
+    except (PaseError, TypeError, ValueError):
+        return len(layer.weights)
+
+
+def _extra_to_dict(w: TensorSpec) -> dict:
+    record = {"name": w.name, "shape": list(w.shape), "axes": list(w.axes)}
+    if w.tied:
+        record["tied"] = w.tied
+    return record
+
+
+def _extra_weights(spec: dict, where: str, dims: tuple) -> tuple:
+    """The ``extra_weights`` of a layer record as tensors (weights beyond those its op's
+    builder makes: trainable tensors an importer found read outside a weight slot, such as
+    a position table added to the activations)."""
+    extras = spec.get("extra_weights", [])
+    if not isinstance(extras, list) or len(extras) > MAX_LAYER_INPUTS:
+        raise FormatError(f"{where}: field 'extra_weights' must be a list of at most {MAX_LAYER_INPUTS} weights, "
+                          f"got {_short(extras)}")
+    out = []
+    for j, w in enumerate(extras):
+        at = f"{where}: extra_weights[{j}]"
+        if not isinstance(w, dict):
+            raise FormatError(f"{at} must be an object, got {_short(w)}")
+        name, shape, axes, tied = w.get("name"), w.get("shape"), w.get("axes"), w.get("tied", "")
+        if not isinstance(name, str) or not name:
+            raise FormatError(f"{at}: field 'name' must be a non-empty string, got {_short(name)}")
+        if (not isinstance(shape, list) or len(shape) > MAX_RANK
+                or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape)):
+            raise FormatError(f"{at}: field 'shape' must be a list of at most {MAX_RANK} positive integers, "
+                              f"got {_short(shape)}")
+        if not isinstance(axes, list) or len(axes) != len(shape) or not all(a is None or a in dims for a in axes):
+            raise FormatError(f"{at}: field 'axes' must list, per axis of the shape, null or one of the layer's "
+                              f"dimensions {list(dims)}, got {_short(axes)}")
+        if not isinstance(tied, str):
+            raise FormatError(f"{at}: field 'tied' must be a string, got {_short(tied)}")
+        out.append(TensorSpec(tuple(shape), tuple(axes), name, tied=tied))
+    return tuple(out)
 
 
 def _where(i: int, spec) -> str:
@@ -128,6 +182,9 @@ def graph_from_dict(data: object) -> Graph:
             raise FormatError(f"{where}: field 'tied' must map weight names to non-empty strings, got {_short(tied)}")
         if tied:
             layer = layer.with_tied(tied)
+        extras = _extra_weights(spec, where, layer.dims)
+        if extras:
+            layer = replace(layer, weights=layer.weights + extras)
         check_layer_size(layer, where)
         graph.add_layer(layer, inputs)
     graph.validate()

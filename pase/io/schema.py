@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from pase.io.graph_json import FORMAT, VERSION
-from pase.limits import MAX_LAYER_INPUTS, MAX_LAYERS
+from pase.limits import MAX_LAYER_INPUTS, MAX_LAYERS, MAX_RANK
 from pase.ops.registry import OPS
 
 __all__ = ["graph_schema"]
@@ -38,6 +38,23 @@ def graph_schema() -> dict:
             "inputs": {"type": "array", "maxItems": MAX_LAYER_INPUTS, "items": slot},
             "tied": {"description": "weight name -> name of the parameter it shares (counted once)",
                      "type": "object", "additionalProperties": {"type": "string", "minLength": 1}},
+            "extra_weights": {
+                "description": "weights beyond those the op's builder makes (trainable tensors read outside a "
+                               "weight slot: a position table, a class token)",
+                "type": "array", "maxItems": MAX_LAYER_INPUTS,
+                "items": {
+                    "type": "object", "required": ["name", "shape", "axes"],
+                    "properties": {
+                        "name": {"type": "string", "minLength": 1},
+                        "shape": {"type": "array", "maxItems": MAX_RANK, "items": {"type": "integer", "minimum": 1}},
+                        "axes": {"type": "array", "maxItems": MAX_RANK,
+                                 "items": {"oneOf": [{"type": "null"}, {"type": "string"}]},
+                                 "description": "per axis, the layer dimension it is split along, or null"},
+                        "tied": {"type": "string",
+                                 "description": "name of the parameter it shares (counted once); empty: its own"},
+                    },
+                },
+            },
         },
         "allOf": [{"if": {"properties": {"op": {"const": name}}},
                    "then": {"properties": {"params": spec.params_schema()}}} for name, spec in OPS.items()],

@@ -5,7 +5,11 @@ The module is exported to ONNX in memory by ``torch.onnx.export`` (the
 TorchScript exporter by default, or ``dynamo=True`` for the torch.export-based
 one), in training mode by default so that batch normalisation and dropout stay
 in the graph as they run during training, then imported by
-:func:`pase.io.onnx.from_onnx`. Nothing is written to disk, and the model is
+:func:`pase.io.onnx.from_onnx`. The dynamo exporter's graph is optimised as
+``optimize=True`` would, but with the module's parameters seen as unknown values,
+so that no parameter is folded, merged or dropped as a constant (see
+:func:`_optimize_keeping_parameters`), and initializers that are no parameter
+(masks, rotary tables) are never counted as parameters. Nothing is written to disk, and the model is
 handed over in memory (never serialised), so the file size limit for uploads
 (:data:`~pase.limits.MAX_ONNX_BYTES`) does not apply to a module's own weights.
 """
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import warnings
 from typing import Any, Mapping
 
@@ -142,59 +147,43 @@ def _export_dynamo(torch, module, args, *, training, opset, input_names):
 
 def _optimize_keeping_parameters(model, module) -> None:
     """Run onnxscript's optimiser on the exported ``model`` (an ``onnx_ir`` model, in place), as
-    ``torch.onnx.export(optimize=True)`` does, but folding no node that reads a parameter of
-    ``module``.
+    ``torch.onnx.export(optimize=True)`` does, but blind to the values of ``module``'s
+    parameters.
 
-    The optimiser's constant folding turns an operation on a parameter into a new
-    initializer of another name and shape: the rows of a position table gathered at
-    ``arange(seq)`` (GPT-2's ``wpe``), a table gathered at fixed indices (T5's relative
-    position bias), a class token expanded. The importer could then no longer tell which
-    parameter it is, nor its full size (the position table counted at ``seq`` rows), nor
-    tell it from a folded mask (a causal mask, counted as a parameter). Left unfolded, the
-    importer folds those nodes itself and keeps track of the parameter behind each value.
-    Everything else (shape computations, masks, split-to-sequence rewrites) is optimised
-    as before.
+    Seeing them, the optimiser treats trainable tensors as constants: it folds operations
+    on them into new initializers of other names and shapes (the rows of a position table
+    gathered at ``arange(seq)``, GPT-2's ``wpe``, counted at ``seq`` rows; T5's relative
+    position bias gathered at fixed buckets), which the importer can no longer trace to
+    their parameter nor tell from a folded mask; it drops a bias that is all zeros (a
+    fresh model's, from a Gemm); and it merges initializers of equal values (every fresh
+    LayerNorm scale, all ones) into one parameter. With the parameters' values hidden for
+    the while, it still folds shape computations, masks and tables built from buffers, and
+    rewrites what it rewrites; the importer folds what reads a parameter itself, keeping
+    track of the parameter behind each value.
     """
     try:
-        import onnx_ir as ir
-        from onnx_ir.passes import common
-        from onnxscript import optimizer, rewriter
-        from onnxscript.optimizer import _constant_folding
-    except ImportError:  # pragma: no cover - both come with the dynamo exporter
+        from onnxscript import optimizer
+    except ImportError:  # pragma: no cover - onnxscript comes with the dynamo exporter
         return
     parameters = {name for name, _ in module.named_parameters(remove_duplicate=False)}
-    trainable = {name for name in model.graph.initializers if name in parameters}
-
-    def should_fold(node):
-        if any(v is not None and v.name in trainable for v in node.inputs):
-            return False
-        return None
-
+    hidden = {name: v.const_value for name, v in model.graph.initializers.items() if name in parameters}
+    for name in hidden:
+        model.graph.initializers[name].const_value = None
+    quiet = logging.getLogger("onnx_ir")  # it warns of every initializer without a value
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
     try:
-        # optimize_ir's passes, less DeduplicateInitializersPass: it merges initializers of
-        # equal values, and the parameters of a fresh model often are (every LayerNorm scale
-        # ones, every bias zeros), which would then be one parameter read by many layers.
-        passes = ir.passes.Sequential(
-            common.InlinePass(),
-            ir.passes.PassManager([
-                _constant_folding.FoldConstantsPass(
-                    shape_inference=True, input_size_limit=_constant_folding.DEFAULT_CONSTANT_FOLD_INPUT_SIZE_LIMIT,
-                    output_size_limit=_constant_folding.DEFAULT_CONSTANT_FOLD_OUTPUT_SIZE_LIMIT,
-                    should_fold=should_fold),
-                rewriter.RewritePass(rewriter._DEFAULT_REWRITE_RULES),
-                common.RemoveUnusedNodesPass(), common.RemoveUnusedFunctionsPass(), common.RemoveUnusedOpsetsPass(),
-            ], steps=2, early_stop=True),
-            common.RemoveUnusedNodesPass(),
-            common.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
-            common.LiftSubgraphInitializersToMainGraphPass(),
-            common.CommonSubexpressionEliminationPass(),
-            common.OutputFixPass(),
-            common.NameFixPass(),
-        )
-    except (AttributeError, TypeError):  # another onnxscript: its own pipeline, deduplication included
-        optimizer.optimize_ir(model, should_fold=should_fold)
-        return
-    passes(model)
+        optimizer.optimize_ir(model)
+        failed = False
+    except Exception:  # an optimiser that needs every initializer's value: optimise as torch does
+        failed = True
+    finally:
+        quiet.setLevel(level)
+        for name, value in hidden.items():
+            if name in model.graph.initializers:
+                model.graph.initializers[name].const_value = value
+    if failed:
+        optimizer.optimize_ir(model)
 
 
 def _tie_transposed_copies(model) -> None:
