@@ -31,12 +31,13 @@ from pase.io.export import (
     training_from_dict,
 )
 from pase.io.strategy_json import load_strategy
-from pase.ir.configs import COST_MODELS, ConfigOptions, config_counts
+from pase.ir.configs import COST_MODELS, SPLIT_SPACES, ConfigOptions, config_counts
 from pase.ir.graph import Graph
 from pase.limits import (
     MAX_BANDWIDTH_BPS, MAX_BATCH, MAX_DEVICES, MAX_DIM, MAX_INSTANCE_BYTES, MAX_MEMORY_BYTES, MAX_PEAK_FLOPS,
     MIN_BANDWIDTH_BPS, MIN_MEMORY_BYTES, MIN_PEAK_FLOPS,
 )
+from pase.model.cost import options_on
 from pase.model.pipeline import SCHEDULES
 from pase.model.training import RECOMPUTE, Parallelism, evaluate_training
 from pase.models import LANGUAGE_MODELS, SAMPLES, batch_builder, sample
@@ -198,6 +199,12 @@ def _add_model_options(p: argparse.ArgumentParser, *, many_devices: bool = False
     p.add_argument("--min-shard", type=_whole("a shard size", 1, MAX_DIM), default=ConfigOptions().min_shard,
                    help="smallest block a split may leave along a dimension (default %(default)s)")
     p.add_argument("--spatial-split", action="store_true", help="let convolutions split image rows/columns")
+    p.add_argument("--split-space", choices=SPLIT_SPACES, default=ConfigOptions().split_space,
+                   help="the configurations a layer may take: divisors (every tuple of divisors using at most p "
+                        "devices, the paper's), mesh (placements of whole mesh axes, each sharding one dimension "
+                        "or replicating, on the cluster's hierarchy and with a node's GPUs split in two each way: "
+                        "far fewer, growing with the mesh's axes, not with p) or auto (divisors on the paper-* "
+                        "presets, else mesh); default %(default)s")
     p.add_argument("--cost-model", choices=COST_MODELS, default=ConfigOptions().cost_model,
                    help="corrected: layouts on the device mesh with pending sums (default); "
                         "paper: the paper's equation 1 and its prototype's edge rule")
@@ -255,7 +262,8 @@ def _load_model(args) -> Graph:
 
 def _options(args) -> ConfigOptions:
     return ConfigOptions(powers_of_two=args.powers_of_two, min_shard=args.min_shard, spatial_split=args.spatial_split,
-                         cost_model=args.cost_model, sync_batchnorm=args.sync_batchnorm)
+                         cost_model=args.cost_model, sync_batchnorm=args.sync_batchnorm,
+                         split_space=args.split_space)
 
 
 def _cluster(args) -> Cluster:
@@ -334,7 +342,7 @@ def _peak_rss_bytes() -> int:
 
 def _layer_search_stats(graph: Graph, result: Plan, options: ConfigOptions) -> dict:
     """``pase solve --stats`` of the per-layer search: what was enumerated, pruned, shared and held."""
-    listed = sum(config_counts(graph, result.cluster.devices, options).values())
+    listed = sum(config_counts(graph, result.cluster.devices, options_on(options, result.cluster)).values())
     pruned = getattr(result.search, "pruned_configs", 0)
     ends = {(graph.kind(e.src), e.src_output, graph.kind(e.dst), e.dst_input) for e in graph.edges}
     return {
@@ -787,19 +795,25 @@ def _sweep(args) -> int:
 def _add_show(sub) -> None:
     p = sub.add_parser("show", help="list a model's layers, dimensions and configuration counts")
     _add_model_options(p)
+    _add_cluster_options(p)  # the mesh split space counts placements on the cluster's mesh
     p.set_defaults(func=_show)
 
 
 def _show(args) -> int:
-    graph = _load_model(args)
-    counts = config_counts(graph, args.devices, _options(args))
-    rows = [["layer", "op", "dims", "configurations"]]
+    graph, options, cluster = _load_model(args), _options(args), _cluster(args)
+    shape = cluster.mesh.shape
+    # Both split spaces' counts: the paper's divisors and the mesh placements of this cluster's mesh.
+    counts = {space: config_counts(graph, args.devices, replace(options, split_space=space).on_mesh(shape))
+              for space in ("divisors", "mesh")}
+    rows = [["layer", "op", "dims", "configurations (divisors)", "configurations (mesh)"]]
     for layer in graph:
         dims = " ".join(f"{d}={n}" for d, n in zip(layer.dims, layer.sizes))
-        rows.append([layer.name, layer.op, dims, str(counts[layer.name])])
+        rows.append([layer.name, layer.op, dims] + [str(c[layer.name]) for c in counts.values()])
     print(_table(rows))
-    print(f"\n{_printable(graph.name)}: {len(graph)} layers, {graph.parameter_count / 1e6:.1f}M parameters, "
-          f"{sum(counts.values())} configurations on {args.devices} devices (largest {max(counts.values())})")
+    totals = ", ".join(f"{sum(c.values()):,} {space} configurations (largest {max(c.values()):,})"
+                       for space, c in counts.items())
+    print(f"\n{_printable(graph.name)}: {len(graph)} layers, {graph.parameter_count / 1e6:.1f}M parameters; on "
+          f"{args.devices} devices ({' x '.join(map(str, shape))} mesh): {totals}")
     return 0
 
 

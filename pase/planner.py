@@ -20,7 +20,7 @@ strategy needs.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal, Mapping
+from typing import Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -36,7 +36,7 @@ from pase.search.exact import DEFAULT_ORDERING, SearchResult
 from pase.search.solver import Progress, Solver, exact, exact_or_approximate
 from pase.strategies.baselines import BASELINES
 
-__all__ = ["Plan", "PlanOptions", "plan", "evaluate", "parallelism_kind"]
+__all__ = ["Plan", "PlanOptions", "plan", "evaluate", "evaluate_all", "parallelism_kind"]
 
 
 def parallelism_kind(layer_dims: tuple[str, ...], config: tuple[int, ...], batch_dim: str = "b") -> str:
@@ -387,17 +387,41 @@ def evaluate(
         cluster has, or, under the corrected model, a device count that does
         not divide the cluster's).
     """
-    unknown = sorted(set(strategy) - {layer.name for layer in graph})
-    if unknown:
-        raise GraphError(f"strategy names layers graph {graph.name!r} does not have: {unknown[:5]}")
-    configs = {}
-    for layer in graph:
-        if layer.name not in strategy:
-            raise ConfigurationError(f"strategy gives no configuration for layer {layer.name!r}")
-        configs[layer.name] = np.array([check_config(layer, strategy[layer.name], cluster.devices, options.configs)])
+    return evaluate_all(graph, cluster, [(label, strategy)], options)[0]
+
+
+def evaluate_all(
+    graph: Graph,
+    cluster: Cluster,
+    strategies: Sequence[tuple[str, Mapping[str, tuple[int, ...]]]],
+    options: PlanOptions = PlanOptions(),
+) -> list[Plan]:
+    """:func:`evaluate` of several ``(label, strategy)`` pairs, in order, with one cost and one memory model.
+
+    Each layer's tables hold the distinct configurations the strategies give
+    it, so what the strategies share is costed once (the baselines' variants
+    mostly differ in a few layers). Raises as :func:`evaluate`.
+    """
+    rows_of: dict[str, dict[tuple[int, ...], int]] = {layer.name: {} for layer in graph}
+    assignments = []
+    for _, strategy in strategies:
+        unknown = sorted(set(strategy) - set(rows_of))
+        if unknown:
+            raise GraphError(f"strategy names layers graph {graph.name!r} does not have: {unknown[:5]}")
+        assignment = {}
+        for layer in graph:
+            if layer.name not in strategy:
+                raise ConfigurationError(f"strategy gives no configuration for layer {layer.name!r}")
+            cfg = check_config(layer, strategy[layer.name], cluster.devices, options.configs)
+            assignment[layer.name] = rows_of[layer.name].setdefault(cfg, len(rows_of[layer.name]))
+        assignments.append(assignment)
+    configs = {name: np.array(list(rows), dtype=np.int64) for name, rows in rows_of.items()}
     model = build_cost_model(graph, cluster, options.configs, configs=configs)
-    assignment = {name: 0 for name in configs}
-    rows = model.breakdown(assignment)
-    memory = build_memory_model(graph, cluster, options.memory, configs=configs).report(assignment, options.capacity(cluster))
-    return Plan(graph, cluster, label, tuple(rows), model.strategy_cost(rows), memory=memory,
-                edge_costs_s=model.edge_costs_s(assignment), cost_model=options.configs.cost_model)
+    memory_model = build_memory_model(graph, cluster, options.memory, configs=configs)
+    plans = []
+    for (label, _), assignment in zip(strategies, assignments, strict=True):
+        rows = model.breakdown(assignment)
+        memory = memory_model.report(assignment, options.capacity(cluster))
+        plans.append(Plan(graph, cluster, label, tuple(rows), model.strategy_cost(rows), memory=memory,
+                          edge_costs_s=model.edge_costs_s(assignment), cost_model=options.configs.cost_model))
+    return plans

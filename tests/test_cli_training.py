@@ -93,15 +93,20 @@ def test_solve_searches_three_d_and_never_loses_to_megatrons_configuration(capsy
 
 
 def test_solve_stats_count_what_the_searches_did(capsys):
+    from pase.hardware.cluster import preset
     from pase.ir.configs import ConfigOptions, layer_configs
+    from pase.model.cost import options_on
     from pase.models import sample
 
     code, out, _ = run(capsys, "solve", "transformer", "-p", "8", "--cluster", "dgx-a100", "--stats", "--json")
     assert code == 0
     stats = json.loads(out)["stats"]
     graph = sample("transformer")
-    # Configurations as listed one by one; the 6 + 6 identical blocks costed once per kind of layer.
-    assert stats["configurations"] == sum(len(layer_configs(l, 8, ConfigOptions())) for l in graph)
+    # Configurations as listed one by one (dgx-a100's default space: its mesh placements); the 6 + 6
+    # identical blocks costed once per kind of layer.
+    space = options_on(ConfigOptions(), preset("dgx-a100", devices=8))
+    assert space.split_space == "mesh"
+    assert stats["configurations"] == sum(len(layer_configs(l, 8, space)) for l in graph)
     assert stats["configurations_after_pruning"] <= stats["configurations"]
     assert stats["layers"] == len(graph) and stats["layer_kinds"] < len(graph) / 10
     assert stats["edge_tables"] < stats["edges"] == len(graph.edges)

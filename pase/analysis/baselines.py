@@ -12,7 +12,7 @@ from typing import Mapping, Sequence
 from pase.hardware.cluster import Cluster
 from pase.ir.configs import ConfigOptions
 from pase.ir.graph import Graph
-from pase.planner import Plan, PlanOptions, evaluate
+from pase.planner import Plan, PlanOptions, evaluate, evaluate_all
 from pase.strategies.baselines import BASELINES, data_parallel_config
 
 __all__ = ["evaluate_strategy", "baseline_plan", "data_parallel", "applicable_baselines"]
@@ -49,8 +49,8 @@ def baseline_plan(name: str, graph: Graph, cluster: Cluster, options: ConfigOpti
     baseline = BASELINES[name]
     if not baseline.applies(graph):
         raise ValueError(f"baseline {name!r} does not apply to {graph.name!r}")
-    plans = [evaluate(graph, cluster, s, PlanOptions(configs=options), label=label)
-             for label, s in baseline.candidates(graph, cluster.devices, options)]
+    plans = evaluate_all(graph, cluster, list(baseline.candidates(graph, cluster.devices, options)),
+                         PlanOptions(configs=options))
     return min(plans, key=lambda p: p.cost)
 
 
@@ -60,5 +60,12 @@ def data_parallel(graph: Graph, cluster: Cluster, options: ConfigOptions = Confi
 
 
 def applicable_baselines(graph: Graph, cluster: Cluster, options: ConfigOptions = ConfigOptions()) -> dict[str, Plan]:
-    """Every baseline that applies to ``graph``, name -> its best Plan."""
-    return {name: baseline_plan(name, graph, cluster, options) for name, b in BASELINES.items() if b.applies(graph)}
+    """Every baseline that applies to ``graph``, name -> its best Plan (all variants costed in one model)."""
+    variants = [(name, label, strategy) for name, b in BASELINES.items() if b.applies(graph)
+                for label, strategy in b.candidates(graph, cluster.devices, options)]
+    plans = evaluate_all(graph, cluster, [(label, s) for _, label, s in variants], PlanOptions(configs=options))
+    best: dict[str, Plan] = {}
+    for (name, _, _), candidate in zip(variants, plans, strict=True):
+        if name not in best or candidate.cost < best[name].cost:  # the first of equals, as min() keeps
+            best[name] = candidate
+    return best

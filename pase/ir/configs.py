@@ -7,6 +7,16 @@ corrected cost model that product also divides ``p``: a layer runs on a
 sub-mesh that tiles the device mesh and is replicated over the rest
 (:mod:`pase.model.layout`); the paper's model lets the other devices idle.
 
+That is the paper's split space (``ConfigOptions(split_space="divisors")``,
+the default). The mesh space (``split_space="mesh"``) keeps the
+configurations that placements of whole mesh axes give, as DTensor and GSPMD
+express a layout: each axis shards one dimension or replicates (a pending
+sum, too, lies along an axis), on the mesh shapes derived from the cluster's
+hierarchy (``ConfigOptions.mesh_shape``, e.g. 8 nodes x 8 GPUs): the
+hierarchy itself and, for each way of splitting the innermost axis (the GPUs
+of a node) in two, that shape too, so that a node can hold 2 x 4 as well as
+8. Its size grows with the number of mesh axes, not with ``p``.
+
 A layer's configurations are counted (:func:`count_configs`, a product over
 its dimensions, never a list) before they are listed, so a layer of many
 dimensions on many devices is refused (``pase.limits.MAX_LAYER_CONFIGS``)
@@ -16,6 +26,7 @@ before it takes memory, and so is a cluster above
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -28,12 +39,16 @@ from pase.ir.graph import Graph, Layer
 from pase.limits import MAX_LAYER_CONFIGS, MAX_SEARCH_DEVICES
 from pase.ops import OPS
 
-__all__ = ["COST_MODELS", "ConfigOptions", "split_factors", "count_configs", "layer_configs", "config_counts",
-           "check_config"]
+__all__ = ["COST_MODELS", "SPLIT_SPACES", "ConfigOptions", "split_factors", "count_configs", "layer_configs",
+           "config_counts", "check_config", "mesh_shapes"]
 
 # "corrected": layouts on the device mesh with pending sums, computed backward volumes and the
 # audit's fixes (pase.model.cost); "paper": the paper's equation 1 and its prototype's edge rule.
 COST_MODELS = ("corrected", "paper")
+# "divisors": every tuple of divisors using at most p devices (the paper's); "mesh": the tuples that
+# placements of whole mesh axes give (module docstring); "auto": the mesh on today's presets (DGX), the
+# divisors on the paper's and on clusters built by hand (pase.model.cost.options_on).
+SPLIT_SPACES = ("divisors", "mesh", "auto")
 
 
 @dataclass(frozen=True)
@@ -55,6 +70,15 @@ class ConfigOptions:
     cost_model : str
         ``"corrected"`` (default) or ``"paper"`` (:data:`COST_MODELS`,
         :mod:`pase.model.cost`).
+    split_space : str
+        ``"divisors"`` (the paper's), ``"mesh"`` (the module docstring) or
+        ``"auto"`` (:data:`SPLIT_SPACES`): the cost model resolves it for
+        its cluster (:meth:`on_mesh`); listing configurations without a
+        cluster, ``"auto"`` means the divisors.
+    mesh_shape : tuple of int
+        For the mesh space, the extents of the cluster's mesh, outermost
+        first (``Cluster.mesh.shape``); empty means one axis of all the
+        devices. The cost model fills it in from the cluster it is given.
     sync_batchnorm : bool or None
         Whether BatchNorm synchronises its statistics over a split batch
         (:class:`pase.ops.CollectiveOptions`); ``None``: the cost model's
@@ -67,12 +91,32 @@ class ConfigOptions:
     spatial_split: bool = False
     cost_model: str = "corrected"
     sync_batchnorm: bool | None = None
+    split_space: str = "auto"
+    mesh_shape: tuple[int, ...] = ()
 
     def __post_init__(self):
         if isinstance(self.min_shard, bool) or not isinstance(self.min_shard, int) or self.min_shard < 1:
             raise ConfigurationError(f"min_shard must be a whole number >= 1, got {self.min_shard!r}")
         if self.cost_model not in COST_MODELS:
             raise ConfigurationError(f"unknown cost model {self.cost_model!r}; choose one of {', '.join(COST_MODELS)}")
+        if self.split_space not in SPLIT_SPACES:
+            raise ConfigurationError(f"unknown split space {self.split_space!r}; choose one of "
+                                     f"{', '.join(SPLIT_SPACES)}")
+        object.__setattr__(self, "mesh_shape", tuple(int(a) for a in self.mesh_shape))
+        if any(a < 1 for a in self.mesh_shape):
+            raise ConfigurationError(f"mesh_shape must be positive extents, got {self.mesh_shape!r}")
+
+    def on_mesh(self, shape: tuple[int, ...], mesh_by_default: bool = True) -> ConfigOptions:
+        """These options for a cluster whose mesh has extents ``shape``: the mesh space's ``mesh_shape`` set,
+        and ``"auto"`` resolved to the mesh space if ``mesh_by_default``, else to the divisors
+        (:func:`pase.model.cost.options_on` decides it for a cluster)."""
+        space = self.split_space
+        if space == "auto":
+            space = "mesh" if mesh_by_default else "divisors"
+        shape = tuple(shape) if space == "mesh" else ()
+        if (space, shape) == (self.split_space, self.mesh_shape):
+            return self
+        return replace(self, split_space=space, mesh_shape=shape)
 
     @property
     def tiles_mesh(self) -> bool:
@@ -158,6 +202,8 @@ def count_configs(layer: Layer, devices: int, options: ConfigOptions = ConfigOpt
     616666
     """
     _check_devices(devices)
+    if options.split_space == "mesh":
+        return len(_mesh_configs(layer, devices, options))
     ways = {1: 1}  # devices a prefix uses -> prefixes that use that many
     for d in layer.dims:
         factors = split_factors(layer, d, devices, options)
@@ -207,6 +253,11 @@ def layer_configs(layer: Layer, devices: int, options: ConfigOptions = ConfigOpt
     >>> layer_configs(fc, 2, ConfigOptions(min_shard=1)).tolist()
     [[1, 1, 1], [1, 1, 2], [1, 2, 1], [2, 1, 1]]
     """
+    if options.split_space == "mesh":  # a few hundred at most: listed, then checked
+        rows = sorted(_mesh_configs(layer, devices, options))
+        if len(rows) > MAX_LAYER_CONFIGS:
+            raise ConfigurationError(_too_many_configs(layer, len(rows), devices, options))
+        return np.array(rows, dtype=np.int64).reshape(len(rows), len(layer.dims))
     count = count_configs(layer, devices, options)
     if count > MAX_LAYER_CONFIGS:
         raise ConfigurationError(_too_many_configs(layer, count, devices, options))
@@ -218,6 +269,36 @@ def layer_configs(layer: Layer, devices: int, options: ConfigOptions = ConfigOpt
         rows = [(row + (f,), used * f) for row, used in rows for f in factors
                 if used * f <= devices and (not options.tiles_mesh or devices % (used * f) == 0)]
     return np.array([row for row, _ in rows], dtype=np.int64).reshape(len(rows), len(layer.dims))
+
+
+def mesh_shapes(shape: tuple[int, ...], devices: int) -> list[tuple[int, ...]]:
+    """The mesh shapes the mesh space places layers on: ``shape`` (one axis of ``devices`` if empty) and it
+    with its innermost axis split into two factors, each way (8 x 8 also as 8 x 2 x 4 and 8 x 4 x 2).
+
+    Raises ``ConfigurationError`` when the extents do not multiply to ``devices``.
+    """
+    shape = tuple(shape) or (int(devices),)
+    if np.prod(shape, dtype=object) != devices:
+        raise ConfigurationError(f"mesh shape {' x '.join(map(str, shape))} does not hold {devices:,} devices")
+    inner = shape[-1]
+    return [shape] + [shape[:-1] + (f, inner // f) for f in _divisors(inner) if 1 < f < inner]
+
+
+def _mesh_configs(layer: Layer, devices: int, options: ConfigOptions) -> set[tuple[int, ...]]:
+    """The mesh space of ``layer``: per mesh shape, every assignment of each axis to a dimension or to none,
+    kept where each factor is one :func:`split_factors` allows."""
+    allowed = [set(split_factors(layer, d, devices, options)) for d in layer.dims]
+    out: set[tuple[int, ...]] = set()
+    for shape in mesh_shapes(options.mesh_shape, devices):
+        axes = [a for a in shape if a > 1]
+        for owners in itertools.product(range(len(layer.dims) + 1), repeat=len(axes)):
+            factors = [1] * len(layer.dims)
+            for a, d in zip(axes, owners):
+                if d < len(factors):
+                    factors[d] *= a
+            if all(f in ok for f, ok in zip(factors, allowed)):
+                out.add(tuple(factors))
+    return out
 
 
 def config_counts(graph: Graph, devices: int, options: ConfigOptions = ConfigOptions()) -> dict[str, int]:

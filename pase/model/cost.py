@@ -52,7 +52,7 @@ from typing import Mapping
 import numpy as np
 
 from pase.errors import ConfigurationError, SearchTooLargeError
-from pase.hardware.cluster import Cluster
+from pase.hardware.cluster import PRESETS, Cluster
 from pase.hardware.mesh import DeviceMesh
 from pase.ir.configs import ConfigOptions, check_config, layer_configs
 from pase.ir.graph import Edge, Graph, Layer
@@ -316,6 +316,19 @@ def _paper_edge_s(src: Layer, e: Edge, src_place: Placement, src_cfg, dst: Layer
     return directions * mesh.redistribute_s(held * bpe)
 
 
+def options_on(options: ConfigOptions, cluster: Cluster) -> ConfigOptions:
+    """``options`` with their split space set for ``cluster``'s mesh (:meth:`ConfigOptions.on_mesh`).
+
+    ``"auto"`` is the mesh space on today's presets (the DGX clusters of
+    :data:`~pase.hardware.cluster.PRESETS`, as a framework places layers on
+    their node x GPU mesh) and the paper's divisors on the paper's presets
+    (``paper-*``, whose results the paper reports) and on clusters built by
+    hand or with a preset's figures overridden (named otherwise).
+    """
+    modern = cluster.name in PRESETS and not cluster.name.startswith("paper")
+    return options.on_mesh(cluster.mesh.shape, modern)
+
+
 def build_cost_model(
     graph: Graph,
     cluster: Cluster,
@@ -347,11 +360,15 @@ def build_cost_model(
         table is allocated, the message gives the bytes and what to change.
     """
     graph.validate()
+    options = options_on(options, cluster)
     if options.cost_model == "paper" and cluster.efficiency is not None:
         cluster = replace(cluster, efficiency=None)  # the paper's model: peak rates, nominal bandwidths
     layers = graph.layers
     if configs is None:
-        configs = {layer.name: layer_configs(layer, cluster.devices, options) for layer in layers}
+        listed: dict[int, np.ndarray] = {}  # by kind of layer: repeated blocks have the same configurations
+        configs = {layer.name: listed[graph.kind(layer.name)] if graph.kind(layer.name) in listed
+                   else listed.setdefault(graph.kind(layer.name), layer_configs(layer, cluster.devices, options))
+                   for layer in layers}
     else:
         configs = {name: np.asarray(rows, dtype=np.int64).reshape(len(rows), -1) for name, rows in configs.items()}
         checked = set()

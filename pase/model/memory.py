@@ -483,7 +483,10 @@ def build_memory_model(
     graph.validate()
     layers = graph.layers
     if configs is None:
-        configs = {layer.name: layer_configs(layer, cluster.devices, config_options) for layer in layers}
+        from pase.model.cost import options_on  # late: the cost model imports what this module does
+
+        mine = options_on(config_options, cluster)
+        configs = {layer.name: layer_configs(layer, cluster.devices, mine) for layer in layers}
     bpe = cluster.bytes_per_element
     per_param = options.bytes_per_parameter(bpe)
     keeps = {layer.name: saved_tensors(layer) for layer in layers}
