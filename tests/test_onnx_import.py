@@ -327,9 +327,9 @@ def test_bidirectional_lstm_is_two_lstms_and_a_concat():
 
 def _with_unsupported():
     nodes = [node("MatMul", ["x", "W"], ["h"], name="fc"), node("Hardmax", ["h"], ["a"], name="hm1"),
-             node("Hardmax", ["a"], ["b"], name="hm2"), node("TopK", ["b", "k"], ["v", "i"], name="topk"),
+             node("Hardmax", ["a"], ["b"], name="hm2"), node("Resize", ["b", "", "", "sizes"], ["v"], name="resize"),
              node("MatMul", ["v", "W2"], ["y"], name="fc2")]
-    inits = [w("W", 8, 8), numpy_helper.from_array(np.array([4], np.int64), "k"), w("W2", 4, 3)]
+    inits = [w("W", 8, 8), numpy_helper.from_array(np.array([2, 4], np.int64), "sizes"), w("W2", 4, 3)]
     return model(nodes, [vi("x", [2, 8])], [vi("y", [2, 3])], inits)
 
 
@@ -337,7 +337,7 @@ def test_unsupported_operators_are_all_listed():
     with pytest.raises(FormatError) as info:
         from_onnx(_with_unsupported())
     message = str(info.value)
-    assert "Hardmax x2, e.g. 'hm1'" in message and "TopK x1, e.g. 'topk'" in message
+    assert "Hardmax x2, e.g. 'hm1'" in message and "Resize x1, e.g. 'resize'" in message
     assert "unsupported='elementwise'" in message
 
 
@@ -346,8 +346,8 @@ def test_unsupported_operators_as_elementwise_with_a_warning():
         g = from_onnx(_with_unsupported(), unsupported="elementwise")
     g.validate()
     assert g.layer("hm1").op == "Elementwise"
-    # TopK changes the shape (2, 8) -> (2, 4): a crop, then an element-wise layer.
-    assert g.layer("topk").outputs[0].shape == (2, 4)
+    # Resize changes the shape (2, 8) -> (2, 4): a crop, then an element-wise layer.
+    assert g.layer("resize").outputs[0].shape == (2, 4)
     assert g.layer("fc2").inputs[0].shape == (2, 4)
 
 

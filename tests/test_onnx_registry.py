@@ -102,6 +102,15 @@ def _reduce(op):
     return m, lambda g: g.layer("red").op == "ReduceMean" and g.layer("red").param_dict["reduce"] == ["n"]
 
 
+def _index_tensor(nodes, inits=()):
+    # An index tensor "i" computed from a GEMM's output (no layer, no gradient) scaling that
+    # output: the product is a pointwise op of the GEMM.
+    mm, wh = fc()
+    tail = [node("Cast", ["i"], ["f"], to=F), node("Mul", ["h", "f"], ["y"])]
+    m = model([mm, *nodes, *tail], [X], [vi("y", [4, 8])], [wh, *inits])
+    return m, lambda g: [layer.op for layer in g] == ["FullyConnected"] and g.layer("fc_h").param_dict["pointwise"] == 1
+
+
 def _named(nodes, inputs, outputs, inits, layer, op):
     m = model(nodes, inputs, outputs, inits)
     return m, lambda g: g.layer(layer).op == op
@@ -188,6 +197,32 @@ def _case(op):
                                [wh, w("r", 2, value=[1, 2], **i64)], "tile", "Concat"),
         "Pad": lambda: _named([mm, node("Pad", ["h", "p"], ["y"], name="pad")], [X], [vi("y", [4, 10])],
                               [wh, w("p", 4, value=[0, 1, 0, 1], **i64)], "pad", "Concat"),
+        # Routing: TopK's values a crop, its indices, ArgMax and OneHot index tensors,
+        # gathers at computed indices crops, scatters element-wise with their updates.
+        "TopK": lambda: _named([mm, node("TopK", ["h", "k"], ["v", "i"], name="topk", axis=1),
+                                node("MatMul", ["v", "W2"], ["y"], name="fc2")], [X], [vi("y", [4, 3])],
+                               [wh, w("k", 1, value=[4], **i64), w("W2", 4, 3)], "topk", "Split"),
+        "ArgMax": lambda: _index_tensor([node("ArgMax", ["h"], ["i"], axis=1)]),
+        "ArgMin": lambda: _index_tensor([node("ArgMin", ["h"], ["i"], axis=1)]),
+        # A full-size mask times the GEMM's output: an Elementwise layer whose mask input no edge feeds.
+        "OneHot": lambda: (_index_tensor([node("ArgMax", ["h"], ["a"], axis=1, keepdims=0),
+                                          node("OneHot", ["a", "depth", "vals"], ["i"])],
+                                         [w("depth", value=8, **i64), w("vals", 2, value=[0, 1], **i64)])[0],
+                           lambda g: g.layer("y").op == "Elementwise" and len(g.in_edges("y")) == 1),
+        "CumSum": lambda: _named([mm, node("CumSum", ["h", "ax"], ["y"])], [X], [vi("y", [4, 8])],
+                                 [wh, w("ax", value=1, **i64)], "fc_h", "FullyConnected"),
+        "GatherElements": lambda: _named([mm, node("GatherElements", ["h", "gi"], ["y"], name="ge", axis=1)], [X],
+                                         [vi("y", [4, 3])], [wh, w("gi", 4, 3, value=np.zeros((4, 3)), **i64)],
+                                         "ge", "Split"),
+        "GatherND": lambda: _named([mm, node("GatherND", ["h", "ni"], ["y"], name="gnd", batch_dims=1)], [X],
+                                   [vi("y", [4, 3])], [wh, w("ni", 4, 3, 1, value=np.zeros((4, 3, 1)), **i64)],
+                                   "gnd", "Split"),
+        "ScatterElements": lambda: _named(
+            [mm, fc("u", n=2)[0], node("ScatterElements", ["h", "si", "u"], ["y"], name="sc", axis=1)], [X],
+            [vi("y", [4, 8])], [wh, fc("u", n=2)[1], w("si", 4, 2, value=np.zeros((4, 2)), **i64)], "sc", "Elementwise"),
+        "ScatterND": lambda: _named(
+            [mm, fc("u")[0], node("ScatterND", ["h", "ni", "u"], ["y"], name="sc")], [X], [vi("y", [4, 8])],
+            [wh, fc("u")[1], w("ni", 4, 1, value=[[0], [1], [2], [3]], **i64)], "sc", "Elementwise"),
     }
     for pool in ("MaxPool", "AveragePool", "LpPool"):
         cases[pool] = lambda pool=pool: _named([node(pool, ["x"], ["y"], name="pool", kernel_shape=[2, 2], strides=[2, 2])],

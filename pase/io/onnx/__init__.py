@@ -40,6 +40,15 @@ How operators map (:data:`SUPPORTED_OPS` lists them all):
   modelled as crops (``Split``) and pads (``Concat``) of it.
 * Element-wise operators with two different activations: ``Elementwise``,
   or an ``Einsum`` when one is broadcast (``x * gate[b, c]``).
+* A mixture-of-experts router's bookkeeping (:mod:`.convert.routing`):
+  ``TopK`` values as a crop of the scores; ``TopK`` indices, ``ArgMax`` and
+  ``OneHot`` as index tensors (no layer and no gradient, as in torch: a dispatch
+  mask built from them is read like a graph input); ``CumSum`` element-wise;
+  ``GatherElements`` / ``GatherND`` (and ``Gather`` at computed indices) and
+  ``ScatterElements`` / ``ScatterND`` as data movement to their exact shapes.
+  Batched experts (stacked weights ``[E, ...]`` applied by ``Einsum`` or
+  ``MatMul``) are ``Einsum`` layers with the expert axis in their iteration
+  space: splitting it is expert parallelism.
 
 Not mapped (listed in the error, all at once, or element-wise with
 ``unsupported="elementwise"``): control flow, other domains, GRU/RNN, 3-D

@@ -6,7 +6,9 @@ import: :mod:`.gemm` (Gemm, MatMul, Einsum), :mod:`.conv` (Conv, pooling),
 :mod:`.norm` (element-wise operators, normalisation, softmax, losses),
 :mod:`.sequence` (LSTM, and the embedding lookup behind a Gather from a weight),
 :mod:`.movement` (Reshape, Transpose, Concat, Split, Slice, Gather, Pad...,
-reductions) and :mod:`.tensor` (constants, shape queries, pass-through).
+reductions), :mod:`.routing` (TopK, OneHot, CumSum, gathers and scatters at
+computed indices: a mixture-of-experts router's bookkeeping) and :mod:`.tensor`
+(constants, shape queries, pass-through).
 
 Mapping another operator is one decorated function in its family's module
 (a new family module is also added to the import below), for instance::
@@ -19,7 +21,7 @@ Mapping another operator is one decorated function in its family's module
         return [Act.of(spec, 0, x.batch_axis, x.image)]
 """
 
-from pase.io.onnx.convert import conv, gemm, movement, norm, sequence, tensor  # noqa: F401  (they register on import)
+from pase.io.onnx.convert import conv, gemm, movement, norm, routing, sequence, tensor  # noqa: F401  (they register on import)
 from pase.io.onnx.convert.registry import CONVERTERS, Converter, Unsupported, converter
 
 __all__ = ["CONVERTERS", "Converter", "Unsupported", "converter"]

@@ -10,7 +10,7 @@ from math import prod
 import numpy as np
 
 from pase.errors import FormatError
-from pase.io.onnx.convert.registry import Unsupported, converter
+from pase.io.onnx.convert.registry import converter
 from pase.io.onnx.convert.sequence import embedding
 from pase.io.onnx.reader import check_shape
 from pase.io.onnx.shapes import axes_arg, batch_slot, broadcast, letters, norm_axis, reshape_axis, resolve_reshape
@@ -247,18 +247,21 @@ def slice_(imp, ins, attrs):
 @converter("Gather", inputs=2, keeps_name=True)
 def gather(imp, ins, attrs):
     """From a weight: an embedding lookup. From an activation at constant indices: one
-    element as a shared Split output, several as a crop to the result's shape."""
+    element as a shared Split output, several (or any at computed indices) as a crop or
+    pad to the result's shape."""
     data, idx = ins[0], ins[1]
     axis = int(attrs.get("axis", 0))
     if isinstance(data, Const):
         return [embedding(imp, data, idx, axis)]
     rank = len(data.shape)
     axis = norm_axis(axis, rank, imp.where())
-    if isinstance(idx, Act):
-        raise Unsupported("gather of an activation at computed indices")
     out_shape = data.shape[:axis] + tuple(idx.shape) + data.shape[axis + 1:]
     if 0 in out_shape:
         raise FormatError(f"{imp.where()}: the result is zero-sized")
+    if isinstance(idx, Act):
+        # At computed indices (the tokens routed to an expert, index_select): rows of the
+        # activation moved to the result's shape, the gradient flowing back to them.
+        return [imp.adapt(data, out_shape)]
     if idx.shape == () and idx.value is not None:
         n = data.shape[axis]
         i = int(idx.value) % n if -n <= int(idx.value) < n else None
