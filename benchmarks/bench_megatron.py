@@ -8,10 +8,10 @@ the published configuration (t, p, d = GPUs / (t p), the published batch) costed
 overlap: the paper's model, which the calibration issue replaces). End to end:
 the search time includes building every microbatch graph and costing it.
 
-Where the paper is silent: as ``validate_published.py`` assumes (microbatch 1,
-full recomputation, the interleaved schedule with the largest ``v`` of 4, 3, 2
-that divides the layers per stage when the microbatches allow it, else 1F1B);
-ZeRO 0, no sequence parallelism (not in that paper).
+Each row as Megatron-LM's launch script ran it (``validate_published.py``'s
+``TABLE1``: microbatch size, interleaving, whether the gradient reduction
+overlapped; full recomputation); ZeRO 0, no sequence parallelism (not in that
+paper).
 
 Usage: ``python benchmarks/bench_megatron.py [--no-write] [--rows N]``.
 """
@@ -36,9 +36,9 @@ SECTION = "## Megatron-LM Table 1 in the 3-D model (issue 11)"
 def run(rows: int) -> tuple[str, float]:
     start = time.perf_counter()
     lines = []
-    for name, layers, hidden, t, p, gpus, batch, measured in TABLE1[:rows]:
+    for name, layers, hidden, t, p, gpus, batch, measured, mb, v, overlap in TABLE1[:rows]:
         build, cluster = batch_builder(name), preset("dgx-a100", gpus)
-        theirs = evaluate_training(build, cluster, table1_config(layers, t, p, gpus, batch))
+        theirs = evaluate_training(build, cluster, table1_config(layers, t, p, gpus, batch, mb, v, overlap))
         began = time.perf_counter()
         try:
             found = search_training(build, cluster, batch)

@@ -23,7 +23,7 @@ from math import ceil, gcd, prod
 from numbers import Real
 
 from pase.errors import ClusterError
-from pase.hardware.efficiency import CALCULON_A100, Efficiency, derated
+from pase.hardware.efficiency import A100_FITTED, A100_HBM_BPS, Efficiency, derated
 from pase.hardware.mesh import DeviceMesh, MeshAxis
 from pase.limits import (
     MAX_BANDWIDTH_BPS, MAX_MEMORY_BYTES, MAX_PEAK_FLOPS, MIN_BANDWIDTH_BPS, MIN_MEMORY_BYTES,
@@ -261,15 +261,18 @@ PRESETS: dict[str, Cluster] = {
 
 
 # What the modern presets' kernels and links achieve (pase.hardware.efficiency). The A100's is
-# Calculon's published calibration; the others carry its fractions over (the vector rate scaled by
-# the peak, memory at the same fraction of the published HBM bandwidth): not yet validated against
-# measurements of those GPUs.
+# A100_FITTED: Calculon's published figures with six of them fitted to Korthikanti Table 5 and
+# Megatron Table 1 (benchmarks/fit_calibration.py). The others carry its fractions over (the
+# matrix curve, link efficiencies, latencies and compute/memory overlap as fitted on the A100,
+# the vector rate scaled by the peak, memory at the A100's fitted fraction of each GPU's published
+# HBM bandwidth): not validated against measurements of those GPUs.
+_HBM = A100_FITTED.memory_Bps / A100_HBM_BPS
 CALIBRATIONS: dict[str, Efficiency] = {
-    "dgx-a100": CALCULON_A100,
-    "dgx-a100-40gb": derated(CALCULON_A100, 312e12, 312e12, 1555e9 * 2048 / 2039, "A100 40 GB HBM2, 1,555 GB/s"),
-    "dgx-h100": derated(CALCULON_A100, 989e12, 312e12, 3350e9 * 2048 / 2039, "H100 SXM HBM3, 3.35 TB/s"),
-    "dgx-h200": derated(CALCULON_A100, 989e12, 312e12, 4800e9 * 2048 / 2039, "H200 HBM3e, 4.8 TB/s"),
-    "dgx-b200": derated(CALCULON_A100, 2250e12, 312e12, 8000e9 * 2048 / 2039, "B200 HBM3e, 8 TB/s"),
+    "dgx-a100": A100_FITTED,
+    "dgx-a100-40gb": derated(A100_FITTED, 312e12, 312e12, 1555e9 * _HBM, "A100 40 GB HBM2, 1,555 GB/s"),
+    "dgx-h100": derated(A100_FITTED, 989e12, 312e12, 3350e9 * _HBM, "H100 SXM HBM3, 3.35 TB/s"),
+    "dgx-h200": derated(A100_FITTED, 989e12, 312e12, 4800e9 * _HBM, "H200 HBM3e, 4.8 TB/s"),
+    "dgx-b200": derated(A100_FITTED, 2250e12, 312e12, 8000e9 * _HBM, "B200 HBM3e, 8 TB/s"),
 }
 
 

@@ -11,7 +11,10 @@ reach instead, in a few physically meaningful numbers, each with its source
 * other kernels (normalisations, softmax, elementwise, embeddings) run on
   the vector units at ``vector_flops``;
 * every kernel moves its operands through memory at ``memory_Bps`` and takes
-  at least ``kernel_overhead_s`` (launch and tail);
+  at least ``kernel_overhead_s`` (launch and tail); ``memory_overlap`` is the
+  fraction of the shorter of a kernel's compute and memory times hidden behind
+  the longer (1: the roofline, their maximum; 0: their sum, as Calculon's
+  ``no_overlap`` processing mode prices kernels);
 * each link class reaches a fraction of its nominal bandwidth in a collective
   (``intra_efficiency`` inside a node, ``inter_efficiency`` between nodes)
   and pays a latency per collective step (``intra_latency_s``,
@@ -19,6 +22,12 @@ reach instead, in a few physically meaningful numbers, each with its source
 
 :mod:`pase.model.roofline` turns these into kernel times; a cluster with
 ``efficiency`` set is priced with them unless the cost model is the paper's.
+
+:data:`CALCULON_A100` is Calculon's published A100 system file as this model
+reads it; :data:`A100_FITTED` (the ``dgx-a100`` preset's calibration) starts
+from it and fits six figures to Korthikanti et al.'s Table 5 and Megatron-LM's
+Table 1 (``benchmarks/fit_calibration.py``; BENCHMARKS.md, "Published
+measurements against the model").
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ import numpy as np
 from pase.errors import ClusterError
 from pase.limits import MAX_LATENCY_S
 
-__all__ = ["Efficiency", "CALCULON_A100", "derated"]
+__all__ = ["Efficiency", "CALCULON_A100", "A100_FITTED", "A100_HBM_BPS", "derated"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,7 @@ class Efficiency:
     inter_efficiency: float = 1.0
     intra_latency_s: float = 0.0
     inter_latency_s: float = 0.0
+    memory_overlap: float = 1.0
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self):
@@ -66,6 +76,8 @@ class Efficiency:
             value = getattr(self, name)
             if not 0 < value <= 1:
                 raise ClusterError(f"{name} must be a fraction in (0, 1], got {value!r}")
+        if not 0 <= self.memory_overlap <= 1:
+            raise ClusterError(f"memory_overlap must be a fraction from 0 to 1, got {self.memory_overlap!r}")
         if any(not 0 < e <= 1 for _, e in curve):
             raise ClusterError(f"matmul_curve fractions of peak must be in (0, 1], got {curve}")
         for name in ("vector_flops", "memory_Bps"):
@@ -89,7 +101,7 @@ class Efficiency:
                 "memory_Bps": self.memory_Bps, "kernel_overhead_s": self.kernel_overhead_s,
                 "intra_efficiency": self.intra_efficiency, "inter_efficiency": self.inter_efficiency,
                 "intra_latency_s": self.intra_latency_s, "inter_latency_s": self.inter_latency_s,
-                "sources": dict(self.sources)}
+                "memory_overlap": self.memory_overlap, "sources": dict(self.sources)}
 
 
 def derated(efficiency: Efficiency, peak_flops: float, reference_peak_flops: float, memory_Bps: float,
@@ -102,7 +114,7 @@ def derated(efficiency: Efficiency, peak_flops: float, reference_peak_flops: flo
     return Efficiency(
         efficiency.matmul_curve, efficiency.vector_flops * scale, memory_Bps, efficiency.kernel_overhead_s,
         efficiency.intra_efficiency, efficiency.inter_efficiency, efficiency.intra_latency_s,
-        efficiency.inter_latency_s, sources)
+        efficiency.inter_latency_s, efficiency.memory_overlap, sources)
 
 
 _CALCULON = "Calculon (calculon-ai/calculon) A100 system file, as summarised in published-measurements.md"
@@ -127,5 +139,36 @@ CALCULON_A100 = Efficiency(
         "inter_efficiency": f"{_CALCULON}: InfiniBand at 90% of nominal",
         "intra_latency_s": "assumed: 5 us per collective step inside a node (NCCL over NVLink)",
         "inter_latency_s": "assumed: 10 us per collective step between nodes (NCCL over InfiniBand)",
+    },
+)
+
+A100_HBM_BPS = 2039e9  # A100 SXM 80 GB: published HBM2e bandwidth
+_FITTED = "fitted to Korthikanti Table 5 and Megatron Table 1 (benchmarks/fit_calibration.py)"
+
+# A100 SXM 80 GB fitted to the published runs (benchmarks/validate_published.py) from Calculon's
+# figures: six numbers fitted (the matrix curve's three points, the HBM fraction, NVLink's
+# efficiency, the compute/memory overlap), the rest Calculon's or assumed as in CALCULON_A100.
+A100_FITTED = Efficiency(
+    matmul_curve=((1e9, 0.2815), (16e9, 0.6249), (128e9, 0.8070)),
+    vector_flops=78e12,
+    memory_Bps=0.6255 * A100_HBM_BPS,
+    kernel_overhead_s=5e-6,
+    intra_efficiency=0.7558,
+    inter_efficiency=0.90,
+    intra_latency_s=5e-6,
+    inter_latency_s=10e-6,
+    memory_overlap=0.6155,
+    sources={
+        "matmul_curve": f"{_FITTED}: fractions of peak at 1, 16 and 128 GFLOP per kernel (Calculon's 60/90/95% "
+                        "the start)",
+        "vector_flops": f"{_CALCULON}: vector operations at 78 TFLOP/s",
+        "memory_Bps": f"{_FITTED}: the achieved fraction of the published 2,039 GB/s",
+        "kernel_overhead_s": "assumed: 5 us per kernel launch and tail, a typical CUDA figure",
+        "intra_efficiency": f"{_FITTED}: NVLink's fraction of nominal in collectives (Calculon's 65% the start)",
+        "inter_efficiency": f"{_CALCULON}: InfiniBand at 90% of nominal",
+        "intra_latency_s": "assumed: 5 us per collective step inside a node (NCCL over NVLink)",
+        "inter_latency_s": "assumed: 10 us per collective step between nodes (NCCL over InfiniBand)",
+        "memory_overlap": f"{_FITTED}: the fraction of the shorter of a kernel's compute and memory times "
+                          "hidden behind the longer (1: the roofline; Calculon's A100 file sums them, 0)",
     },
 )

@@ -336,6 +336,7 @@ def build_cost_model(
     *,
     configs: Mapping[str, np.ndarray] | None = None,
     table_budget_bytes: int | None = None,
+    shared_reads: bool = False,
 ) -> CostModel:
     """Enumerate configurations and compute every cost table of ``graph`` on ``cluster``.
 
@@ -346,6 +347,17 @@ def build_cost_model(
     makes in FLOP-equivalents, and the scratch of computing them. Default:
     ``DEFAULT_TABLE_BUDGET_BYTES`` (4 GiB) or, if less,
     :func:`~pase.search.exact.default_memory_budget_bytes`.
+
+    ``shared_reads`` (for a costed strategy, one configuration per layer):
+    a producer's output read by several consumers in the same layout (the
+    same op, dimensions, input tensor and configuration: Megatron's q, k and
+    v reading the norm's output) is redistributed once, not once per reader,
+    as a fused product does: the first such edge keeps its table, the others
+    cost nothing. Forward, one gather serves every reader; backward, the
+    readers' gradients have the same layout and are summed locally before one
+    reduction. The search (several configurations per layer) keeps one
+    redistribution per reader, since which readers agree depends on their
+    choices.
 
     Raises
     ------
@@ -459,8 +471,23 @@ def build_cost_model(
         compute_flops=flops, forward_flops=forward_flops, compute_s=seconds, forward_compute_s=forward,
         comm_s={name: both[0] for name, both in comm.items()},
         gradient_comm_s={name: both[1] for name, both in comm.items()},
-        edge_tables=[(e, edge_table(e, key)) for e, key in zip(edges, keys, strict=True)],
+        edge_tables=_shared_reads(edges, keys, configs, edge_table) if shared_reads else
+        [(e, edge_table(e, key)) for e, key in zip(edges, keys, strict=True)],
     )
+
+
+def _shared_reads(edges: list[Edge], keys: list[tuple], configs: Mapping[str, np.ndarray], edge_table) -> list:
+    """Edge tables with each identical redistribution of one producer output to one-configuration readers
+    counted once (``build_cost_model(shared_reads=True)``)."""
+    out, seen = [], set()
+    for e, key in zip(edges, keys, strict=True):
+        table = edge_table(e, key)
+        if len(configs[e.src]) == 1 and len(configs[e.dst]) == 1:
+            if (e.src, e.src_output, key) in seen:
+                table = np.zeros_like(table)
+            seen.add((e.src, e.src_output, key))
+        out.append((e, table))
+    return out
 
 
 def _edge_table(src: Layer, e: Edge, src_place: Placement, src_cfg: np.ndarray, dst: Layer, dst_place: Placement,

@@ -5,7 +5,10 @@ A layer's work on one device, under each configuration, is a few kernels
 gradient and each input's gradient as one kernel each (``dW = dy^T x``,
 ``dx = dy W``); for any other op one backward kernel. A kernel takes::
 
-    max(FLOPs / rate, bytes / memory_Bps) + kernel_overhead_s
+    max(C, M) + (1 - memory_overlap) min(C, M) + kernel_overhead_s,   C = FLOPs / rate, M = bytes / memory_Bps
+
+(``memory_overlap`` 1: the roofline; less: part of the shorter time is not
+hidden behind the longer)
 
 with ``rate`` the peak times the matrix-size efficiency
 (:meth:`~pase.hardware.efficiency.Efficiency.matmul_fraction`) for matrix
@@ -39,7 +42,8 @@ VECTOR_BACKWARD_BYTES = 1.5
 
 def _kernel_s(flops: np.ndarray, nbytes: np.ndarray, matrix: bool, peak: float, eff: Efficiency) -> np.ndarray:
     rate = peak * eff.matmul_fraction(flops) if matrix else eff.vector_flops
-    busy = np.maximum(flops / rate, nbytes / eff.memory_Bps)
+    compute, memory = flops / rate, nbytes / eff.memory_Bps
+    busy = np.maximum(compute, memory) + (1.0 - eff.memory_overlap) * np.minimum(compute, memory)
     # A product's kernel with no FLOPs does not exist (no weights: no weight gradient).
     runs = (flops > 0) if matrix else ((flops > 0) | (nbytes > 0))
     return np.where(runs, busy + eff.kernel_overhead_s, 0.0)

@@ -14,7 +14,9 @@ Per microbatch (the graph built at batch ``b``, costed on the group by
 :mod:`pase.model.cost`), layer ``i`` takes ``f_i`` forward and ``b_i``
 backward seconds: its forward and backward compute (FLOPs at peak, or the
 roofline on a calibrated cluster), and its activation communication (inside the layer and on its incoming
-edges) half in each, since forward and backward move the same volumes.
+edges) half in each, since forward and backward move the same volumes; a
+tensor several layers read in the same layout is redistributed once
+(``build_cost_model(shared_reads=True)``: Megatron's fused QKV product).
 Weight-gradient reductions are left out of ``f`` and ``b``: they run once a
 step (below). Recomputation adds to ``b_i``: ``full`` the whole forward
 (communication included, as Megatron re-runs it), ``selective`` the FLOPs of
@@ -39,7 +41,10 @@ Gradients, once a step, per device: its group's weight-gradient reductions
 all-reduce (ZeRO 0), a reduce-scatter and an all-gather of the updated weights
 (ZeRO 1 and 2: the same time). ZeRO 3 instead all-gathers a layer's weights
 before its forward and again before its backward and reduce-scatters its
-gradient, every microbatch (DeepSpeed's schedule), inside ``f`` and ``b``.
+gradient, every microbatch (DeepSpeed's schedule), inside ``f`` and ``b``; on
+a calibrated cluster each of these is one flat ring over the ``d`` ranks, as
+DeepSpeed ran it (:func:`zero3_ring_s`: every shard across the slowest link,
+a latency per ring step).
 ``overlap`` hides each device's reduction behind its last backward. On a
 calibrated cluster each device then runs its optimizer step, memory-bound:
 ``OPTIMIZER_BYTES_PER_PARAMETER`` per parameter whose state it holds, at the
@@ -93,7 +98,7 @@ from pase.ops import OPS, block_elements
 
 __all__ = ["RECOMPUTE", "Parallelism", "StageReport", "TrainingPlan", "LayerTimes", "evaluate_training",
            "cached_graph", "cached_times", "layer_times", "assemble", "check_devices", "group_extents", "group_cluster",
-           "balanced_cuts", "attention_core", "blocks"]
+           "balanced_cuts", "attention_core", "blocks", "zero3_ring_s"]
 
 RECOMPUTE = ("none", "selective", "full")
 # Mixed-precision Adam's update touches, per parameter: fp32 master, first and second moments read and
@@ -540,7 +545,7 @@ def layer_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
 
     group = group_cluster(cluster, par)
     configs = {name: np.array([cfg]) for name, cfg in strategy.items()}
-    cost = build_cost_model(graph, group, options, configs=configs)
+    cost = build_cost_model(graph, group, options, configs=configs, shared_reads=True)
     layers = cost.layers
     index = {l.name: i for i, l in enumerate(layers)}
 
@@ -693,6 +698,32 @@ def _step_lower_bound(fq: Sequence[float], bq: Sequence[float], S: int, m: int, 
     return best
 
 
+def zero3_ring_s(mesh: DeviceMesh, data_k: Sequence[int], nbytes) -> np.ndarray:
+    """Seconds of one ZeRO-3 parameter all-gather (or gradient reduce-scatter) of each layer's ``nbytes``
+    over the data-parallel group of extents ``data_k``, on a calibrated cluster.
+
+    DeepSpeed's ZeRO-3 (the runs of Megatron-LM's Table 2) gathers a layer's
+    parameters, sharded flat over all ``d`` ranks, with one ring collective
+    over the whole group, layer by layer, on the critical path: ``d - 1``
+    steps, each moving ``nbytes / d`` at the achievable bandwidth ``B`` and
+    paying the latency ``a`` of the outermost mesh axis the group spans
+    (the network as soon as it spans nodes)::
+
+        (d - 1) / d * nbytes / B + (d - 1) a      (0 for a layer without weights)
+
+    Unlike :meth:`~pase.hardware.mesh.DeviceMesh.allgather_s` (a hierarchical
+    collective whose outer stage moves only ``1/k_inner`` of the bytes), every
+    shard crosses the slowest link and the latency grows with ``d``, not with
+    the axis sizes: what makes measured ZeRO-3 throughput fall as GPUs are added
+    while the per-GPU work shrinks.
+    """
+    d = int(np.prod(data_k))
+    axis = min((j for j, k in enumerate(data_k) if k > 1), default=len(data_k) - 1)
+    a = mesh.axes[axis]
+    nbytes = np.asarray(nbytes, dtype=float)
+    return np.where(nbytes > 0, (d - 1) / d * nbytes / a.effective_Bps + (d - 1) * a.latency_s, 0.0)
+
+
 def check_devices(par: Parallelism, cluster: Cluster) -> list[tuple[int, ...]]:
     """The mesh extents of the tensor x context, data and pipeline groups of ``par`` on ``cluster``.
 
@@ -732,7 +763,10 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
     bpe = cluster.bytes_per_element
     zero3_fwd = zero3_bwd = np.zeros(n)
     if par.zero == 3 and par.data > 1:
-        gather = mesh.allgather_s(lt.params * bpe, np.tile(data_k, (n, 1)))
+        if cluster.efficiency is None:
+            gather = mesh.allgather_s(lt.params * bpe, np.tile(data_k, (n, 1)))
+        else:
+            gather = zero3_ring_s(mesh, data_k, lt.params * bpe)
         zero3_fwd, zero3_bwd = gather, 2 * gather  # gather again for the backward, reduce-scatter the gradient
     f_layer = lt.forward_s + zero3_fwd
     b_layer = lt.backward_s + lt.recompute_s + zero3_bwd
