@@ -5,13 +5,14 @@ import json
 import streamlit as st
 
 from pase.ir.configs import config_counts
+from pase.model.cost import options_on
 from pase.errors import PaseError
 from pase.io.export import FORMATS as EXPORT_FORMATS, export_plan, file_name
 from ui import state
 from ui.figures import SORT_KEYS, cost_breakdown_figure, memory_figure, strategy_graph_figure
 from ui.fmt import fmt_count, fmt_time, md
 from ui.graphview import auto_group_depth, build_graph_view, group_key, groups_of, toggle_module
-from ui.pagekit import headline, require_problem, routed, solve_button
+from ui.pagekit import headline, require_problem, routed, solve_button, solve_training_button
 from ui.tables import strategy_table
 
 routed()  # first of all: run under app.py's router (see ui.pagekit.routed)
@@ -28,10 +29,11 @@ st.caption("Find the per-layer parallelization strategy of least estimated train
 problem = require_problem()
 graph = state.load_graph(problem.source)
 c = problem.cluster
-counts_key = ("config_counts", problem.source, c.devices, problem.options)
+space = options_on(problem.options, c)  # the split space the search uses on this cluster (its mesh, or divisors)
+counts_key = ("config_counts", problem.source, c.devices, space)
 counts = state.stores()["misc"].get(counts_key)
 if counts is None:
-    counts = config_counts(graph, c.devices, problem.options)
+    counts = config_counts(graph, c.devices, space)
     state.stores()["misc"].put(counts_key, counts)
 st.markdown(
     f"**{md(graph.name)}** ({md(problem.source)}): {len(graph)} layers, {len(graph.edges)} edges, "
@@ -39,13 +41,28 @@ st.markdown(
     f"up to {max(counts.values())} configurations per layer ({fmt_count(sum(counts.values()))} in all)"
 )
 
-plan = solve_button(problem)
+# The large language models are planned as `pase solve` plans them: by the joint 3-D search (tensor, pipeline and
+# data parallelism, microbatches, schedule, recomputation, ZeRO); one strategy of the whole batch on every device
+# (the per-layer search) cannot fit their memory. The graph then shows one microbatch on one t x c group.
+three_d = state.is_language_model(problem.source)
+training = None
+if three_d:
+    batch = state.global_batch(problem.source)
+    st.caption(f"**{md(graph.name)}** is a large language model, so **Solve** runs the joint 3-D search, as "
+               f"`pase solve {problem.source.name}` does: tensor (t), pipeline (p) and data (d) parallelism, "
+               "the microbatch size, pipeline schedule, recomputation and ZeRO, keeping the fastest configuration "
+               f"that fits device memory. The sidebar's **Batch size** is the **global batch**: {batch:,} samples "
+               "per step, split into microbatches by the search.")
+    training = solve_training_button(problem)
+    plan = None if training is None else training[1]
+else:
+    plan = solve_button(problem)
 if plan is None:
     st.info("Press **Solve** to search for the best strategy; below is the graph's structure.", icon=":material/info:")
 # Filled after the graph is drawn, so the graph comes first.
 summary = st.container()
 dp = dp_error = None
-if plan is not None:
+if plan is not None and not three_d:
     try:
         dp = state.data_parallel_plan(problem)
     except PaseError as exc:
@@ -64,11 +81,15 @@ depth = None
 expanded: list[str] = []
 if group and can_group:
     auto = auto_group_depth(names)
+    if three_d:  # a language model: one node per transformer block (layers.0, layers.1...)
+        auto = min(2, max_depth)
     depth = g2.selectbox("Name depth", list(range(1, max_depth + 1)), index=auto - 1, key=f"ex_depth_{graph.name}",
                          help="How many dotted name parts make a module: mixed_5b (1), mixed_5b.branch1x1 (2)...")
     modules = {k: ms for k, ms in groups_of(names, depth).items() if len(ms) > 1}
     multi = list(modules)
     expand_key = f"ex_expand_{graph.name}_{depth}"
+    if three_d and multi and expand_key not in st.session_state:
+        st.session_state[expand_key] = multi[:1]  # the first block layer by layer: the split of each of its layers
     expanded = g3.multiselect("Expand modules", multi, key=expand_key,
                               placeholder="Draw these modules layer by layer",
                               help="Or click a module on the graph to expand it, and one of its layers to collapse it.")
@@ -84,7 +105,7 @@ if plan is not None:
     colour_by = COLOUR_BY[st.radio("Colour nodes by", choices, horizontal=True, key="ex_colour",
                                    help="Time: each node's total time. Gain: data parallelism's time minus this "
                                         "strategy's, per node (positive: faster than data parallelism).")]
-view = build_graph_view(graph, plan, depth=depth,
+view = build_graph_view(graph if plan is None else plan.graph, plan, depth=depth,
                         expanded=expanded, config_counts=counts, baseline=dp)
 highlight = None
 if found is not None:
@@ -114,6 +135,16 @@ def _on_graph_click() -> None:
 with st.container(key="strategy-graph" if plan is not None else "structure-graph"):
     st.plotly_chart(fig, key="graph_chart", on_select=_on_graph_click, selection_mode="points",
                     config={"scrollZoom": True, "displaylogo": False, "modeBarButtonsToRemove": ["select2d", "lasso2d"]})
+if training is not None:
+    par = training[0].best.parallelism
+    st.caption(
+        f"The graph is **one microbatch** ({par.microbatch_size} sample{'s' if par.microbatch_size > 1 else ''}) on "
+        f"**one t x c group** of {par.group} device{'s' if par.group > 1 else ''} (t = {par.tensor}, "
+        f"c = {par.context}) of the 3-D plan: each layer split by Megatron-LM's rule, the splits the search "
+        f"costed{', with sequence parallelism' if par.sequence_parallel else ''}. The plan runs "
+        f"{par.data} such replicas (d) x {par.pipeline} pipeline stage{'s' if par.pipeline > 1 else ''} (p), "
+        f"{par.microbatches:,} microbatches per step. Node and edge times: one microbatch on the group, by the "
+        "per-layer cost model (pase.evaluate).")
 if plan is not None:
     st.caption(
         f"{len(view.nodes)} nodes for {len(names)} layers, {view.generations} steps deep, left to right. "
@@ -135,6 +166,81 @@ else:
     st.stop()
 
 # -- headline numbers and downloads (above the graph) ---------------------------------------
+
+TRAINING_INPUTS = "_training_inputs"  # pages/training.py's saved inputs (its SAVED)
+
+
+def _to_training_page(model: str, preset_name: str, devices: int, batch: int) -> None:
+    """Fill the Training page's inputs with this problem (it keeps them in TRAINING_INPUTS)."""
+    saved = dict(st.session_state.get(TRAINING_INPUTS, {}))
+    saved.update({"model": model, "preset": preset_name, "devices": devices, f"batch_{model}": batch,
+                  "mode": "Search the best plan"})
+    st.session_state[TRAINING_INPUTS] = saved
+    for name in ("model", "preset", "devices", f"batch_{model}", "mode"):
+        st.session_state.pop(f"tr_{name}", None)
+
+
+def training_summary(search, group_plan) -> None:
+    """The 3-D plan's label and numbers, runners-up, a download, and the way to its schedule (the Training page)."""
+    from pase.hardware.cluster import PRESETS
+    from ui.sidebar import sample_parameters
+
+    best = search.best
+    par = best.parallelism
+    d = best.to_dict()
+    st.success(f"Best of {search.configurations:,} 3-D configurations modelled ({search.skipped:,} skipped by the "
+               f"bound) in {fmt_time(search.search_time_s)}: **{md(best.label)}**.", icon=":material/check_circle:")
+    m1, m2, m3, m4 = st.columns(4)
+    m1.metric("Estimated step time", fmt_time(best.step_time_s),
+              help=f"{par.microbatches:,} microbatches through the {par.schedule} schedule, then the exposed "
+                   "gradient reduction (pase.model.training).")
+    tokens = d["tokens_per_s"]
+    m2.metric("Tokens/s", "n/a" if tokens is None else fmt_count(tokens),
+              help="Global batch x sequence length / step time.")
+    m3.metric("MFU (of peak)", "n/a" if best.mfu is None else f"{best.mfu:.1%}",
+              help=f"Model FLOPs per device per second / the cluster's peak, {c.peak_flops / 1e12:g} TFLOP/s.")
+    mem, cap = best.memory_per_device_bytes, best.memory_capacity_bytes
+    m4.metric("Memory per device (largest stage)", f"{mem / 1e9:.3g} GB",
+              delta=None if cap is None else (f"fits {cap / 1e9:g} GB" if best.fits_memory else
+                                              f"exceeds {cap / 1e9:g} GB"),
+              delta_color="normal" if best.fits_memory in (True, None) else "inverse",
+              help="Weights, gradients, optimizer state, activations in flight and transient buffers of the stage "
+                   "needing most" + ("" if cap is not None else "; no capacity given (Nodes and memory)") + ".")
+    schedule = (f"interleaved schedule, {par.virtual_stages} chunks per device" if par.virtual_stages > 1
+                else f"{par.schedule} schedule")
+    st.caption(
+        f"Tensor t = {par.tensor}" + (f", context c = {par.context}" if par.context > 1 else "")
+        + f", pipeline p = {par.pipeline}, data d = {par.data} ({par.devices:,} devices); microbatch "
+        f"{par.microbatch_size} x {par.microbatches:,} per step (global batch {par.global_batch:,}); {schedule}; "
+        f"recomputation {par.recompute}; ZeRO stage {par.zero}"
+        + ("; sequence parallelism" if par.sequence_parallel else "")
+        + f". Bubble {best.schedule.bubble_fraction:.1%} of the step.")
+    if search.runners_up:
+        st.caption("Runners-up: " + "; ".join(
+            f"{md(r.label)} ({r.step_time_s / best.step_time_s - 1:+.1%})" for r in search.runners_up[:3]) + ".")
+    for note in search.notes:
+        st.caption(md(note))
+    source = problem.source
+    defaults = {k: v for k, v in sample_parameters(source.name).items() if k != "batch"}
+    same_model = {k: v for k, v in source.params if k != "batch"} == defaults
+    l1, l2 = st.columns([1, 3])
+    l1.download_button("Plan (JSON)", json.dumps(search.to_dict(), indent=1),
+                       file_name=f"{source.name}-p{c.devices}-training.json", mime="application/json",
+                       icon=":material/download:", key="dl_training_json")
+    if c.name in PRESETS and same_model:
+        if l2.button("See its pipeline schedule, memory per stage and device mesh on the Training page",
+                     icon=":material/view_timeline:", key="ex_to_training", on_click=_to_training_page,
+                     args=(source.name, c.name, c.devices, par.global_batch)):
+            st.switch_page("pages/training.py")
+    else:
+        l2.caption("The **Training** page (navigation) draws this plan's pipeline schedule, memory per stage and "
+                   "device mesh; it takes a cluster preset and the model's published sizes, so choose them there.")
+
+
+if training is not None:
+    with summary:
+        training_summary(*training)
+    st.stop()
 
 with summary:
     if dp_error is not None:

@@ -37,6 +37,7 @@ __all__ = [
     "short_name",
     "build_graph_view",
     "toggle_module",
+    "training_search_with_group_plan",
 ]
 
 # Parallelism kinds in legend order; "mixed": a group whose layers differ; "unsolved": no strategy yet.
@@ -401,3 +402,38 @@ def toggle_module(expanded: Iterable[str], key: str, modules: Mapping[str, Itera
         if module in out and key in set(members):
             return [m for m in out if m != module]
     return out
+
+
+def training_search_with_group_plan(name: str, params: tuple[tuple[str, int], ...], cluster, global_batch: int,
+                                    options=None, microbatch_sizes=None, progress=None):
+    """The 3-D search of sample ``name`` (``params``: its other builder parameters) on ``cluster`` at
+    ``global_batch`` samples per step, and the strategy graph of its best plan: ``(search, plan)``.
+
+    ``search`` is :func:`pase.search.stages.search_training`'s result (as ``pase solve`` runs it for a
+    language model); ``plan`` a :class:`~pase.planner.Plan` of ONE microbatch of the best configuration
+    on ONE ``t x c`` group (:func:`pase.model.training.group_cluster`), each layer split by Megatron-LM's
+    rule (:func:`pase.strategies.baselines.tensor_parallel_strategy`), the rule the search costed, so
+    that the graph view can draw it. A module-level function of a module free of Streamlit, so that
+    :func:`ui.jobs.run` can run it in a worker process in one job (the graphs built once).
+
+    Raises what the search raises (``InsufficientMemoryError`` when nothing fits,
+    ``ConfigurationError`` when no configuration tiles the cluster) and ``GraphError``.
+    """
+    from pase.ir.configs import ConfigOptions
+    from pase.model.training import cached_graph, group_cluster
+    from pase.models import batch_builder
+    from pase.planner import PlanOptions, evaluate
+    from pase.search.stages import search_training
+    from pase.strategies.baselines import tensor_parallel_strategy
+
+    options = ConfigOptions() if options is None else options
+    build = batch_builder(name, **dict(params))
+    cache: dict = {}  # the graph at the best microbatch, built once for the search and the graph
+    search = search_training(build, cluster, global_batch, options=options, microbatch_sizes=microbatch_sizes,
+                             progress=progress, cache=cache)
+    par = search.best.parallelism
+    graph = cached_graph(build, par.microbatch_size, cache)
+    strategy = tensor_parallel_strategy(graph, par.tensor, par.context, par.sequence_parallel)
+    plan = evaluate(graph, group_cluster(cluster, par), strategy, PlanOptions(configs=options),
+                    label=f"one microbatch of {search.best.label} on a t{par.tensor} x c{par.context} group")
+    return search, plan

@@ -14,7 +14,7 @@ from pase.planner import Plan
 from ui import state
 from ui.fmt import fmt_count, fmt_time, md
 
-__all__ = ["routed", "run_routed", "require_problem", "solve_button", "headline"]
+__all__ = ["routed", "run_routed", "require_problem", "solve_button", "solve_training_button", "headline"]
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
 # True while app.py's router runs the page it chose (in this script run's thread).
@@ -61,25 +61,42 @@ def require_problem() -> state.Problem:
 
 def solve_button(problem: state.Problem, *, key: str = "solve", label: str = "Solve") -> Plan | None:
     """The primary action: run the search with a progress bar. Returns the plan (cached or new) or None."""
-    cached = state.cached_plan(problem)
+    return _action_button(key, label, "Find the strategy of least estimated step time (the paper's search).",
+                          state.cached_plan(problem), "Building cost tables...", "Search step",
+                          lambda **kw: state.solve(problem, **kw))
+
+
+def solve_training_button(problem: state.Problem, *, key: str = "solve", label: str = "Solve"):
+    """:func:`solve_button` for a language model: the joint 3-D search (:func:`ui.state.solve_training`), as
+    ``pase solve`` runs it. Returns ``(search, group plan)`` (cached or new) or None."""
+    return _action_button(key, label, "Find the fastest 3-D parallel configuration that fits (tensor, pipeline, "
+                                      "data parallelism, microbatch, schedule, recomputation, ZeRO), as "
+                                      "`pase solve` does for language models.",
+                          state.cached_training(problem), "Modelling 3-D configurations...",
+                          "Microbatch sizes x groups modelled", lambda **kw: state.solve_training(problem, **kw))
+
+
+def _action_button(key: str, label: str, help: str, cached, text: str, counts: str, compute):
+    """A Solve button: ``cached`` if there is one; on a click, ``compute(progress=, waiting=, heartbeat=)``
+    under a progress bar (``text`` at first, then "``counts``: done of total") and a Cancel button.
+    A PaseError is shown with st.error, returning None."""
     cancelled = st.session_state.get(f"{key}_cancel")
-    clicked = st.button(label, type="primary", key=key, icon=":material/play_arrow:",
-                        help="Find the strategy of least estimated step time (the paper's search).")
+    clicked = st.button(label, type="primary", key=key, icon=":material/play_arrow:", help=help)
     if not clicked:
         if cancelled and cached is None:
             st.info("Search cancelled.", icon=":material/stop_circle:")
         return cached
     if cached is not None:
         return cached
-    bar = st.progress(0.0, text="Building cost tables...")
+    bar = st.progress(0.0, text=text)
     # Clicking Cancel reruns the page, which stops this script at its next heartbeat and kills the worker.
     cancel = st.empty()
     cancel.button("Cancel", key=f"{key}_cancel", icon=":material/stop:", help="Stop the search.")
     beat = st.empty()
     try:
-        return state.solve(problem, progress=state.throttled_progress(bar, "Search step"),
-                           waiting=lambda: bar.progress(0.0, text="Waiting for a free worker (the server is busy)..."),
-                           heartbeat=beat.empty)
+        return compute(progress=state.throttled_progress(bar, counts),
+                       waiting=lambda: bar.progress(0.0, text="Waiting for a free worker (the server is busy)..."),
+                       heartbeat=beat.empty)
     except PaseError as exc:
         st.error(f"{type(exc).__name__}: {md(exc)}", icon=":material/error:")
         return None
