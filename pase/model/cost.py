@@ -426,27 +426,23 @@ def build_cost_model(
 
     # A layer's own costs depend on what it is, its configurations and which of its inputs are
     # fed and outputs read: repeated blocks share them, so each distinct layer is costed once.
-    def own_key(layer: Layer) -> tuple:
-        rows = configs[layer.name]
-        return graph.kind(layer.name), rows.shape, rows.tobytes(), fed[layer.name], read[layer.name]
-
     placed: dict = {}
     own: dict = {}
+    placements, mine = {}, {}
     for l in layers:
         rows = configs[l.name]
-        if (rows.shape, rows.tobytes()) not in placed:
-            placed[rows.shape, rows.tobytes()] = placer(rows, mesh)
-        key = own_key(l)
+        split = rows.shape, rows.tobytes()
+        if split not in placed:
+            placed[split] = placer(rows, mesh)
+        key = graph.kind(l.name), split, fed[l.name], read[l.name]
         if key not in own:
-            place_l = placed[rows.shape, rows.tobytes()]
             counted = OPS[l.op].flops(l, np.asarray(l.sizes, dtype=float) / rows)
             timed = None
             if cluster.efficiency is not None and not paper:
                 timed = layer_times_s(l, rows, cluster.peak_flops, cluster.efficiency, bpe, needs_gradient(l))
-            own[key] = (_layer_comm_s(graph, l, rows, place_l, cluster, options), counted.total(needs_gradient(l)),
-                        counted.forward, timed)
-    placements = {l.name: placed[configs[l.name].shape, configs[l.name].tobytes()] for l in layers}
-    mine = {l.name: own[own_key(l)] for l in layers}
+            own[key] = (_layer_comm_s(graph, l, rows, placed[split], cluster, options),
+                        counted.total(needs_gradient(l)), counted.forward, timed)
+        placements[l.name], mine[l.name] = placed[split], own[key]
     cache: dict = {}
 
     def edge_table(e: Edge, key: tuple) -> np.ndarray:

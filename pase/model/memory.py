@@ -83,6 +83,7 @@ import numpy as np
 
 from pase.hardware.cluster import Cluster
 from pase.ir.configs import ConfigOptions, layer_configs
+from pase.model.cost import options_on
 from pase.errors import ConfigurationError, PaseError
 from pase.ir.graph import Graph, Layer
 from pase.ops import OPS, block_elements, collectives, partial_collectives, saved_tensors, split_over
@@ -483,8 +484,6 @@ def build_memory_model(
     graph.validate()
     layers = graph.layers
     if configs is None:
-        from pase.model.cost import options_on  # late: the cost model imports what this module does
-
         mine = options_on(config_options, cluster)
         configs = {layer.name: layer_configs(layer, cluster.devices, mine) for layer in layers}
     bpe = cluster.bytes_per_element
