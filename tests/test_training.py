@@ -199,6 +199,9 @@ def test_joint_search_equals_brute_force(memory):
     assert found.best.fits_memory is not False
     assert found.best.step_time_s == pytest.approx(min(r.step_time_s for r in every))
     assert found.runners_up and all(r.step_time_s >= found.best.step_time_s for r in found.runners_up)
+    # The bounds and the best-first order keep exactly the fastest few, not only the fastest.
+    kept = [found.best, *found.runners_up]
+    assert [r.step_time_s for r in kept] == pytest.approx(sorted(r.step_time_s for r in every)[:len(kept)])
 
 
 def test_search_never_loses_to_data_parallelism_megatron_or_fsdp():

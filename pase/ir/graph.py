@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from math import prod
-from typing import Iterator, Mapping, Sequence
+from typing import Any, Callable, Hashable, Iterator, Mapping, Sequence
 
 import networkx as nx
 
@@ -312,8 +312,17 @@ class Graph:
                 "edges": edges,
                 "in": {n: tuple(sorted(v, key=lambda e: e.dst_input)) for n, v in ins.items()},
                 "out": {n: tuple(sorted(v, key=lambda e: e.src_output)) for n, v in outs.items()},
+                "derived": {},
             }
         return self._index
+
+    def derived(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        """``compute()``, once per shape of the graph (until the next :meth:`add_layer`), kept under ``key``:
+        for what cost functions derive from the structure alone and read on every call."""
+        derived = self._indexed()["derived"]
+        if key not in derived:
+            derived[key] = compute()
+        return derived[key]
 
     @property
     def layers(self) -> list[Layer]:

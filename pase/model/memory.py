@@ -298,25 +298,39 @@ def _activation_bytes(graph: Graph, layer: Layer, cfg: np.ndarray, keeps: dict, 
     return total
 
 
-def _surroundings(graph: Graph, layer: Layer, cfg: np.ndarray, keeps: dict,
-                  producer_cfg: Mapping[str, np.ndarray] | None, dropped: frozenset) -> tuple:
-    """Everything :func:`_activation_bytes` reads of ``layer`` and its neighbours, as a key."""
-    kept_inputs, kept_outputs = keeps[layer.name]
-    feeds = {e.dst_input: e for e in graph.in_edges(layer.name)}
-    inputs = []
-    for slot in sorted(kept_inputs):
-        e = feeds.get(slot)
-        if e is None:
-            inputs.append(None)
-            continue
-        keepers = sum(1 for c in _consumers(graph, e.src, e.src_output) if c.dst_input in keeps[c.dst][0])
-        producer = None
-        if producer_cfg is not None:
-            producer = (graph.kind(e.src), e.src_output, producer_cfg[e.src].tobytes())
-        inputs.append((e.src in dropped, keepers, producer))
-    outputs = tuple(any(c.dst_input in keeps[c.dst][0] for c in _consumers(graph, layer.name, out))
-                    for out in sorted(kept_outputs))
-    return graph.kind(layer.name), cfg.shape, cfg.tobytes(), layer.name in dropped, tuple(inputs), outputs
+def _structure(graph: Graph) -> tuple[dict, dict]:
+    """What each layer keeps (layer name -> kept input slots, kept outputs) and, per layer, the part of its
+    :func:`_surroundings` that depends on the graph alone: its kind, per kept input (by slot) its producer,
+    the producer's output, how many consumers keep that tensor and the producer's kind (None for a graph
+    input), and per kept output whether a consumer keeps it."""
+    saved: dict = {}  # by kind of layer: repeated blocks save alike
+    keeps = {layer.name: saved[graph.kind(layer.name)] if graph.kind(layer.name) in saved
+             else saved.setdefault(graph.kind(layer.name), saved_tensors(layer)) for layer in graph.layers}
+    structure = {}
+    for layer in graph.layers:
+        kept_inputs, kept_outputs = keeps[layer.name]
+        feeds = {e.dst_input: e for e in graph.in_edges(layer.name)}
+        inputs = []
+        for slot in sorted(kept_inputs):
+            e = feeds.get(slot)
+            inputs.append(None if e is None else (
+                e.src, e.src_output, sum(1 for c in _consumers(graph, e.src, e.src_output)
+                                         if c.dst_input in keeps[c.dst][0]), graph.kind(e.src)))
+        outputs = tuple(any(c.dst_input in keeps[c.dst][0] for c in _consumers(graph, layer.name, out))
+                        for out in sorted(kept_outputs))
+        structure[layer.name] = (graph.kind(layer.name), tuple(inputs), outputs)
+    return keeps, structure
+
+
+def _surroundings(structure: tuple, layer: Layer, cfg: np.ndarray, producer_cfg: Mapping[str, np.ndarray] | None,
+                  dropped: frozenset) -> tuple:
+    """Everything :func:`_activation_bytes` reads of ``layer`` and its neighbours, as a key (``structure``:
+    the layer's entry of :func:`_structure`)."""
+    kind, inputs, outputs = structure
+    key = tuple(None if i is None else (
+        i[0] in dropped, i[2], None if producer_cfg is None else (i[3], i[1], producer_cfg[i[0]].tobytes()))
+        for i in inputs)
+    return kind, cfg.shape, cfg.tobytes(), layer.name in dropped, key, outputs
 
 
 def activation_bytes(graph: Graph, configs: Mapping[str, np.ndarray], bytes_per_element: int, index_bytes: int = 4,
@@ -340,9 +354,7 @@ def activation_bytes(graph: Graph, configs: Mapping[str, np.ndarray], bytes_per_
       as usual); layers in no block (absent or ``None``) keep what they
       always keep.
     """
-    saved: dict = {}  # by kind of layer: repeated blocks save alike
-    keeps = {layer.name: saved[graph.kind(layer.name)] if graph.kind(layer.name) in saved
-             else saved.setdefault(graph.kind(layer.name), saved_tensors(layer)) for layer in graph.layers}
+    keeps, structure = graph.derived("activation structure", lambda: _structure(graph))
     producer_cfg = None
     if producer_blocks:
         producer_cfg = {name: np.asarray(c).reshape(1, -1) for name, c in configs.items()}
@@ -356,7 +368,7 @@ def activation_bytes(graph: Graph, configs: Mapping[str, np.ndarray], bytes_per_
         block_name = None if checkpoints is None else checkpoints.get(layer.name)
         if block_name is None:
             # Layers of repeated blocks in the same surroundings keep the same bytes: count each once.
-            key = _surroundings(graph, layer, cfg, keeps, producer_cfg, dropped)
+            key = _surroundings(structure[layer.name], layer, cfg, producer_cfg, dropped)
             if key not in alike:
                 alike[key] = _activation_bytes(graph, layer, cfg, keeps, bytes_per_element, index_bytes,
                                                producer_cfg, dropped)

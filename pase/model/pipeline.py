@@ -49,6 +49,7 @@ Orders (Megatron-LM's ``schedules.py`` and GPipe)
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -174,6 +175,64 @@ def in_flight(schedule: str, stages: int, microbatches: int, chunks: int = 1) ->
     return tuple(out)
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """A schedule's operations in an order that respects every dependency, and per operation (as indices into
+    that order, -1 for none) the previous operation on its device, the one whose output it waits for, the
+    send between them (a stage boundary) and its duration (``q`` forward, ``Q + q`` backward)."""
+
+    ops: tuple[tuple[int, int, int, str], ...]  # (device, chunk, microbatch, kind)
+    prev: list[int]
+    dep: list[int]
+    send: list[int]
+    duration: list[int]
+    last: list[int]  # per device, its last operation
+
+
+@functools.lru_cache(maxsize=32)
+def _dependencies(schedule: str, S: int, microbatches: int, chunks: int) -> _Plan:
+    """The dependency structure of a schedule, which does not depend on the stage times (built once per
+    schedule, stage count, microbatches and chunks; each step is then one pass in this order).
+
+    Raises ``ConfigurationError`` as :func:`device_orders`, or when the order deadlocks.
+    """
+    orders = device_orders(schedule, S, microbatches, chunks)
+    Q = S * chunks
+    index: dict[tuple[str, int, int], int] = {}
+    ops, prev, dep, send, duration = [], [], [], [], []
+    last = [-1] * S
+    nxt = [0] * S
+    remaining = sum(len(o) for o in orders)
+    while remaining:
+        progressed = False
+        for s in range(S):
+            order = orders[s]
+            while nxt[s] < len(order):
+                kind, c, j = order[nxt[s]]
+                q = c * S + s
+                if kind == "F":
+                    wait, delay = (("F", q - 1, j), q - 1) if q else (None, -1)
+                elif q == Q - 1:
+                    wait, delay = ("F", q, j), -1
+                else:
+                    wait, delay = ("B", q + 1, j), q
+                if wait is not None and wait not in index:
+                    break
+                index[(kind, q, j)] = len(ops)
+                ops.append((s, c, j, kind))
+                prev.append(last[s])
+                dep.append(-1 if wait is None else index[wait])
+                send.append(delay)
+                duration.append(q if kind == "F" else Q + q)
+                last[s] = len(ops) - 1
+                nxt[s] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            raise ConfigurationError(f"the {schedule} order deadlocks with {S} stages and {microbatches} microbatches")
+    return _Plan(tuple(ops), prev, dep, send, duration, last)
+
+
 def simulate(
     schedule: str,
     forward_s: Sequence[float],
@@ -227,48 +286,19 @@ def simulate(
                                  f"{len(reduces)} reduction times for {S} devices")
     if min(f + b + sends + reduces) < 0:
         raise ConfigurationError("pipeline: stage, send and reduction times must not be negative")
-    orders = device_orders(schedule, S, microbatches, chunks)
-    fwd_end: dict[tuple[int, int], float] = {}
-    bwd_end: dict[tuple[int, int], float] = {}
-    free = [0.0] * S
-    nxt = [0] * S
+    plan = _dependencies(schedule, S, microbatches, chunks)
+    durations = f + b
+    delays = sends + [0.0]  # index -1: no send
+    end = [0.0] * (len(plan.ops) + 1)  # index -1: nothing to wait for
+    for i, (prev, dep, send, op) in enumerate(zip(plan.prev, plan.dep, plan.send, plan.duration)):
+        start, ready = end[prev], end[dep] + delays[send]
+        end[i] = (start if start > ready else ready) + durations[op]
     ops: list[Operation] = []
-    remaining = sum(len(o) for o in orders)
-    while remaining:
-        progressed = False
-        for s in range(S):
-            order = orders[s]
-            while nxt[s] < len(order):
-                kind, c, j = order[nxt[s]]
-                q = c * S + s
-                if kind == "F":
-                    ready = 0.0 if q == 0 else fwd_end.get((q - 1, j))
-                    if ready is not None and q:
-                        ready += sends[q - 1]
-                else:
-                    if q == Q - 1:
-                        ready = fwd_end.get((q, j))
-                    else:
-                        ready = bwd_end.get((q + 1, j))
-                        if ready is not None:
-                            ready += sends[q]
-                if ready is None:
-                    break
-                start = max(free[s], ready)
-                end = start + (f[q] if kind == "F" else b[q])
-                (fwd_end if kind == "F" else bwd_end)[(q, j)] = end
-                free[s] = end
-                if record:
-                    ops.append(Operation(s, c, j, kind, start, end))
-                nxt[s] += 1
-                remaining -= 1
-                progressed = True
-        if not progressed:
-            raise ConfigurationError(f"the {schedule} order deadlocks with {S} stages and {microbatches} microbatches")
-    last_backward = []
-    for s in range(S):
-        kind, c, j = orders[s][-1]
-        last_backward.append(b[c * S + s])
+    if record:
+        for i, (s, c, j, kind) in enumerate(plan.ops):
+            ops.append(Operation(s, c, j, kind, end[i] - durations[plan.duration[i]], end[i]))
+    free = [end[i] for i in plan.last]
+    last_backward = [durations[plan.duration[i]] for i in plan.last]
     exposed = tuple(max(0.0, r - lb) if overlap else r for r, lb in zip(reduces, last_backward))
     busy = tuple(microbatches * sum(f[c * S + s] + b[c * S + s] for c in range(chunks)) for s in range(S))
     return ScheduleResult(

@@ -97,8 +97,8 @@ from pase.model.pipeline import SCHEDULES, ScheduleResult, in_flight, simulate
 from pase.ops import OPS, block_elements
 
 __all__ = ["RECOMPUTE", "Parallelism", "StageReport", "TrainingPlan", "LayerTimes", "evaluate_training",
-           "cached_graph", "cached_times", "layer_times", "assemble", "check_devices", "group_extents", "group_cluster",
-           "balanced_cuts", "attention_core", "blocks", "zero3_ring_s"]
+           "cached_graph", "cached_times", "layer_times", "assemble", "average_load_s", "check_devices",
+           "group_extents", "group_cluster", "balanced_cuts", "attention_core", "blocks", "zero3_ring_s"]
 
 RECOMPUTE = ("none", "selective", "full")
 # Mixed-precision Adam's update touches, per parameter: fp32 master, first and second moments read and
@@ -526,7 +526,7 @@ class LayerTimes:
     block_transient: Mapping[str, float]
     block_of: Mapping[str, str]
     model_flops: float
-    cuts: dict = field(default_factory=dict, compare=False)  # balanced cuts already found, by stage count
+    memo: dict = field(default_factory=dict, compare=False)  # what assemble derived, by what it depends on
 
 
 def layer_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int, ...]], par: Parallelism,
@@ -685,17 +685,18 @@ def cached_times(source: GraphSource, cluster: Cluster, par: Parallelism, option
     return cache[key]
 
 
-def _step_lower_bound(fq: Sequence[float], bq: Sequence[float], S: int, m: int, reduce: Sequence[float],
+def _step_lower_bound(fq: Sequence[float], bq: Sequence[float], S: int, m: int, reduce: Sequence[float] | None,
                       overlap: bool) -> float:
     """A lower bound of any schedule's step: device ``s`` cannot start before the first microbatch has passed
     the stages before it, works ``m`` times its chunks' ``f + b``, and its last backward (chunk 0) must still
-    pass back through those stages; a serial reduction follows its own work."""
-    best = 0.0
-    for s in range(S):
-        busy = m * sum(fq[q] + bq[q] for q in range(s, len(fq), S))
-        tail = sum(bq[:s]) if s else (0.0 if overlap else reduce[0])
-        best = max(best, sum(fq[:s]) + busy + tail, busy + (0.0 if overlap else reduce[s]))
-    return best
+    pass back through those stages; a serial reduction follows its own work (``reduce`` is only read then)."""
+    fq, bq = np.asarray(fq, dtype=float), np.asarray(bq, dtype=float)
+    busy = m * np.bincount(np.arange(len(fq)) % S, fq + bq, S)
+    before_f = np.concatenate(([0.0], np.cumsum(fq[:S - 1])))
+    tail = np.concatenate(([0.0], np.cumsum(bq[:S - 1])))
+    serial = np.zeros(S) if overlap else np.asarray(reduce, dtype=float)
+    tail[0] = serial[0]
+    return float(max((before_f + busy + tail).max(), (busy + serial).max()))
 
 
 def zero3_ring_s(mesh: DeviceMesh, data_k: Sequence[int], nbytes) -> np.ndarray:
@@ -739,6 +740,106 @@ def check_devices(par: Parallelism, cluster: Cluster) -> list[tuple[int, ...]]:
                          ("tensor x context", "data-parallel", "pipeline"))
 
 
+def _loads(lt: "LayerTimes", cluster: Cluster, zero3: tuple[int, ...] | None) -> tuple[np.ndarray, np.ndarray, float]:
+    """Per layer, one microbatch's forward and backward seconds with ZeRO-3's gathers over the data-parallel
+    extents ``zero3`` (None: no ZeRO-3), and their total; memoised on ``lt``."""
+    key = ("loads", zero3)
+    if key not in lt.memo:
+        f_layer, b_layer = lt.forward_s, lt.backward_s + lt.recompute_s
+        if zero3 is not None:
+            nbytes = lt.params * cluster.bytes_per_element
+            if cluster.efficiency is None:
+                gather = cluster.mesh.allgather_s(nbytes, np.tile(zero3, (len(nbytes), 1)))
+            else:
+                gather = zero3_ring_s(cluster.mesh, zero3, nbytes)
+            # Gather again for the backward, and reduce-scatter the gradient.
+            f_layer, b_layer = f_layer + gather, b_layer + 2 * gather
+        lt.memo[key] = (f_layer, b_layer, float(f_layer.sum() + b_layer.sum()))
+    return lt.memo[key]
+
+
+def average_load_s(lt: "LayerTimes", cluster: Cluster, data_k: Sequence[int], zero: int, microbatches: int,
+                   stages: int) -> float:
+    """Seconds of work of the average device in a step: ``m`` microbatches' forward and backward of every
+    layer (ZeRO-3's gathers included over the data-parallel extents ``data_k``) over ``stages`` devices. Every
+    schedule's step is at least this, whatever the cuts: the search's cheapest bound."""
+    zero3 = tuple(data_k) if zero == 3 and math.prod(data_k) > 1 else None
+    return microbatches * _loads(lt, cluster, zero3)[2] / stages
+
+
+def _stage_sums(lt: "LayerTimes", cluster: Cluster, par: Parallelism, zero3: tuple[int, ...] | None):
+    """The cuts of ``par``'s ``p v`` virtual stages (given, or balanced) and, per virtual stage, its first layer
+    and its forward and backward seconds; memoised on ``lt``.
+
+    Raises ``ConfigurationError`` when given cuts are not increasing positions inside the layer order.
+    """
+    n, Q = len(lt.layers), par.pipeline * par.virtual_stages
+    key = ("stages", Q, zero3, par.stage_cuts)
+    if key not in lt.memo:
+        f_layer, b_layer, _ = _loads(lt, cluster, zero3)
+        cuts = balanced_cuts(f_layer + b_layer, Q) if par.stage_cuts is None else par.stage_cuts
+        if len(cuts) != Q - 1 or any(not 0 < c < n for c in cuts) or list(cuts) != sorted(set(cuts)):
+            raise ConfigurationError(
+                f"stage cuts {list(cuts)} must be {Q - 1} increasing positions between 1 and {n - 1}")
+        starts = [0, *cuts]
+        lt.memo[key] = (tuple(cuts), np.add.reduceat(f_layer, starts), np.add.reduceat(b_layer, starts))
+    return lt.memo[key]
+
+
+def _placement(lt: "LayerTimes", cluster: Cluster, cuts: tuple[int, ...], S: int, pipe_axis: int, group: int) -> dict:
+    """What depends only on where the layers go (the cuts, the ``S`` devices of a pipeline along mesh axis
+    ``pipe_axis``, groups of ``group`` devices), not on the data-parallel size, schedule or ZeRO: per virtual stage its sends, per device its
+    weight elements, in-group gradient seconds (tied weights' reductions included), activation bytes per
+    microbatch and transient buffers; memoised on ``lt``."""
+    key = ("placement", cuts, S, pipe_axis, group)
+    if key in lt.memo:
+        return lt.memo[key]
+    mesh, n, Q = cluster.mesh, len(lt.layers), len(cuts) + 1
+    bounds = [0, *cuts, n]
+    stage_of = np.repeat(np.arange(Q), np.diff(bounds))
+    # Sends: each tensor crossing a boundary, 1/(t c) of it per device, across the pipeline's innermost axis.
+    first = np.zeros(len(lt.tensor_elements), dtype=np.int64)
+    last = np.zeros(len(lt.tensor_elements), dtype=np.int64)
+    first[lt.edges[:, 2]] = stage_of[lt.edges[:, 0]]
+    np.maximum.at(last, lt.edges[:, 2], stage_of[lt.edges[:, 1]])
+    change = np.zeros(Q + 1)
+    np.add.at(change, first, lt.tensor_elements)
+    np.add.at(change, last, -lt.tensor_elements)
+    crossing = np.cumsum(change)[:Q - 1] * cluster.bytes_per_element / group
+    send = np.where(crossing > 0, mesh.send_recv_s(crossing, pipe_axis), 0.0)
+
+    # Per device position s: its chunks q = s, s + S, ... and their layers.
+    layer_dev = stage_of % S
+    params = np.bincount(layer_dev, lt.params, S)
+    reduce = np.bincount(layer_dev, lt.gradient_s, S)
+    for idx, elements in lt.tied:
+        # A shared weight is held once per device; devices holding it sum its gradient (Megatron's
+        # embedding group: the first and last stage), across the pipeline's axis.
+        devices = layer_dev[idx]
+        holders = np.unique(devices)
+        for dev in holders:
+            here = elements[devices == dev]
+            params[dev] -= here.sum() - here.max()
+        if len(holders) > 1:
+            k = np.ones(len(mesh.shape))
+            k[pipe_axis] = len(holders)
+            reduce[holders] += float(mesh.allreduce_s(elements.max() * cluster.bytes_per_element, k))
+    transient = np.zeros(S)
+    np.maximum.at(transient, layer_dev, lt.buffers)
+    if lt.block_transient:
+        recomputed = np.zeros(S)
+        np.maximum.at(recomputed, layer_dev,
+                      [lt.block_transient.get(lt.block_of.get(l.name), 0.0) for l in lt.layers])
+        transient += recomputed
+    gathered = np.zeros(S)
+    np.maximum.at(gathered, layer_dev, lt.params * cluster.bytes_per_element)
+    lt.memo[key] = placed = {
+        "bounds": bounds, "send": send, "params": params, "reduce": reduce, "transient": transient,
+        "gathered": gathered, "activations": np.bincount(layer_dev, lt.activations, S),
+        "counts": np.bincount(layer_dev, minlength=S)}
+    return placed
+
+
 def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: MemoryOptions, capacity: float | None,
              *, label: str = "", record: bool = False, bound_s: float | None = None,
              rejected: Callable[[float], None] | None = None) -> TrainingPlan | None:
@@ -747,7 +848,9 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
     For searches: with ``bound_s``, returns None without simulating the
     schedule when the step cannot beat it (a device's busy time alone
     reaches it); with ``rejected``, a stage over ``capacity`` is not simulated
-    either: ``rejected(its bytes)`` is called and None returned.
+    either: ``rejected(its bytes)`` is called and None returned. What depends
+    only on the stage count, the cuts or the pipeline's placement is memoised
+    on ``lt``, so a search re-costs only what each configuration changes.
 
     Raises ``ConfigurationError`` as :func:`evaluate_training`.
     """
@@ -760,86 +863,30 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
     if Q > n:
         raise ConfigurationError(f"{Q} pipeline stages (x virtual stages) need at least {Q} layers; "
                                  f"graph {graph.name!r} has {n}")
-    bpe = cluster.bytes_per_element
-    zero3_fwd = zero3_bwd = np.zeros(n)
-    if par.zero == 3 and par.data > 1:
-        if cluster.efficiency is None:
-            gather = mesh.allgather_s(lt.params * bpe, np.tile(data_k, (n, 1)))
-        else:
-            gather = zero3_ring_s(mesh, data_k, lt.params * bpe)
-        zero3_fwd, zero3_bwd = gather, 2 * gather  # gather again for the backward, reduce-scatter the gradient
-    f_layer = lt.forward_s + zero3_fwd
-    b_layer = lt.backward_s + lt.recompute_s + zero3_bwd
-    if bound_s is not None and par.stage_cuts is None and m * float(f_layer.sum() + b_layer.sum()) / S >= bound_s:
+    zero3 = tuple(data_k) if par.zero == 3 and par.data > 1 else None
+    if bound_s is not None and par.stage_cuts is None and average_load_s(lt, cluster, data_k, par.zero, m, S) >= bound_s:
         return None  # some device works at least the average load, whatever the cuts
-    if par.stage_cuts is not None:
-        cuts = par.stage_cuts
-    else:
-        key = (Q, tuple(data_k) if par.zero == 3 and par.data > 1 else None)
-        if key not in lt.cuts:
-            lt.cuts[key] = balanced_cuts(f_layer + b_layer, Q)
-        cuts = lt.cuts[key]
-    if len(cuts) != Q - 1 or any(not 0 < c < n for c in cuts) or list(cuts) != sorted(set(cuts)):
-        raise ConfigurationError(f"stage cuts {list(cuts)} must be {Q - 1} increasing positions between 1 and {n - 1}")
-    par = replace(par, stage_cuts=tuple(cuts))
-    bounds = [0, *cuts, n]
-    stage_of = np.repeat(np.arange(Q), np.diff(bounds))
-    fq = np.add.reduceat(f_layer, bounds[:-1]).tolist()
-    bq = np.add.reduceat(b_layer, bounds[:-1]).tolist()
-
-    # Sends: each tensor crossing a boundary, 1/(t c) of it per device, across the pipeline's innermost axis.
-    first = np.zeros(len(lt.tensor_elements), dtype=np.int64)
-    last = np.zeros(len(lt.tensor_elements), dtype=np.int64)
-    first[lt.edges[:, 2]] = stage_of[lt.edges[:, 0]]
-    np.maximum.at(last, lt.edges[:, 2], stage_of[lt.edges[:, 1]])
-    change = np.zeros(Q + 1)
-    np.add.at(change, first, lt.tensor_elements)
-    np.add.at(change, last, -lt.tensor_elements)
-    crossing = np.cumsum(change)[:Q - 1] * bpe / par.group
+    cuts, fq, bq = _stage_sums(lt, cluster, par, zero3)
+    if bound_s is not None and par.overlap and _step_lower_bound(fq, bq, S, m, None, True) >= bound_s:
+        return None
+    par = replace(par, stage_cuts=cuts)
     pipe_axis = max((j for j, k in enumerate(pipe_k) if k > 1), default=len(pipe_k) - 1)
-    send = np.where(crossing > 0, mesh.send_recv_s(crossing, pipe_axis), 0.0).tolist()
-
-    # Per device position s: its chunks q = s, s + S, ... and their layers.
-    layer_dev = stage_of % S
-    params = np.bincount(layer_dev, lt.params, S)
-    reduce = np.bincount(layer_dev, lt.gradient_s, S)
-    if par.data > 1 and par.zero != 3:
+    placed = _placement(lt, cluster, cuts, S, pipe_axis, par.group)
+    bounds, params, bpe, d = placed["bounds"], placed["params"], cluster.bytes_per_element, par.data
+    reduce = placed["reduce"]
+    if d > 1 and par.zero != 3:
         reduce = reduce + mesh.allreduce_s(params * bpe, np.tile(data_k, (S, 1)))
-    for idx, elements in lt.tied:
-        # A shared weight is held once per device; devices holding it sum its gradient (Megatron's
-        # embedding group: the first and last stage), across the pipeline's axis.
-        devices = layer_dev[idx]
-        holders = np.unique(devices)
-        for dev in holders:
-            here = elements[devices == dev]
-            params[dev] -= here.sum() - here.max()
-        if len(holders) > 1:
-            k = np.ones(len(mesh.shape))
-            k[pipe_axis] = len(holders)
-            reduce[holders] += float(mesh.allreduce_s(elements.max() * bpe, k))
-    reduce = reduce.tolist()
-    if bound_s is not None and _step_lower_bound(fq, bq, S, m, reduce, par.overlap) >= bound_s:
+    if bound_s is not None and not par.overlap and _step_lower_bound(fq, bq, S, m, reduce, False) >= bound_s:
         return None
     held = in_flight(par.schedule, S, m, v)
     per_param = memory.bytes_per_parameter(bpe)
-    d = par.data
     shard = {"weights": d if par.zero >= 3 else 1, "gradients": d if par.zero >= 2 else 1,
              "optimizer": d if par.zero >= 1 else 1}
-    acts = np.bincount(layer_dev, lt.activations, S) * np.array(held)
-    transient = np.zeros(S)
-    np.maximum.at(transient, layer_dev, lt.buffers)
-    if par.zero == 3 and d > 1:
-        gathered = np.zeros(S)
-        np.maximum.at(gathered, layer_dev, lt.params * bpe)
-        transient += gathered
-    if lt.block_transient:
-        recomputed = np.zeros(S)
-        np.maximum.at(recomputed, layer_dev, [lt.block_transient.get(lt.block_of.get(l.name), 0.0) for l in layers])
-        transient += recomputed
-    counts = np.bincount(layer_dev, minlength=S)
+    acts = placed["activations"] * np.array(held)
+    transient = placed["transient"] + (placed["gathered"] if zero3 is not None else 0.0)
     chunk_dev = np.arange(Q) % S
     fdev, bdev = np.bincount(chunk_dev, fq, S), np.bincount(chunk_dev, bq, S)
-    sdev = np.bincount(chunk_dev[:Q - 1], send, S) if Q > 1 else np.zeros(S)
+    sdev = np.bincount(chunk_dev[:Q - 1], placed["send"], S) if Q > 1 else np.zeros(S)
     states = {k: params * per_param[k] / shard[k] for k in ("weights", "gradients", "optimizer")}
     total = states["weights"] + states["gradients"] + states["optimizer"] + acts + transient + memory.reserved_bytes
     if rejected is not None and capacity is not None and total.max() > capacity:
@@ -848,16 +895,17 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
     # The optimizer step reads and writes its state once a step; the roofline prices it on a calibrated cluster.
     optimizer = np.zeros(S) if cluster.efficiency is None else (
         params / shard["optimizer"] * OPTIMIZER_BYTES_PER_PARAMETER / cluster.efficiency.memory_Bps)
+    reduce = reduce.tolist()
     stages = tuple(StageReport(
         index=s, layers=tuple((layers[bounds[q]].name, layers[bounds[q + 1] - 1].name) for q in range(s, Q, S)),
-        layer_count=int(counts[s]), forward_s=float(fdev[s]), backward_s=float(bdev[s]), send_s=float(sdev[s]),
-        reduce_s=reduce[s], optimizer_s=float(optimizer[s]), in_flight=held[s],
+        layer_count=int(placed["counts"][s]), forward_s=float(fdev[s]), backward_s=float(bdev[s]),
+        send_s=float(sdev[s]), reduce_s=reduce[s], optimizer_s=float(optimizer[s]), in_flight=held[s],
         weights_bytes=float(states["weights"][s]),
         gradient_bytes=float(states["gradients"][s]), optimizer_bytes=float(states["optimizer"][s]),
         activation_bytes=float(acts[s]), transient_bytes=float(transient[s]), memory_bytes=float(total[s]),
     ) for s in range(S))
-    result = simulate(par.schedule, fq, bq, m, chunks=v, send_s=send, reduce_s=reduce, overlap=par.overlap,
-                      record=record)
+    result = simulate(par.schedule, fq.tolist(), bq.tolist(), m, chunks=v, send_s=placed["send"].tolist(),
+                      reduce_s=reduce, overlap=par.overlap, record=record)
 
     replicas = m * d  # microbatch graphs per step
     return TrainingPlan(

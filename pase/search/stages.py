@@ -50,8 +50,8 @@ from pase.model.cost import build_cost_model
 from pase.model.memory import InsufficientMemoryError, MemoryOptions
 from pase.model.pipeline import SCHEDULES
 from pase.model.training import (
-    RECOMPUTE, Parallelism, TrainingPlan, assemble, cached_graph, cached_times, evaluate_training, group_cluster,
-    group_extents, layer_times,
+    RECOMPUTE, LayerTimes, Parallelism, TrainingPlan, assemble, average_load_s, cached_graph, cached_times,
+    evaluate_training, group_cluster, group_extents, layer_times,
 )
 from pase.search.solver import exact
 
@@ -98,7 +98,7 @@ class TrainingSearch:
 
 
 def _groups(cluster: Cluster, devices: int, sequence: int | None, contexts: Sequence[int]):
-    """(t, c, d, p) placements that tile the mesh."""
+    """(t, c, d, p, the data-parallel group's mesh extents) of the placements that tile the mesh."""
     for group in divisors(devices):
         for c in contexts:
             if group % c or (c > 1 and (sequence is None or sequence % c)):
@@ -107,10 +107,10 @@ def _groups(cluster: Cluster, devices: int, sequence: int | None, contexts: Sequ
             for p in divisors(rest):
                 d = rest // p
                 try:
-                    group_extents(cluster.mesh, (group, d, p), ("group", "data", "pipeline"))
+                    _, data_k, _ = group_extents(cluster.mesh, (group, d, p), ("group", "data", "pipeline"))
                 except ConfigurationError:
                     continue
-                yield group // c, c, d, p
+                yield group // c, c, d, p, data_k
 
 
 def search_training(
@@ -167,20 +167,19 @@ def search_training(
     layers, sequence = len(probe), sequence_length(probe)
     groups = [g for g in _groups(cluster, cluster.devices, sequence, context)
               if (tensor is None or g[0] in tensor) and (pipeline is None or g[3] in pipeline) and g[3] <= layers]
-    work = sorted({(b, t, c) for t, c, d, p in groups for b in divisors(global_batch // d)
+    work = sorted({(b, t, c) for t, c, d, p, _ in groups for b in divisors(global_batch // d)
                    if global_batch % d == 0 and (b in microbatch_sizes if microbatch_sizes else b <= max_microbatch)})
     if not work:
         raise ConfigurationError(
             f"no configuration of {cluster.devices:,} devices and a global batch of {global_batch} is left to try: "
             "the batch must be a multiple of the data-parallel size times the microbatch size; widen the sizes")
-    found: list[TrainingPlan] = []
-    best_s = float("inf")
-    modelled = skipped = 0
-    too_large: list[float] = []
+    # First every configuration with its cheapest bound (the average device's work), then the most promising
+    # first: the kept list fills with fast plans early, and once a bound reaches its last entry, so do all after.
+    pending: list[tuple[float, int, LayerTimes, Parallelism, tuple, str]] = []
     notes: list[str] = []
     for n, (b, t, c) in enumerate(work):
         searched: dict = {}  # searched layer splits' times of this microbatch and group, by microbatch count
-        for t_, c_, d, p in groups:
+        for t_, c_, d, p, data_k in groups:
             if (t_, c_) != (t, c) or global_batch % (d * b):
                 continue
             m = global_batch // (d * b)
@@ -220,21 +219,29 @@ def search_training(
                         for z in zero:
                             if z and d == 1:
                                 continue
-                            par = replace(base, sequence_parallel=sp, recompute=rc, zero=z, schedule=schedule,
-                                          virtual_stages=v)
-                            got = assemble(lt, cluster, par, memory, capacity, label=f"{par.describe()}, {label}",
-                                           bound_s=_bound(found, runners_up), rejected=too_large.append)
-                            modelled += 1
-                            if got is None:
-                                skipped += 1
-                                continue
-                            found.append(got)
-                            # Equal steps (ZeRO stages often tie): the one needing less memory first.
-                            found.sort(key=lambda r: (round(r.step_time_s, 12), r.memory_per_device_bytes))
-                            del found[runners_up + 1:]
-                            best_s = found[0].step_time_s
+                            pending.append((average_load_s(lt, cluster, data_k, z, m, p), len(pending), lt, base,
+                                            (sp, rc, z, schedule, v), label))
         if progress is not None:
             progress(n + 1, len(work))
+    pending.sort(key=lambda e: e[:2])
+    found: list[TrainingPlan] = []
+    too_large: list[float] = []
+    skipped = 0
+    for i, (floor_s, _, lt, base, (sp, rc, z, schedule, v), label) in enumerate(pending):
+        bound = _bound(found, runners_up)
+        if bound is not None and floor_s >= bound:
+            skipped += len(pending) - i
+            break
+        par = replace(base, sequence_parallel=sp, recompute=rc, zero=z, schedule=schedule, virtual_stages=v)
+        got = assemble(lt, cluster, par, memory, capacity, label=f"{par.describe()}, {label}", bound_s=bound,
+                       rejected=too_large.append)
+        if got is None:
+            skipped += 1
+            continue
+        found.append(got)
+        # Equal steps (ZeRO stages often tie): the one needing less memory first.
+        found.sort(key=lambda r: (round(r.step_time_s, 12), r.memory_per_device_bytes))
+        del found[runners_up + 1:]
     if not found:
         raise InsufficientMemoryError(
             f"no configuration of {probe.name!r} on {cluster.devices:,} devices fits in "
@@ -245,8 +252,8 @@ def search_training(
     best = found[0]
     lower = best.parallelism.microbatches * max(
         (sum(s.forward_s + s.backward_s for s in best.stages) / len(best.stages)), 0.0)
-    return TrainingSearch(best=best, runners_up=tuple(found[1:]), configurations=modelled, skipped=skipped,
-                          search_time_s=time.perf_counter() - started, gap_bound_s=max(0.0, best_s - lower),
+    return TrainingSearch(best=best, runners_up=tuple(found[1:]), configurations=len(pending), skipped=skipped,
+                          search_time_s=time.perf_counter() - started, gap_bound_s=max(0.0, best.step_time_s - lower),
                           notes=tuple(dict.fromkeys(notes)))
 
 
