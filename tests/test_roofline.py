@@ -126,12 +126,13 @@ def test_calibration_slows_compute_down_and_the_search_still_finds_the_optimum_o
 
 
 def test_every_modern_preset_has_a_calibration_with_sources():
-    assert set(CALIBRATIONS) == {"dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "dgx-b200"} <= set(PRESETS)
+    assert set(CALIBRATIONS) == {"dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx-h200", "dgx-b200",
+                                 "paper-1080ti", "paper-2080ti"} <= set(PRESETS)
     for name, e in CALIBRATIONS.items():
         assert set(e.sources) >= {"matmul_curve", "vector_flops", "memory_Bps", "intra_efficiency",
                                   "inter_efficiency"}, name
     with pytest.raises(ClusterError, match="has no calibration"):
-        preset("paper-1080ti", calibrated=True)
+        preset("paper-model", calibrated=True)
 
 
 def test_a_calibrated_step_ends_with_the_memory_bound_optimizer_update():

@@ -23,7 +23,9 @@ from math import ceil, gcd, prod
 from numbers import Real
 
 from pase.errors import ClusterError
-from pase.hardware.efficiency import A100_FITTED, A100_HBM_BPS, Efficiency, derated
+from pase.hardware.efficiency import (
+    A100_FITTED, A100_HBM_BPS, GTX1080TI_FP32, RTX2080TI_FP32, Efficiency, derated,
+)
 from pase.hardware.mesh import DeviceMesh, MeshAxis
 from pase.limits import (
     MAX_BANDWIDTH_BPS, MAX_MEMORY_BYTES, MAX_PEAK_FLOPS, MIN_BANDWIDTH_BPS, MIN_MEMORY_BYTES,
@@ -265,7 +267,10 @@ PRESETS: dict[str, Cluster] = {
 # Megatron Table 1 (benchmarks/fit_calibration.py). The others carry its fractions over (the
 # matrix curve, link efficiencies, latencies and compute/memory overlap as fitted on the A100,
 # the vector rate scaled by the peak, memory at the A100's fitted fraction of each GPU's published
-# HBM bandwidth): not validated against measurements of those GPUs.
+# HBM bandwidth): not validated against measurements of those GPUs. The paper's fp32 nodes have their
+# own: GTX1080TI_FP32's matrix curve and PCIe ring are DeepBench's published 1080 Ti measurements,
+# RTX2080TI_FP32 carries them to the 2080 Ti with its own peak, memory and a host-staged link latency;
+# both take the rest from the A100 fit (each figure's source in pase.hardware.efficiency).
 _HBM = A100_FITTED.memory_Bps / A100_HBM_BPS
 CALIBRATIONS: dict[str, Efficiency] = {
     "dgx-a100": A100_FITTED,
@@ -273,6 +278,8 @@ CALIBRATIONS: dict[str, Efficiency] = {
     "dgx-h100": derated(A100_FITTED, 989e12, 312e12, 3350e9 * _HBM, "H100 SXM HBM3, 3.35 TB/s"),
     "dgx-h200": derated(A100_FITTED, 989e12, 312e12, 4800e9 * _HBM, "H200 HBM3e, 4.8 TB/s"),
     "dgx-b200": derated(A100_FITTED, 2250e12, 312e12, 8000e9 * _HBM, "B200 HBM3e, 8 TB/s"),
+    "paper-1080ti": GTX1080TI_FP32,
+    "paper-2080ti": RTX2080TI_FP32,
 }
 
 
@@ -280,7 +287,7 @@ def preset(name: str, devices: int | None = None, *, calibrated: bool = False) -
     """The preset cluster ``name``, optionally with another device count.
 
     ``calibrated`` attaches what its kernels and links achieve
-    (:data:`CALIBRATIONS`); the paper's presets have no calibration.
+    (:data:`CALIBRATIONS`); ``paper-model`` and ``dgx1-v100`` have none.
 
     Raises
     ------

@@ -172,3 +172,80 @@ A100_FITTED = Efficiency(
                           "hidden behind the longer (1: the roofline; Calculon's A100 file sums them, 0)",
     },
 )
+
+
+# The paper's nodes (paper-1080ti, paper-2080ti) train in fp32 on the CUDA cores: Pascal has no tensor
+# cores and the 2080 Ti's run fp16, not fp32, so matrix and vector kernels share one fp32 peak.
+GTX1080TI_FP32_FLOPS = 11.3e12  # published spec: 3,584 CUDA cores x 2 x 1,582 MHz boost
+GTX1080TI_MEMORY_BPS = 484e9  # published spec: 11 GB GDDR5X, 352-bit at 11 Gb/s
+RTX2080TI_FP32_FLOPS = 13.4e12  # published spec: 4,352 CUDA cores x 2 x 1,545 MHz boost (reference card)
+RTX2080TI_MEMORY_BPS = 616e9  # published spec: 11 GB GDDR6, 352-bit at 14 Gb/s
+
+_DEEPBENCH = ("DeepBench's published GTX 1080 Ti training results (baidu-research/DeepBench, "
+              "results/train/DeepBench_NV_1080Ti.xlsx; CUDA 8, cuDNN 6, NCCL 2.0, one 8-GPU PCIe node)")
+_A100_CARRIED = "carried over from the A100 fit (A100_FITTED), not measured on this GPU"
+
+# GTX 1080 Ti nodes: kernels and the PCIe ring from DeepBench's measurements, the rest carried over.
+# The matrix curve is three of DeepBench's SGEMM results as fractions of the 11.3 TFLOP/s peak:
+# 1760 x 32 x 1760 (0.198 GFLOP) at 5.08 TFLOP/s, 2048 x 128 x 2048 (1.07 GFLOP) at 7.84,
+# 1760 x 7000 x 1760 (43.4 GFLOP) at 10.89. Its 77 untransposed SGEMMs lie a median 0.04 of peak from
+# the curve; with a transposed operand they run a median 0.12 below it, and 16-column products at
+# about 0.15 of peak, far below it.
+# DeepBench's convolutions are not used: cuDNN's Winograd and FFT kernels count direct-convolution
+# FLOPs and so report more than the peak, a fraction this model cannot hold.
+# The ring: DeepBench's seven NCCL all-reduces on 8 GPUs (400 KB to 258 MB) fit 2 (n - 1) / n M /
+# (0.73 x 12 GB/s) + 2 (n - 1) x 4.9 us within 1.5%; 12 GB/s is the preset's peer-to-peer PCIe 3.0 x16
+# figure. DeepBench's node (one Xeon E5-2690 v4 on an ASUS X99-E WS board: one PCIe root) need not be
+# wired as the paper's nodes are.
+GTX1080TI_FP32 = Efficiency(
+    matmul_curve=((0.198e9, 5.08e12 / GTX1080TI_FP32_FLOPS), (1.07e9, 7.84e12 / GTX1080TI_FP32_FLOPS),
+                  (43.4e9, 10.89e12 / GTX1080TI_FP32_FLOPS)),
+    vector_flops=GTX1080TI_FP32_FLOPS,
+    memory_Bps=A100_FITTED.memory_Bps / A100_HBM_BPS * GTX1080TI_MEMORY_BPS,
+    kernel_overhead_s=A100_FITTED.kernel_overhead_s,
+    intra_efficiency=0.73,
+    inter_efficiency=A100_FITTED.inter_efficiency,
+    intra_latency_s=4.9e-6,
+    inter_latency_s=A100_FITTED.inter_latency_s,
+    memory_overlap=A100_FITTED.memory_overlap,
+    sources={
+        "matmul_curve": f"{_DEEPBENCH}: SGEMM at 45%, 69% and 96% of the 11.3 TFLOP/s fp32 peak at 0.198, 1.07 "
+                        "and 43.4 GFLOP per kernel",
+        "vector_flops": "published spec: the 11.3 TFLOP/s fp32 peak (no tensor cores; every kernel on the CUDA cores)",
+        "memory_Bps": f"the published 484 GB/s GDDR5X at the A100 fit's achieved fraction ({_A100_CARRIED})",
+        "kernel_overhead_s": f"assumed 5 us per kernel launch and tail, a typical CUDA figure ({_A100_CARRIED})",
+        "intra_efficiency": f"{_DEEPBENCH}: NCCL all-reduce on 8 GPUs, 73% of the 12 GB/s peer-to-peer PCIe link "
+                            "(fitted with the latency, within 1.5% from 400 KB to 258 MB)",
+        "inter_efficiency": f"Calculon's 90% of nominal InfiniBand ({_A100_CARRIED})",
+        "intra_latency_s": f"{_DEEPBENCH}: 4.9 us per ring step, fitted with the efficiency",
+        "inter_latency_s": f"assumed 10 us per collective step between nodes ({_A100_CARRIED})",
+        "memory_overlap": f"the fraction of the shorter of compute and memory time hidden ({_A100_CARRIED})",
+    },
+)
+
+# RTX 2080 Ti nodes: no DeepBench training results exist for Turing, so the 1080 Ti's measured matrix curve
+# and ring efficiency are carried over; the peak, the memory and the link latency change. Without
+# peer-to-peer every ring step is two PCIe copies through host memory (the preset's 6 GB/s), so its latency
+# is taken as twice the 1080 Ti's measured one.
+RTX2080TI_FP32 = Efficiency(
+    matmul_curve=GTX1080TI_FP32.matmul_curve,
+    vector_flops=RTX2080TI_FP32_FLOPS,
+    memory_Bps=A100_FITTED.memory_Bps / A100_HBM_BPS * RTX2080TI_MEMORY_BPS,
+    kernel_overhead_s=GTX1080TI_FP32.kernel_overhead_s,
+    intra_efficiency=GTX1080TI_FP32.intra_efficiency,
+    inter_efficiency=GTX1080TI_FP32.inter_efficiency,
+    intra_latency_s=2 * GTX1080TI_FP32.intra_latency_s,
+    inter_latency_s=GTX1080TI_FP32.inter_latency_s,
+    memory_overlap=GTX1080TI_FP32.memory_overlap,
+    sources={
+        **GTX1080TI_FP32.sources,
+        "matmul_curve": f"the GTX 1080 Ti's curve as fractions of peak ({_DEEPBENCH}): assumed for Turing, "
+                        "not measured on it",
+        "vector_flops": "published spec: the 13.4 TFLOP/s fp32 peak (fp32 does not run on the tensor cores)",
+        "memory_Bps": f"the published 616 GB/s GDDR6 at the A100 fit's achieved fraction ({_A100_CARRIED})",
+        "intra_efficiency": "the GTX 1080 Ti's 73% NCCL ring efficiency (DeepBench), assumed for the host-staged "
+                            "6 GB/s link; not measured on these nodes",
+        "intra_latency_s": "assumed: twice the GTX 1080 Ti's measured 4.9 us per ring step (DeepBench), as "
+                           "each step is two PCIe copies through host memory without peer-to-peer",
+    },
+)
