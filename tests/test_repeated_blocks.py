@@ -12,6 +12,7 @@ from pase.hardware.cluster import preset
 from pase.ir.graph import Graph
 from pase.model.cost import build_cost_model
 from pase.model.memory import MemoryOptions, activation_bytes
+from pase.ir.configs import ConfigOptions
 from pase.model.training import RECOMPUTE, Parallelism, assemble, attention_core, blocks, layer_times
 from pase.models import sample
 from pase.strategies.baselines import tensor_parallel_strategy
@@ -92,3 +93,77 @@ def test_alike_layers_in_different_surroundings_keep_their_own_bytes():
     assert all(np.array_equal(got[n], want[n]) for n in got)
     # Two readers share x's copy; "after" alone keeps "left"'s output: 8 x 16 elements of 2 bytes, unsplit.
     assert got["after"][0] == 2 * got["left"][0] == 8 * 16 * 2
+
+
+def _same_times(got, want) -> None:
+    """Every field of two LayerTimes equal, to the last bit."""
+    from dataclasses import fields
+
+    from pase.model.training import LayerTimes
+
+    for f in fields(LayerTimes):
+        x, y = getattr(got, f.name), getattr(want, f.name)
+        if f.name == "memo":
+            continue
+        if f.name == "graph":
+            assert x is y
+        elif f.name == "layers":
+            assert [l.name for l in x] == [l.name for l in y]
+        elif f.name == "tied":
+            assert len(x) == len(y) and all(np.array_equal(a, c) and np.array_equal(b, d)
+                                            for (a, b), (c, d) in zip(x, y)), f.name
+        elif isinstance(x, np.ndarray):
+            assert np.array_equal(x, y), f.name
+        else:
+            assert x == y, f.name
+
+
+@pytest.mark.parametrize("name,calibrated", [("megatron-1.7b", False), ("llama3-8b", True), ("mixtral-8x7b", True)])
+@pytest.mark.parametrize("t,sp", [(1, False), (4, True)])
+def test_times_costed_on_three_blocks_equal_those_of_the_whole_model(name, calibrated, t, sp):
+    from pase.model.repeats import periodic_core
+    from pase.model.training import cached_times
+
+    graph = sample(name, batch=2)
+    core = periodic_core(graph, blocks(graph))
+    # The run covers every transformer layer, shortened to three.
+    numbered = [l.name.split(".")[:2] for l in graph.layers if l.name.split(".")[0] in ("h", "layers")]
+    size = sum(1 for _, i in numbered if i == "0")
+    assert core is not None and core.blocks == len({i for _, i in numbered})
+    assert len(core.graph) == len(graph) - (core.blocks - 3) * size
+    cluster = preset("dgx-a100", devices=16, calibrated=calibrated)
+    par = Parallelism(tensor=t, data=16 // t, microbatch_size=2, global_batch=32, sequence_parallel=sp)
+    got = cached_times(lambda b: graph, cluster, par, ConfigOptions(), MemoryOptions(), {})
+    want = layer_times(graph, cluster, tensor_parallel_strategy(graph, t, 1, sp), par, ConfigOptions(),
+                       MemoryOptions(), recompute=RECOMPUTE)
+    for mode in RECOMPUTE:
+        _same_times(got[mode], want[mode])
+
+
+def test_blocks_read_from_outside_their_neighbours_are_not_shortened():
+    from pase import ops as L
+    from pase.model.repeats import periodic_core
+
+    def chain(blocks_read_embed: bool = False, odd: int | None = None) -> Graph:
+        g = Graph("chain")
+        g.add_layer(L.fully_connected("embed", b=4, n=8, c=8))
+        prev = "embed"
+        for i in range(6):
+            g.add_layer(L.fully_connected(f"h.{i}.fc", b=4, n=8, c=16 if i == odd else 8), inputs=[prev])
+            if blocks_read_embed:
+                g.add_layer(L.elementwise(f"h.{i}.out", (4, 8), ("b", "n")), inputs=[f"h.{i}.fc", "embed"])
+            else:
+                g.add_layer(L.fully_connected(f"h.{i}.out", b=4, n=8, c=8), inputs=[f"h.{i}.fc"])
+            prev = f"h.{i}.out"
+        g.add_layer(L.elementwise("head", (4, 8), ("b", "n")), inputs=[prev, "embed"])  # a head may read anything
+        return g
+
+    plain = chain()
+    core = periodic_core(plain, blocks(plain))
+    # The six blocks form the run (the embedding feeds the first as a block would); the core keeps 0, 1 and 5.
+    assert core is not None and core.blocks == 6 and len(core.graph) == len(plain) - 3 * 2
+    assert [l.name for l in core.graph.layers][core.representative[plain.layers.index(plain.layer("h.4.fc"))]] \
+        == "h.1.fc"
+    # An input every block reads (the embedding) ends the run at once; so does a block unlike the others.
+    for graph in (chain(blocks_read_embed=True), chain(odd=3)):
+        assert periodic_core(graph, blocks(graph)) is None

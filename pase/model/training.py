@@ -81,7 +81,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -94,6 +94,7 @@ from pase.ir.graph import Graph, Layer
 from pase.model.cost import build_cost_model
 from pase.model.memory import MemoryOptions, activation_bytes, buffer_elements
 from pase.model.pipeline import SCHEDULES, ScheduleResult, in_flight, simulate
+from pase.model.repeats import PeriodicCore, periodic_core
 from pase.ops import OPS, block_elements
 
 __all__ = ["RECOMPUTE", "Parallelism", "StageReport", "TrainingPlan", "LayerTimes", "evaluate_training",
@@ -529,6 +530,30 @@ class LayerTimes:
     memo: dict = field(default_factory=dict, compare=False)  # what assemble derived, by what it depends on
 
 
+def _tied(layers: Sequence[Layer], configs: Mapping[str, np.ndarray]) -> tuple:
+    """Per weight several layers share (``TensorSpec.tied``): their indices in ``layers`` and their blocks' elements
+    under ``configs`` (one configuration per layer)."""
+    shared: dict[str, list[tuple[int, float]]] = {}
+    for i, l in enumerate(layers):
+        for w in l.weights:
+            if w.tied:
+                shared.setdefault(w.tied, []).append((i, float(block_elements(l, w, configs[l.name])[0])))
+    return tuple((np.array([i for i, _ in v]), np.array([e for _, e in v])) for v in shared.values() if len(v) > 1)
+
+
+def _edge_arrays(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """The graph's edges as (producer index, consumer index, tensor index) rows in its layer order, and per tensor
+    an edge carries (a producer's output, however many read it) its elements; derived once per graph."""
+    def compute():
+        index = {l.name: i for i, l in enumerate(graph.layers)}
+        tensors = {key: t for t, key in enumerate(dict.fromkeys((e.src, e.src_output) for e in graph.edges))}
+        sizes = np.array([graph.layer(src).outputs[out].size for src, out in tensors], dtype=float)
+        edges = np.array([(index[e.src], index[e.dst], tensors[(e.src, e.src_output)]) for e in graph.edges],
+                         dtype=np.int64).reshape(-1, 3)
+        return edges, sizes
+    return graph.derived("training edges", compute)
+
+
 def layer_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int, ...]], par: Parallelism,
                 options: ConfigOptions = ConfigOptions(), memory: MemoryOptions = MemoryOptions(),
                 recompute: Sequence[str] | None = None) -> LayerTimes | dict[str, LayerTimes]:
@@ -566,16 +591,8 @@ def layer_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
     forward = fwd_s + comm / 2
     backward = total_s - fwd_s + comm / 2
     params = alike(lambda l: float(sum(block_elements(l, w, configs[l.name])[0] for w in l.weights)))
-    shared: dict[str, list[tuple[int, float]]] = {}
-    for i, l in enumerate(layers):
-        for w in l.weights:
-            if w.tied:
-                shared.setdefault(w.tied, []).append((i, float(block_elements(l, w, configs[l.name])[0])))
-    tied = tuple((np.array([i for i, _ in v]), np.array([e for _, e in v])) for v in shared.values() if len(v) > 1)
-    tensors = {key: t for t, key in enumerate(dict.fromkeys((e.src, e.src_output) for e in graph.edges))}
-    sizes = [graph.layer(src).outputs[out].size for src, out in tensors]
-    edges = np.array([(index[e.src], index[e.dst], tensors[(e.src, e.src_output)]) for e in graph.edges],
-                     dtype=np.int64).reshape(-1, 3)
+    tied = _tied(layers, configs)
+    edges, sizes = _edge_arrays(graph)
     bpe = group.bytes_per_element
     buffers = alike(lambda l: float(buffer_elements(l, configs[l.name])[0]) * bpe)
     plain = activation_bytes(graph, configs, bpe, memory.index_bytes, producer_blocks=par.sequence_parallel)
@@ -598,7 +615,7 @@ def layer_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
             acts = activation_bytes(graph, configs, bpe, memory.index_bytes, producer_blocks=par.sequence_parallel,
                                     dropped=core) if core else plain
         out[mode] = LayerTimes(
-            graph=graph, layers=tuple(layers), edges=edges, tensor_elements=np.array(sizes, dtype=float), tied=tied,
+            graph=graph, layers=tuple(layers), edges=edges, tensor_elements=sizes, tied=tied,
             forward_s=forward, backward_s=backward, recompute_s=recompute_s, gradient_s=grad,
             params=params, activations=np.array([float(acts[l.name][0]) for l in layers]),
             buffers=buffers,
@@ -681,8 +698,44 @@ def cached_times(source: GraphSource, cluster: Cluster, par: Parallelism, option
     if key not in cache:
         graph = cached_graph(source, b, cache)
         strategy = tensor_parallel_strategy(graph, par.tensor, par.context, par.sequence_parallel)
-        cache[key] = layer_times(graph, cluster, strategy, par, options, memory, recompute=RECOMPUTE)
+        core = graph.derived("periodic core", lambda: periodic_core(graph, blocks(graph)))
+        names = [l.name for l in graph.layers]
+        if core is None or any(strategy[names[i]] != strategy[core.graph.layers[r].name]
+                               for i, r in enumerate(core.representative)):
+            cache[key] = layer_times(graph, cluster, strategy, par, options, memory, recompute=RECOMPUTE)
+        else:
+            # Cost the graph with its run of identical blocks shortened to three, then spread the values over
+            # the whole run: exact (pase.model.repeats) and as many times cheaper as the run is long.
+            small = layer_times(core.graph, cluster, {l.name: strategy[l.name] for l in core.graph.layers}, par,
+                                options, memory, recompute=RECOMPUTE)
+            cache[key] = {mode: _spread(lt, graph, core, strategy, options) for mode, lt in small.items()}
     return cache[key]
+
+
+# What LayerTimes holds of the whole graph; every other field holds one value per layer.
+_GRAPH_FIELDS = frozenset({"graph", "layers", "edges", "tensor_elements", "tied", "block_transient", "block_of",
+                           "model_flops", "memo"})
+
+
+def _spread(small: LayerTimes, graph: Graph, core: PeriodicCore, strategy: Mapping[str, tuple[int, ...]],
+            options: ConfigOptions) -> LayerTimes:
+    """The layer times of ``graph`` from those of its core (``small``, :func:`layer_times` of ``core.graph``):
+    each layer takes its representative's values; what concerns the whole graph is derived from it."""
+    from pase.analysis.throughput import model_flops  # late: pase.analysis imports the planner
+
+    rep = core.representative
+    layers = tuple(graph.layers)
+    per_layer = {f.name: getattr(small, f.name)[rep] for f in fields(LayerTimes) if f.name not in _GRAPH_FIELDS}
+    block_of = graph.derived("blocks", lambda: blocks(graph)) if small.block_of else {}
+    transient = {block_of[l.name]: small.block_transient[small.block_of[small.layers[r].name]]
+                 for l, r in zip(layers, rep) if l.name in block_of}
+    edges, sizes = _edge_arrays(graph)
+    return LayerTimes(
+        graph=graph, layers=layers, edges=edges, tensor_elements=sizes,
+        tied=_tied(layers, {l.name: np.array([strategy[l.name]]) for l in layers}),
+        block_transient=transient, block_of=block_of,
+        model_flops=graph.derived(("model flops", options.cost_model), lambda: model_flops(graph, options.cost_model)),
+        **per_layer)
 
 
 def _step_lower_bound(fq: Sequence[float], bq: Sequence[float], S: int, m: int, reduce: Sequence[float] | None,
