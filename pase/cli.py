@@ -328,7 +328,8 @@ def _add_solve(sub) -> None:
                    help="print one JSON object (a baseline's speedup is null where PaSE takes 0 s and it does not)")
     p.add_argument("--stats", action="store_true",
                    help="also print the search's statistics: configurations before and after pruning, layers "
-                        "costed once per kind (repeated blocks), tables built, peak memory (under \"stats\" "
+                        "costed once per kind (repeated blocks), blocks folded into min-plus chains and their "
+                        "tables, tables built, peak memory (under \"stats\" "
                         "with --json)")
     p.set_defaults(func=_solve)
 
@@ -341,7 +342,7 @@ def _peak_rss_bytes() -> int:
 
 
 def _layer_search_stats(graph: Graph, result: Plan, options: ConfigOptions) -> dict:
-    """``pase solve --stats`` of the per-layer search: what was enumerated, pruned, shared and held."""
+    """``pase solve --stats`` of the per-layer search: what was enumerated, pruned, shared, folded and held."""
     listed = sum(config_counts(graph, result.cluster.devices, options_on(options, result.cluster)).values())
     pruned = getattr(result.search, "pruned_configs", 0)
     ends = {(graph.kind(e.src), e.src_output, graph.kind(e.dst), e.dst_input) for e in graph.edges}
@@ -349,6 +350,9 @@ def _layer_search_stats(graph: Graph, result: Plan, options: ConfigOptions) -> d
         "layers": len(graph), "layer_kinds": len({graph.kind(l.name) for l in graph}),
         "configurations": listed, "configurations_after_pruning": listed - pruned,
         "edges": len(graph.edges), "edge_tables": len(ends),
+        "blocks_folded": getattr(result.search, "blocks_folded", 0),
+        "block_tables": getattr(result.search, "block_tables", 0),
+        "block_table_entries": getattr(result.search, "block_table_entries", 0),
         "max_dependent_set": result.search.max_dependent_set,
         "max_table_entries": result.search.max_table_entries,
         "peak_table_bytes": getattr(result.search, "peak_table_bytes", None),

@@ -87,6 +87,7 @@ __all__ = [
     "StepStats",
     "default_memory_budget_bytes",
     "estimate",
+    "prune_dominated",
     "solve",
 ]
 
@@ -576,6 +577,29 @@ def _count(n: int) -> str:
 
 
 # -- pruning of dominated configurations ----------------------------------------------------
+
+
+def prune_dominated(cost_graph: CostGraph) -> tuple[CostGraph, list[np.ndarray]]:
+    """``cost_graph`` restricted to the configurations that no other dominates (see :func:`_prune`).
+
+    Returns the reduced graph (same vertices, edges and names) and, per
+    vertex, the original index of each configuration kept (increasing). Its
+    optimum equals ``cost_graph``'s, and mapping an optimal assignment of it
+    through the kept indices gives an optimal assignment of ``cost_graph``.
+    The arrays of vertices and edges that lose nothing are shared, not copied.
+    """
+    kept = _prune(cost_graph)
+    node_costs = tuple(c[k] if len(k) < c.size else c for c, k in zip(cost_graph.node_costs, kept, strict=True))
+    # Repeated blocks share their matrices; cut each shared one once per pair of kept sets, so
+    # the blocks still share theirs (and :mod:`pase.search.fold` can tell them equal at once).
+    cut: dict[tuple, np.ndarray] = {}
+    edges = []
+    for u, v, m in cost_graph.edges:
+        key = (id(m), kept[u].tobytes(), kept[v].tobytes())
+        if key not in cut:
+            cut[key] = _submatrix(m, kept[u], kept[v])
+        edges.append((u, v, cut[key]))
+    return CostGraph(node_costs, tuple(edges), cost_graph.names), kept
 
 
 def _prune(cost_graph: CostGraph) -> list[np.ndarray]:
