@@ -10,6 +10,7 @@ from ui.figures import layer_compare_figure, totals_figure
 from ui.fmt import fmt_time, md
 from ui.pagekit import require_problem, routed, solve_button
 from ui.palette import HIGHLIGHT_ROW
+from ui.stepmodel import show_model
 from ui.tables import comparison_table, differing_layers, totals_table
 
 routed()  # first of all: run under app.py's router (see ui.pagekit.routed)
@@ -26,6 +27,7 @@ st.caption("The found strategy beside data parallelism and the expert strategies
 problem = require_problem()
 graph = state.load_graph(problem.source)
 st.markdown(f"**{md(graph.name)}** ({md(problem.source)}) on **{md(problem.cluster)}**")
+show_model([problem.cluster])  # every strategy below, your own plan too, is priced by it
 
 plan = solve_button(problem, key="solve_compare", label="Solve")
 if plan is None:

@@ -13,6 +13,7 @@ from ui.figures import SORT_KEYS, cost_breakdown_figure, memory_figure, strategy
 from ui.fmt import fmt_count, fmt_time, md
 from ui.graphview import auto_group_depth, build_graph_view, group_key, groups_of, toggle_module
 from ui.pagekit import headline, require_problem, routed, solve_button, solve_training_button
+from ui.stepmodel import show_model
 from ui.tables import strategy_table
 
 routed()  # first of all: run under app.py's router (see ui.pagekit.routed)
@@ -40,6 +41,7 @@ st.markdown(
     f"{graph.parameter_count / 1e6:,.1f}M parameters · **{c}**, {c.bytes_per_element} bytes per element · "
     f"up to {max(counts.values())} configurations per layer ({fmt_count(sum(counts.values()))} in all)"
 )
+show_model([c])
 
 # The large language models are planned as `pase solve` plans them: by the joint 3-D search (tensor, pipeline and
 # data parallelism, microbatches, schedule, recomputation, ZeRO); one strategy of the whole batch on every device
@@ -170,13 +172,14 @@ else:
 TRAINING_INPUTS = "_training_inputs"  # pages/training.py's saved inputs (its SAVED)
 
 
-def _to_training_page(model: str, preset_name: str, devices: int, batch: int) -> None:
-    """Fill the Training page's inputs with this problem (it keeps them in TRAINING_INPUTS)."""
+def _to_training_page(model: str, preset_name: str, devices: int, batch: int, step_model: str) -> None:
+    """Fill the Training page's inputs with this problem (it keeps them in TRAINING_INPUTS), its step-time model
+    (ui.stepmodel) taken as the user's choice there, so that the page models the plan as the explorer did."""
     saved = dict(st.session_state.get(TRAINING_INPUTS, {}))
     saved.update({"model": model, "preset": preset_name, "devices": devices, f"batch_{model}": batch,
-                  "mode": "Search the best plan"})
+                  "mode": "Search the best plan", "step_model": {"chosen": step_model}})
     st.session_state[TRAINING_INPUTS] = saved
-    for name in ("model", "preset", "devices", f"batch_{model}", "mode"):
+    for name in ("model", "preset", "devices", f"batch_{model}", "mode", "step_model"):
         st.session_state.pop(f"tr_{name}", None)
 
 
@@ -184,6 +187,7 @@ def training_summary(search, group_plan) -> None:
     """The 3-D plan's label and numbers, runners-up, a download, and the way to its schedule (the Training page)."""
     from pase.hardware.cluster import PRESETS
     from ui.sidebar import sample_parameters
+    from ui.stepmodel import CALIBRATED, PEAK
 
     best = search.best
     par = best.parallelism
@@ -230,7 +234,8 @@ def training_summary(search, group_plan) -> None:
     if c.name in PRESETS and same_model:
         if l2.button("See its pipeline schedule, memory per stage and device mesh on the Training page",
                      icon=":material/view_timeline:", key="ex_to_training", on_click=_to_training_page,
-                     args=(source.name, c.name, c.devices, par.global_batch)):
+                     args=(source.name, c.name, c.devices, par.global_batch,
+                           PEAK if c.efficiency is None else CALIBRATED)):
             st.switch_page("pages/training.py")
     else:
         l2.caption("The **Training** page (navigation) draws this plan's pipeline schedule, memory per stage and "

@@ -1,5 +1,7 @@
 """Learn: how a layer is split across devices, and how the search finds the best strategy."""
 
+from dataclasses import replace
+
 import pandas as pd
 import streamlit as st
 
@@ -35,7 +37,10 @@ with st.expander("What the dimension letters mean"):
                 "gives them; the sample models use: " + "; ".join(f"*{d}* {m}" for d, m in COMMON.items()) + ".")
 
 problem, _ = state.current_problem()
-cluster = problem.cluster if problem is not None else PRESETS["paper-model"]
+# The paper's cost model, which this page teaches: the sidebar's figures at peak rates, whichever step-time model
+# the sidebar prices the other pages with (a calibration's roofline and latencies would hide the FLOPs-and-bytes
+# arithmetic shown here).
+cluster = replace(problem.cluster, efficiency=None) if problem is not None else PRESETS["paper-model"]
 
 # -- 1. the iteration space -------------------------------------------------------------------
 
@@ -79,7 +84,8 @@ with text_col:
         st.markdown(f"- {line}")
     st.markdown(
         f"On {gemm_cluster.peak_flops / 1e12:g} TFLOP/s devices with {gemm_cluster.bandwidth_Bps / 1e9:g} GB/s links "
-        f"({gemm_cluster.bytes_per_element}-byte elements), pase's cost model gives, per device and training step:"
+        f"({gemm_cluster.bytes_per_element}-byte elements), at peak rates (the paper's model, whichever the sidebar "
+        "chooses for the other pages), pase's cost model gives, per device and training step:"
     )
     m1, m2 = st.columns(2)
     m1.metric("Compute", fmt_time(chosen.compute_s), help=f"{fmt_count(chosen.compute_flops)} FLOPs of "

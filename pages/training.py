@@ -23,6 +23,7 @@ from pase.search.stages import search_training, training_baselines
 from ui import jobs, state
 from ui.fmt import fmt_count, fmt_time, md
 from ui.pagekit import routed
+from ui.stepmodel import CALIBRATED, model_choice, show_model
 from ui.training_figures import mesh_figure, schedule_figure, stage_memory_figure, stage_rows
 
 routed()  # first of all: run under app.py's router (see ui.pagekit.routed)
@@ -105,10 +106,16 @@ sample_batch = inspect.signature(SAMPLES[model]).parameters["batch"].default
 global_batch = int(kept(c4.number_input, f"batch_{model}", sample_batch, "Global batch (samples)", min_value=1,
                         max_value=MAX_BATCH, step=1,
                         help=f"Samples per step; {model}'s published run uses {sample_batch}."))
-mode = kept(st.radio, "mode", MODES[0], "Mode", MODES, horizontal=True)
+m1, m2 = st.columns([2, 3])
+with m1:
+    mode = kept(st.radio, "mode", MODES[0], "Mode", MODES, horizontal=True)
+# This page's own step-time model, resolved for its own preset as the sidebar's is for the sidebar's (its memory
+# in SAVED, beside the other inputs; the explorer's way here fills it with the explorer's model).
+step_model = model_choice(m2, "tr_step_model", preset_name,
+                          st.session_state.setdefault(SAVED, {}).setdefault("step_model", {}), horizontal=True)
 
 try:
-    cluster = preset(preset_name, devices)
+    cluster = preset(preset_name, devices, calibrated=step_model == CALIBRATED)
 except PaseError as exc:
     st.error(f"Cannot use this cluster: {md(exc)}", icon=":material/error:")
     st.stop()
@@ -117,6 +124,7 @@ cap = cluster.memory_bytes
 st.markdown(f"**{md(model)}**, global batch {global_batch:,} · **{md(cluster)}**, "
             f"{'no memory limit' if cap is None else f'{cap / 1e9:g} GB per device'}")
 st.caption(f"Hardware figures: {md(peak_source(preset_name, cluster.bytes_per_element))}.")
+show_model([cluster])
 
 
 def headline(plan) -> None:
@@ -143,8 +151,10 @@ def headline(plan) -> None:
                    "needing most.")
     st.caption(f"MFU and HFU are of the cluster's peak, {peak / 1e12:g} TFLOP/s per device: "
                f"{md(peak_source(plan.cluster.name, plan.cluster.bytes_per_element))}. "
-               f"Modelled at peak, so real runs are slower. Bubble: {plan.schedule.bubble_fraction:.1%} of the "
-               f"busiest device's step. {md(plan.label)}.")
+               + ("Step times at peak rates (the paper's model), so real runs are slower. "
+                  if plan.cluster.efficiency is None else "Step times by the calibrated model (above, with its "
+                                                          "sources). ")
+               + f"Bubble: {plan.schedule.bubble_fraction:.1%} of the busiest device's step. {md(plan.label)}.")
     if fits is False:
         st.warning(f"This plan needs {mem / 1e9:.3g} GB on a device of its largest stage, more than the "
                    f"{cap_text(plan)} it has: it would not run.", icon=":material/warning:")
@@ -267,8 +277,11 @@ zero = int(kept(f2.selectbox, "zero", 0, "ZeRO stage", [0, 1, 2, 3]))
 schedule = kept(f3.selectbox, "schedule", AUTO, "Schedule", [AUTO, *SCHEDULES])
 with f4:
     sp = kept(st.checkbox, "sp", False, "Sequence parallelism")
-    overlap = kept(st.checkbox, "overlap", False, "Overlap gradient reduction",
-                   help="Hide each device's reduction behind its last backward.")
+    # Per model, as the search and `pase evaluate` default it: overlapped on a calibrated cluster (frameworks
+    # overlap it), not at peak rates (the paper's model does not).
+    overlap = kept(st.checkbox, f"overlap_{step_model}", step_model == CALIBRATED, "Overlap gradient reduction",
+                   help="Hide each device's reduction behind its last backward. On by default under the "
+                        "calibrated model, as the search assumes there; off at peak rates (the paper's).")
 
 per_group = t * p * c
 if devices % per_group:

@@ -19,6 +19,7 @@ from ui.figures import split_changes_figure, sweep_figure, sweep_panels_figure
 from ui.graphview import auto_group_depth, group_key
 from ui.fmt import md
 from ui.pagekit import require_problem, routed
+from ui.stepmodel import CALIBRATED, PEAK, show_model, with_model
 
 routed()  # first of all: run under app.py's router (see ui.pagekit.routed)
 
@@ -56,6 +57,8 @@ graph = state.load_graph(problem.source)
 cluster = problem.cluster
 st.markdown(f"**{md(graph.name)}** ({md(problem.source)}); hardware: {cluster.peak_flops / 1e12:g} TFLOP/s, "
             f"{cluster.bandwidth_Bps / 1e9:g} GB/s links")
+# The sidebar's step-time model (ui.stepmodel) prices every GPU type: calibrated, each with its own calibration.
+step_model = PEAK if cluster.efficiency is None else CALIBRATED
 
 c1, c2, c3 = st.columns([3, 2, 2])
 picked = c1.multiselect("Devices", DEVICE_CHOICES, default=[1, 2, 4, 8, 16, 32], key="wi_devices",
@@ -79,8 +82,10 @@ gpu_names = [cluster.name, *(n for n in PRESETS if n != cluster.name)]
 gpu_picked = g1.multiselect("GPU types", gpu_names, default=[cluster.name], key="wi_gpus",
                             help="Sweep the same model on several cluster presets, drawn side by side on the same "
                                  f"device axis. {cluster.name}: the sidebar's figures; the others: the presets' "
-                                 "published peak figures (pase.hardware.cluster.PRESETS).")
-clusters = [cluster if n == cluster.name else PRESETS[n] for n in gpu_picked]
+                                 "published peak figures (pase.hardware.cluster.PRESETS). All priced by the "
+                                 "sidebar's step-time model: calibrated, each preset with its own calibration "
+                                 "(peak rates where it has none).")
+clusters = [cluster if n == cluster.name else with_model(PRESETS[n], step_model, n) for n in gpu_picked]
 batch_mode = BATCH_MODES[g2.radio(
     "Batch", list(BATCH_MODES), key="wi_batch_mode",
     help="Fixed global batch (strong scaling): the same batch at every device count, split over more devices. "
@@ -157,8 +162,22 @@ if all(training_flops(layer) == 0 for layer in graph):
 st.caption("Hardware: " + "; ".join(
     f"**{md(c.name)}** {c.peak_flops / 1e12:g} TFLOP/s peak, {c.bandwidth_Bps / 1e9:g} GB/s links"
     + (f", {c.memory_bytes / 1e9:g} GB per device" if c.memory_bytes else ", no memory limit")
-    + (" (the sidebar's figures)" if c is cluster else " (published peak figures, pase.hardware.cluster.PRESETS)")
+    + (" (the sidebar's figures" if c is cluster else " (published peak figures, pase.hardware.cluster.PRESETS")
+    + (", calibrated)" if c.efficiency is not None else ", at peak rates)")
     for c in clusters))
+show_model(clusters)
+uncalibrated = [c.name for c in clusters if c.efficiency is None]
+if step_model == CALIBRATED and uncalibrated:
+    st.warning(f"{', '.join(md(n) for n in uncalibrated)}: no calibration, so priced at peak rates, faster than "
+               "the calibrated GPU types would be on the same figures: compare them with care, or choose "
+               "**peak rates** in the sidebar to price every GPU type alike.", icon=":material/warning:")
+if vary in ("bandwidth_Bps", "peak_flops") and cluster.efficiency is not None:
+    st.caption(f"Every {vary_label} value keeps the sidebar's calibration: its fractions apply to the varied "
+               "figure; its vector rate, memory bandwidth and latencies stay as they are.")
+# What the step times below are, for the captions under the charts and the table.
+MODELLED = ("Step times at peak rates (the paper's model), so real runs are slower." if step_model == PEAK else
+            "Step times by the calibrated model (above, with its sources)"
+            + (f", at peak rates on {', '.join(md(n) for n in uncalibrated)}." if uncalibrated else "."))
 
 
 def _duration(seconds: float) -> str:
@@ -353,8 +372,7 @@ except ValueError as exc:
 st.plotly_chart(sweep_panels_figure([{**r, "series": series_name(r)} for r in (estimated or records)
                                      if r["strategy"] in shown], series="series"), key="wi_panels")
 st.caption("One colour per line in every panel; marker shape: GPU type; open marker: some devices idle; x: does "
-           "not fit in memory (dotted: each GPU type's capacity). Step times are modelled at the hardware's peak "
-           "FLOP/s, so real runs are slower.")
+           f"not fit in memory (dotted: each GPU type's capacity). {MODELLED}")
 if estimated:
     first_value = None if vary is None else records[0][vary]
     table = []
@@ -376,8 +394,7 @@ if estimated:
     st.dataframe(table, hide_index=True, key="wi_train_table")
     st.caption(f"PaSE's strategy at each device count{'' if vary is None else f', at {vary_label} = {first_value / unit[0]:g}'}: "
                f"time = N / {unit_name} per second, GPU-hours = time x devices / 3600 (idle devices are paid for "
-               "too), cost = GPU-hours x price. Modelled step times at the hardware's peak FLOP/s, so real runs are "
-               "slower.")
+               f"too), cost = GPU-hours x price. {MODELLED}")
 st.download_button("Sweep records (CSV)", records_csv(estimated or records), file_name=f"{graph.name}-sweep.csv",
                    mime="text/csv", key="wi_csv", icon=":material/download:",
                    help="Every point and strategy: GPU type, batch mode, global and per-device batch, step time, "

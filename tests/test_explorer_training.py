@@ -84,6 +84,8 @@ def test_a_language_model_is_solved_in_3d_and_its_group_graph_drawn():
 
 def test_a_preset_cluster_offers_the_training_page():
     at = llama_app(devices=8, batch=64)
+    # The Training page opens dgx-h100 calibrated; the explorer's own choice goes with the plan.
+    at.radio(key="in_model").set_value("peak").run()
     at.button(key="solve").click().run()
     no_exception(at)
     assert not at.error, [e.value for e in at.error]
@@ -97,6 +99,7 @@ def test_a_preset_cluster_offers_the_training_page():
     assert at.selectbox(key="tr_model").value == "llama3-8b"
     assert at.number_input(key="tr_devices").value == 8
     assert at.number_input(key="tr_batch_llama3-8b").value == 64
+    assert at.radio(key="tr_step_model").value == "peak"
 
 
 def test_a_language_model_that_cannot_fit_shows_an_error_not_a_traceback():

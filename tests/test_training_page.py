@@ -239,3 +239,47 @@ def test_the_page_evaluates_a_configuration_and_names_impossible_ones():
     assert not at.exception, [e.value for e in at.exception]
     assert "does not fit the device mesh" in at.error[0].value
     assert not at.metric
+
+
+def test_the_page_models_the_step_by_its_own_step_time_model():
+    """Calibrated by default on the DGX presets (the gradient reduction overlapped, as the search assumes there),
+    the paper's peak rates on the paper's; the step differs between the two, and the page says which it is."""
+    from pase.hardware.cluster import preset
+
+    at = page()
+    assert at.radio(key="tr_step_model").value == "calibrated"
+    assert any(c.value.startswith("Step-time model: **calibrated**") for c in at.caption)
+    at.radio(key="tr_mode").set_value("Evaluate a configuration").run()
+    at.number_input(key="tr_devices").set_value(8).run()
+    at.number_input(key="tr_batch_megatron-1.7b").set_value(16).run()
+    for k, value in (("tr_t", 2), ("tr_p", 2)):
+        at.number_input(key=k).set_value(value).run()
+    assert at.checkbox(key="tr_overlap_calibrated").value is True
+
+    def step() -> str:
+        at.button(key="tr_evaluate").click().run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert not at.error, [e.value for e in at.error]
+        return next(m.value for m in at.metric if m.label == "Step time")
+
+    calibrated = step()
+    assert any("Step times by the calibrated model" in c.value for c in at.caption)
+    at.radio(key="tr_step_model").set_value("peak").run()
+    assert at.checkbox(key="tr_overlap_peak").value is False
+    peak = step()
+    assert peak != calibrated
+    assert any("Step times at peak rates (the paper's model)" in c.value for c in at.caption)
+    # Each model's step is pase's, on the preset with and without its calibration.
+    from ui.fmt import fmt_time
+
+    build = batch_builder("megatron-1.7b")
+    for shown, calibrate in ((calibrated, True), (peak, False)):
+        par = Parallelism(tensor=2, pipeline=2, data=2, global_batch=16, overlap=calibrate)
+        assert shown == fmt_time(evaluate_training(build, preset("dgx-a100", 8, calibrated=calibrate), par).step_time_s)
+    # A preset switch resets the default (the choice above was explicit, so it stays) ...
+    at.selectbox(key="tr_preset").set_value("dgx-h100").run()
+    assert at.radio(key="tr_step_model").value == "peak"
+    # ... and a fresh page opens on the paper's presets at peak rates.
+    fresh = page()
+    fresh.selectbox(key="tr_preset").set_value("paper-1080ti").run()
+    assert fresh.radio(key="tr_step_model").value == "peak"

@@ -116,7 +116,10 @@ def headline(plan: Plan, dp: Plan | None) -> None:
     use = device_use(plan)
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("Estimated step time", fmt_time(plan.step_time_s),
-              help="The paper's cost F(G, φ) divided by the device's peak FLOP/s.")
+              help="The paper's cost F(G, φ) divided by the device's peak FLOP/s (peak rates, the paper's model)."
+              if plan.cluster.efficiency is None else
+              "Each layer's kernels by the roofline and its communication at the links' achievable efficiency and "
+              "latency (the calibrated model, described under the page's title with its sources).")
     if dp is not None:
         dp_used = device_use(dp).used
         label = "Speedup over data parallelism" + (f" (on {dp_used} of {p} devices)" if dp_used < p else "")

@@ -19,16 +19,24 @@ from pase.limits import (
 )
 from ui.fmt import md
 from ui.state import GraphSource, Problem, load_graph, set_current_problem
+from ui.stepmodel import CALIBRATED, model_choice, with_model
 
-__all__ = ["problem_sidebar", "sample_parameters", "DEFAULT_SAMPLE", "DEFAULT_PRESET"]
+__all__ = ["problem_sidebar", "sample_parameters", "DEFAULT_SAMPLE", "DEFAULT_PRESET", "BASE", "MODEL_MEMORY"]
 
-# Where the story is: a Transformer on two DGX H100 nodes (16 GPUs). The search mixes data, hybrid and
-# parameter parallelism and is 1.60x faster than data parallelism (1.56x than Megatron's dp8 x tp2),
-# in a fraction of a second (`pase solve transformer --devices 16 --cluster dgx-h100`).
+# Where the story is: a Transformer on two DGX H100 nodes (16 GPUs). Under the calibrated step-time model the
+# app opens with, the search splits nearly every layer hybrid and is 1.85x faster than data parallelism (1.39x
+# than Megatron's dp4 x tp4; `pase solve transformer --devices 16 --cluster dgx-h100 --calibrated`); at peak
+# rates it mixes data, hybrid and parameter parallelism, 1.60x faster (1.56x than Megatron's dp8 x tp2), in a
+# fraction of a second either way.
 DEFAULT_SAMPLE = "transformer"
 DEFAULT_PRESET = "dgx-h100"
 DEFAULT_DEVICES = 16
 CUSTOM = "custom"
+# Session keys: the preset whose figures the cluster fields hold (its calibration is the calibrated model's,
+# also once a field is edited and the preset reads "custom"), and the step-time radio's memory
+# (ui.stepmodel.model_choice: the user's explicit choice, the preset it was resolved for).
+BASE = "_in_base_preset"
+MODEL_MEMORY = "_in_step_model"
 
 
 def sample_parameters(name: str) -> dict[str, int]:
@@ -53,6 +61,7 @@ def _apply_preset() -> None:
         st.session_state["in_node"] = c.devices_per_node or 0
         st.session_state["in_network"] = c.network_bandwidth_Bps / 1e9
         st.session_state["in_memory"] = (c.memory_bytes or 0) / 1e9
+        st.session_state[BASE] = name
 
 
 def _to_custom() -> None:
@@ -126,13 +135,19 @@ def _cluster(sb) -> Cluster:
                                  format="%g", key="in_memory", on_change=_to_custom,
                                  help="0: unknown, no memory limit (as `pase --memory-gb 0`). Otherwise only "
                                       "strategies that fit are chosen.")
-    return Cluster(
+    base = st.session_state.get(BASE)
+    model = model_choice(sb, "in_model", base, st.session_state.setdefault(MODEL_MEMORY, {}))
+    if model == CALIBRATED and st.session_state["in_preset"] != base:
+        sb.caption(f"Edited figures on {base}'s calibration: its fractions of peak and link efficiencies apply to "
+                   "the figures above; its vector rate, memory bandwidth and latencies stay as they are.")
+    cluster = Cluster(
         devices=devices, peak_flops=float(tflops) * 1e12, bandwidth_Bps=float(bandwidth) * 1e9,
         bytes_per_element=int(bpe), memory_bytes=float(memory) * 1e9 if memory > 0 else None,
         name=st.session_state["in_preset"],
         devices_per_node=node if node > 0 else None,
         inter_bandwidth_Bps=float(network) * 1e9 if node > 0 else None,
     )
+    return with_model(cluster, model, base)
 
 
 def _options(sb) -> ConfigOptions:
