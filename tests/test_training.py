@@ -80,7 +80,7 @@ def test_the_search_bound_never_exceeds_the_simulated_step():
         overlap = bool(rng.integers(2))
         for schedule in (["interleaved"] if v > 1 else ["1f1b", "gpipe"]):
             step = simulate(schedule, f, b, m, chunks=v, send_s=send, reduce_s=reduce, overlap=overlap).step_time_s
-            assert _step_lower_bound(list(f), list(b), S, m, list(reduce), overlap) <= step * (1 + 1e-12)
+            assert _step_lower_bound(list(f), list(b), list(send), S, m, list(reduce), overlap) <= step * (1 + 1e-12)
 
 
 def test_recomputation_trades_memory_for_time():

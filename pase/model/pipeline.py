@@ -179,14 +179,18 @@ def in_flight(schedule: str, stages: int, microbatches: int, chunks: int = 1) ->
 class _Plan:
     """A schedule's operations in an order that respects every dependency, and per operation (as indices into
     that order, -1 for none) the previous operation on its device, the one whose output it waits for, the
-    send between them (a stage boundary) and its duration (``q`` forward, ``Q + q`` backward)."""
+    send between them (a stage boundary) and its duration (``q`` forward, ``Q + q`` backward).
 
-    ops: tuple[tuple[int, int, int, str], ...]  # (device, chunk, microbatch, kind)
+    An operation's id is ``d M + j`` for microbatch ``j`` of ``M``, with ``d = q`` for the forward of virtual
+    stage ``q`` and ``d = Q + q`` for its backward: ``d`` also indexes the durations.
+    """
+
+    ids: list[int]
     prev: list[int]
     dep: list[int]
     send: list[int]
     duration: list[int]
-    last: list[int]  # per device, its last operation
+    last: list[int]  # per device, the position of its last operation
 
 
 @functools.lru_cache(maxsize=32)
@@ -196,41 +200,46 @@ def _dependencies(schedule: str, S: int, microbatches: int, chunks: int) -> _Pla
 
     Raises ``ConfigurationError`` as :func:`device_orders`, or when the order deadlocks.
     """
-    orders = device_orders(schedule, S, microbatches, chunks)
-    Q = S * chunks
-    index: dict[tuple[str, int, int], int] = {}
-    ops, prev, dep, send, duration = [], [], [], [], []
+    M, Q = microbatches, S * chunks
+    devices = [[((c * S + s) if kind == "F" else Q + c * S + s) * M + j for kind, c, j in order]
+               for s, order in enumerate(device_orders(schedule, S, M, chunks))]
+    pos = [-1] * (2 * Q * M)
+    ids: list[int] = []
+    prev: list[int] = []
+    dep: list[int] = []
+    send: list[int] = []
     last = [-1] * S
     nxt = [0] * S
-    remaining = sum(len(o) for o in orders)
+    remaining = len(pos)
     while remaining:
         progressed = False
         for s in range(S):
-            order = orders[s]
-            while nxt[s] < len(order):
-                kind, c, j = order[nxt[s]]
-                q = c * S + s
-                if kind == "F":
-                    wait, delay = (("F", q - 1, j), q - 1) if q else (None, -1)
-                elif q == Q - 1:
-                    wait, delay = ("F", q, j), -1
-                else:
-                    wait, delay = ("B", q + 1, j), q
-                if wait is not None and wait not in index:
+            order, k = devices[s], nxt[s]
+            while k < len(order):
+                x = order[k]
+                d = x // M
+                if d < Q:  # F(q, j) waits for F(q - 1, j) and the send between them
+                    wait, delay = (x - M, d - 1) if d else (-1, -1)
+                elif d == 2 * Q - 1:  # B(Q - 1, j) waits for F(Q - 1, j)
+                    wait, delay = x - Q * M, -1
+                else:  # B(q, j) waits for B(q + 1, j) and the send back
+                    wait, delay = x + M, d - Q
+                if wait >= 0 and pos[wait] < 0:
                     break
-                index[(kind, q, j)] = len(ops)
-                ops.append((s, c, j, kind))
+                pos[x] = len(ids)
+                ids.append(x)
                 prev.append(last[s])
-                dep.append(-1 if wait is None else index[wait])
+                dep.append(pos[wait] if wait >= 0 else -1)
                 send.append(delay)
-                duration.append(q if kind == "F" else Q + q)
-                last[s] = len(ops) - 1
-                nxt[s] += 1
-                remaining -= 1
+                last[s] = len(ids) - 1
+                k += 1
+            if k != nxt[s]:
                 progressed = True
+                remaining -= k - nxt[s]
+                nxt[s] = k
         if not progressed:
             raise ConfigurationError(f"the {schedule} order deadlocks with {S} stages and {microbatches} microbatches")
-    return _Plan(tuple(ops), prev, dep, send, duration, last)
+    return _Plan(ids, prev, dep, send, [x // M for x in ids], last)
 
 
 def simulate(
@@ -289,14 +298,16 @@ def simulate(
     plan = _dependencies(schedule, S, microbatches, chunks)
     durations = f + b
     delays = sends + [0.0]  # index -1: no send
-    end = [0.0] * (len(plan.ops) + 1)  # index -1: nothing to wait for
+    end = [0.0] * (len(plan.ids) + 1)  # index -1: nothing to wait for
     for i, (prev, dep, send, op) in enumerate(zip(plan.prev, plan.dep, plan.send, plan.duration)):
         start, ready = end[prev], end[dep] + delays[send]
         end[i] = (start if start > ready else ready) + durations[op]
     ops: list[Operation] = []
     if record:
-        for i, (s, c, j, kind) in enumerate(plan.ops):
-            ops.append(Operation(s, c, j, kind, end[i] - durations[plan.duration[i]], end[i]))
+        for i, (x, d, prev, dep, send) in enumerate(zip(plan.ids, plan.duration, plan.prev, plan.dep, plan.send)):
+            q = d if d < Q else d - Q
+            ops.append(Operation(q % S, q // S, x % microbatches, "F" if d < Q else "B",
+                                 max(end[prev], end[dep] + delays[send]), end[i]))
     free = [end[i] for i in plan.last]
     last_backward = [durations[plan.duration[i]] for i in plan.last]
     exposed = tuple(max(0.0, r - lb) if overlap else r for r, lb in zip(reduces, last_backward))

@@ -79,7 +79,6 @@ for the presets).
 from __future__ import annotations
 
 import bisect
-import itertools
 import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Callable, Mapping, Sequence
@@ -325,8 +324,9 @@ def balanced_cuts(times: Sequence[float], pieces: int) -> tuple[int, ...]:
     n = len(times)
     if pieces > n:
         raise ConfigurationError(f"{pieces} pipeline stages need at least {pieces} layers; the graph has {n}")
-    prefix = [0.0, *itertools.accumulate(float(t) for t in times)]
-    total, largest = prefix[n], max((float(t) for t in times), default=0.0)
+    times = np.asarray(times, dtype=float)
+    prefix = [0.0, *np.cumsum(times).tolist()]
+    total, largest = prefix[n], float(times.max(initial=0.0))
 
     def runs(limit: float) -> tuple[bool, float, float]:
         # Furthest-end runs within limit: whether they reach the end in `pieces`, their largest sum,
@@ -697,18 +697,26 @@ def cached_times(source: GraphSource, cluster: Cluster, par: Parallelism, option
     key = ("times", b, par.tensor, par.context, par.sequence_parallel)
     if key not in cache:
         graph = cached_graph(source, b, cache)
-        strategy = tensor_parallel_strategy(graph, par.tensor, par.context, par.sequence_parallel)
         core = graph.derived("periodic core", lambda: periodic_core(graph, blocks(graph)))
-        names = [l.name for l in graph.layers]
-        if core is None or any(strategy[names[i]] != strategy[core.graph.layers[r].name]
-                               for i, r in enumerate(core.representative)):
+        try:
+            # Megatron's rule splits each layer by its own dimensions, alike in alike layers: the core's splits
+            # are the whole run's.
+            strategy = tensor_parallel_strategy(graph if core is None else core.graph, par.tensor, par.context,
+                                                par.sequence_parallel)
+        except ConfigurationError as exc:
+            cache[key] = str(exc)  # the same sizes fail the same way for every pipeline and data size
+            raise
+        if core is None:
             cache[key] = layer_times(graph, cluster, strategy, par, options, memory, recompute=RECOMPUTE)
         else:
             # Cost the graph with its run of identical blocks shortened to three, then spread the values over
             # the whole run: exact (pase.model.repeats) and as many times cheaper as the run is long.
-            small = layer_times(core.graph, cluster, {l.name: strategy[l.name] for l in core.graph.layers}, par,
-                                options, memory, recompute=RECOMPUTE)
-            cache[key] = {mode: _spread(lt, graph, core, strategy, options) for mode, lt in small.items()}
+            small = layer_times(core.graph, cluster, strategy, par, options, memory, recompute=RECOMPUTE)
+            names = [l.name for l in core.graph.layers]
+            whole = {l.name: strategy[names[r]] for l, r in zip(graph.layers, core.representative)}
+            cache[key] = {mode: _spread(lt, graph, core, whole, options) for mode, lt in small.items()}
+    if isinstance(cache[key], str):
+        raise ConfigurationError(cache[key])
     return cache[key]
 
 
@@ -738,15 +746,17 @@ def _spread(small: LayerTimes, graph: Graph, core: PeriodicCore, strategy: Mappi
         **per_layer)
 
 
-def _step_lower_bound(fq: Sequence[float], bq: Sequence[float], S: int, m: int, reduce: Sequence[float] | None,
-                      overlap: bool) -> float:
+def _step_lower_bound(fq: Sequence[float], bq: Sequence[float], send: Sequence[float], S: int, m: int,
+                      reduce: Sequence[float] | None, overlap: bool) -> float:
     """A lower bound of any schedule's step: device ``s`` cannot start before the first microbatch has passed
-    the stages before it, works ``m`` times its chunks' ``f + b``, and its last backward (chunk 0) must still
-    pass back through those stages; a serial reduction follows its own work (``reduce`` is only read then)."""
-    fq, bq = np.asarray(fq, dtype=float), np.asarray(bq, dtype=float)
+    the stages before it and their sends, works ``m`` times its chunks' ``f + b``, and its last backward (chunk
+    0) must still pass back through those stages and sends; a serial reduction follows its own work
+    (``reduce`` is only read then)."""
+    fq, bq, send = (np.asarray(x, dtype=float) for x in (fq, bq, send))
     busy = m * np.bincount(np.arange(len(fq)) % S, fq + bq, S)
-    before_f = np.concatenate(([0.0], np.cumsum(fq[:S - 1])))
-    tail = np.concatenate(([0.0], np.cumsum(bq[:S - 1])))
+    sent = np.concatenate(([0.0], np.cumsum(send[:S - 1])))
+    before_f = np.concatenate(([0.0], np.cumsum(fq[:S - 1]))) + sent
+    tail = np.concatenate(([0.0], np.cumsum(bq[:S - 1]))) + sent
     serial = np.zeros(S) if overlap else np.asarray(reduce, dtype=float)
     tail[0] = serial[0]
     return float(max((before_f + busy + tail).max(), (busy + serial).max()))
@@ -841,9 +851,10 @@ def _stage_sums(lt: "LayerTimes", cluster: Cluster, par: Parallelism, zero3: tup
 
 def _placement(lt: "LayerTimes", cluster: Cluster, cuts: tuple[int, ...], S: int, pipe_axis: int, group: int) -> dict:
     """What depends only on where the layers go (the cuts, the ``S`` devices of a pipeline along mesh axis
-    ``pipe_axis``, groups of ``group`` devices), not on the data-parallel size, schedule or ZeRO: per virtual stage its sends, per device its
-    weight elements, in-group gradient seconds (tied weights' reductions included), activation bytes per
-    microbatch and transient buffers; memoised on ``lt``."""
+    ``pipe_axis``, groups of ``group`` devices), not on the schedule or ZeRO: per virtual stage its sends, per
+    device its weight elements, in-group gradient seconds (tied weights' reductions included), activation
+    bytes per microbatch and transient buffers, and (filled by :func:`assemble`) its gradients' all-reduce
+    over each data-parallel group's mesh extents; memoised on ``lt``."""
     key = ("placement", cuts, S, pipe_axis, group)
     if key in lt.memo:
         return lt.memo[key]
@@ -889,7 +900,7 @@ def _placement(lt: "LayerTimes", cluster: Cluster, cuts: tuple[int, ...], S: int
     lt.memo[key] = placed = {
         "bounds": bounds, "send": send, "params": params, "reduce": reduce, "transient": transient,
         "gathered": gathered, "activations": np.bincount(layer_dev, lt.activations, S),
-        "counts": np.bincount(layer_dev, minlength=S)}
+        "counts": np.bincount(layer_dev, minlength=S), "data-parallel reduce": {}}
     return placed
 
 
@@ -920,16 +931,16 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
     if bound_s is not None and par.stage_cuts is None and average_load_s(lt, cluster, data_k, par.zero, m, S) >= bound_s:
         return None  # some device works at least the average load, whatever the cuts
     cuts, fq, bq = _stage_sums(lt, cluster, par, zero3)
-    if bound_s is not None and par.overlap and _step_lower_bound(fq, bq, S, m, None, True) >= bound_s:
-        return None
-    par = replace(par, stage_cuts=cuts)
     pipe_axis = max((j for j, k in enumerate(pipe_k) if k > 1), default=len(pipe_k) - 1)
     placed = _placement(lt, cluster, cuts, S, pipe_axis, par.group)
     bounds, params, bpe, d = placed["bounds"], placed["params"], cluster.bytes_per_element, par.data
     reduce = placed["reduce"]
     if d > 1 and par.zero != 3:
-        reduce = reduce + mesh.allreduce_s(params * bpe, np.tile(data_k, (S, 1)))
-    if bound_s is not None and not par.overlap and _step_lower_bound(fq, bq, S, m, reduce, False) >= bound_s:
+        across = placed["data-parallel reduce"]
+        if data_k not in across:
+            across[data_k] = mesh.allreduce_s(params * bpe, np.tile(data_k, (S, 1)))
+        reduce = reduce + across[data_k]
+    if bound_s is not None and _step_lower_bound(fq, bq, placed["send"], S, m, reduce, par.overlap) >= bound_s:
         return None
     held = in_flight(par.schedule, S, m, v)
     per_param = memory.bytes_per_parameter(bpe)
@@ -945,6 +956,7 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
     if rejected is not None and capacity is not None and total.max() > capacity:
         rejected(float(total.max()))
         return None
+    par = replace(par, stage_cuts=cuts)
     # The optimizer step reads and writes its state once a step; the roofline prices it on a calibrated cluster.
     optimizer = np.zeros(S) if cluster.efficiency is None else (
         params / shard["optimizer"] * OPTIMIZER_BYTES_PER_PARAMETER / cluster.efficiency.memory_Bps)
