@@ -22,12 +22,16 @@ inside (0.05, 1]. Megatron-LM's Table 2 is left out of the fit (it checks the
 ranking of the rows, and ZeRO-3's rows are DeepSpeed's, not Megatron's).
 
 Usage: ``python benchmarks/fit_calibration.py [--iterations N] [--start ...]``;
-prints the fitted figures and every row's error. The defaults (250 iterations
-from Calculon's figures: 394 evaluations, about 12 minutes on two cores) give
-``pase/hardware/efficiency.py``'s ``A100_FITTED``: matrix products at 28.2%,
-62.5% and 80.7% of peak at 1, 16 and 128 GFLOP, HBM at 62.6% of 2,039 GB/s,
-NVLink at 75.6% of nominal, 61.6% of the shorter of compute and memory time
-hidden; Table 5 mean 3.87% (largest 9.57%), Table 1 mean 2.76% (largest 6.39%).
+prints the fitted figures and every row's error (and, each iteration, the best
+figures so far, to continue from with ``--start``). ``pase/hardware/efficiency.py``'s
+``A100_FITTED`` is the fit with the model's fused element-wise chains and
+sequence parallelism's backward re-gather, continued from the fit before them
+(28.2%, 62.5%, 80.7%, 62.6%, 75.6%, 61.6%) with ``--iterations 80 --start 0.2815
+0.6249 0.8070 0.6255 0.7558 0.6155`` (139 evaluations, 14 minutes on two shared
+cores): matrix products at 18.2%, 78.7% and 78.7% of peak at 1, 16 and 128
+GFLOP, HBM at 66.1% of 2,039 GB/s, NVLink at 83.5% of nominal, 47.6% of the
+shorter of compute and memory time hidden; Table 5 mean 2.94% (largest 6.58%),
+Table 1 mean 3.52% (largest 8.10%).
 """
 
 from __future__ import annotations
@@ -94,7 +98,9 @@ def nelder_mead(f, x0: np.ndarray, step: float = 0.08, iterations: int = 120, to
     for it in range(iterations):
         order = np.argsort(values)
         simplex, values = [simplex[i] for i in order], [values[i] for i in order]
-        print(f"iteration {it}: best {values[0]:.4f} ({evaluations} evaluations)", file=sys.stderr, flush=True)
+        # The best figures so far, to continue from (--start) should the fit be stopped.
+        print(f"iteration {it}: best {values[0]:.4f} ({evaluations} evaluations) at "
+              f"{' '.join(f'{v:.4f}' for v in simplex[0])}", file=sys.stderr, flush=True)
         if values[-1] - values[0] < tol:
             break
         centre = np.mean(simplex[:-1], axis=0)

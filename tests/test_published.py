@@ -1,8 +1,9 @@
 """The calibrated model against published measurements (issue 12), through ``benchmarks/validate_published.py``.
 
-Two of the validation's rows are evaluated exactly as the script evaluates them
-(its ``cases`` and ``predict``) and must stay within the issue's goal: a Table 5
-iteration time within 8%, a Table 1 throughput within 10%. Plus hand counts of
+Korthikanti et al.'s Table 5 and Megatron-LM's Table 1 are evaluated exactly as the
+script evaluates them (its ``cases`` and ``predict``) and must stay within the issue's
+goal: Table 5's eight iteration times within 3.5% on average and 8% each, Table 1's ten
+throughputs within 5% on average and 10% each. Plus hand counts of
 the two modelling rules the calibration rests on: a tensor several layers read in
 one layout is redistributed once (Megatron's fused QKV), and ZeRO-3's flat ring.
 """
@@ -24,15 +25,22 @@ from pase.model.training import zero3_ring_s  # noqa: E402
 from pase.models import batch_builder  # noqa: E402
 from pase.strategies.baselines import tensor_parallel_strategy  # noqa: E402
 
-ROWS = {c[1]: c for c in cases()}
+# Issue 12's goals: mean and largest absolute relative error of a table's rows.
+GOALS = {"Korthikanti Table 5": (0.035, 0.08), "Megatron Table 1": (0.05, 0.10)}
 
 
-@pytest.mark.parametrize("label, goal", [("megatron-22b seq+sel", 0.08), ("megatron-18b t8 p1", 0.10)])
-def test_a_published_run_is_predicted_within_the_goal(label, goal):
-    table, _, sample, gpus, par, measured, unit, layers, hidden = ROWS[label]
-    value, plan = predict(sample, gpus, par, unit, layers, hidden, True)
-    assert plan.cluster.efficiency == CALIBRATIONS["dgx-a100"]
-    assert abs(value / measured - 1) <= goal, f"{table} {label}: {value:.4g} against {measured:g} {unit}"
+@pytest.mark.parametrize("table", GOALS)
+def test_a_published_table_is_predicted_within_the_goal(table):
+    mean_goal, largest_goal = GOALS[table]
+    errors = {}
+    for _, label, sample, gpus, par, measured, unit, layers, hidden in (c for c in cases() if c[0] == table):
+        value, plan = predict(sample, gpus, par, unit, layers, hidden, True)
+        assert plan.cluster.efficiency == CALIBRATIONS["dgx-a100"]
+        errors[label] = value / measured - 1
+    assert len(errors) == {"Korthikanti Table 5": 8, "Megatron Table 1": 10}[table]
+    shown = ", ".join(f"{label} {e * 100:+.1f}%" for label, e in errors.items())
+    assert np.mean(np.abs(list(errors.values()))) <= mean_goal, shown
+    assert max(abs(e) for e in errors.values()) <= largest_goal, shown
 
 
 def test_q_k_and_v_reading_the_norm_output_reduce_its_gradient_once():

@@ -60,7 +60,7 @@ from pase.model.layout import (
     Placement, axis_factors, describe, paper_held, paper_placement, place, redistribute_s, tensor_layout,
 )
 from pase.ops import OPS, Collective, CollectiveOptions, collectives, partial_collectives, training_flops
-from pase.model.roofline import layer_times_s
+from pase.model.roofline import fused_chains, fused_times_s, layer_times_s
 from pase.search.costgraph import CostGraph
 from pase.search.exact import default_memory_budget_bytes
 
@@ -337,6 +337,7 @@ def build_cost_model(
     configs: Mapping[str, np.ndarray] | None = None,
     table_budget_bytes: int | None = None,
     shared_reads: bool = False,
+    fuse_elementwise: bool = False,
 ) -> CostModel:
     """Enumerate configurations and compute every cost table of ``graph`` on ``cluster``.
 
@@ -358,6 +359,14 @@ def build_cost_model(
     reduction. The search (several configurations per layer) keeps one
     redistribution per reader, since which readers agree depends on their
     choices.
+
+    ``fuse_elementwise`` (likewise for a costed strategy; on a calibrated
+    cluster, not under the paper's model): each chain of element-wise layers
+    of one configuration each, the same, runs as one kernel
+    (:func:`~pase.model.roofline.fused_chains`), charged to its last layer,
+    the others' compute taking no time; FLOPs are counted as ever. The search
+    prices every layer as a kernel of its own, since which chains fuse
+    depends on the configurations it chooses.
 
     Raises
     ------
@@ -462,6 +471,8 @@ def build_cost_model(
     else:
         forward = {name: m[3][0] for name, m in mine.items()}
         seconds = {name: m[3][0] + m[3][1] for name, m in mine.items()}
+        if fuse_elementwise:
+            _fuse_chains(graph, cluster, configs, needs_gradient, forward, seconds)
     return CostModel(
         graph=graph, cluster=cluster, options=options, layers=layers, configs=configs, placements=placements,
         compute_flops=flops, forward_flops=forward_flops, compute_s=seconds, forward_compute_s=forward,
@@ -470,6 +481,26 @@ def build_cost_model(
         edge_tables=_shared_reads(edges, keys, configs, edge_table) if shared_reads else
         [(e, edge_table(e, key)) for e, key in zip(edges, keys, strict=True)],
     )
+
+
+def _fuse_chains(graph: Graph, cluster: Cluster, configs: Mapping[str, np.ndarray], needs_gradient,
+                 forward: dict, seconds: dict) -> None:
+    """Set the compute seconds of every fused chain's layers in ``forward`` and ``seconds`` (layer name ->
+    ``(1,)``): the chain's kernels on its last layer, nothing on the others
+    (``build_cost_model(fuse_elementwise=True)``)."""
+    timed: dict = {}  # repeated blocks repeat their chains: price each kind of chain once
+    for chain in fused_chains(graph, configs):
+        at = {name: i for i, name in enumerate(chain)}
+        key = (tuple((graph.kind(n), configs[n].tobytes(), tuple(needs_gradient(graph.layer(n)) or ())) for n in chain),
+               tuple((at[e.src], e.src_output, at[e.dst], e.dst_input) for n in chain for e in graph.in_edges(n)
+                     if e.src in at))
+        if key not in timed:
+            timed[key] = fused_times_s(graph, chain, configs, cluster.peak_flops, cluster.efficiency,
+                                       cluster.bytes_per_element, needs_gradient)
+        for name in chain[:-1]:
+            forward[name], seconds[name] = np.zeros(1), np.zeros(1)
+        f, b = timed[key]
+        forward[chain[-1]], seconds[chain[-1]] = f, f + b
 
 
 def _shared_reads(edges: list[Edge], keys: list[tuple], configs: Mapping[str, np.ndarray], edge_table) -> list:

@@ -23,19 +23,41 @@ it saved, and writes the input gradient). An embedding reads only the rows it
 gathers, not its table. Assumptions of the ops, as frameworks run them: the
 pointwise ops an op fuses (bias, activation) run inside its kernel; layers
 that move no data and compute nothing (reshapes, views) take no time.
+
+Fusion of element-wise chains (:func:`fused_chains`, :func:`fused_times_s`;
+a documented assumption, applied where the cost model is asked to,
+``build_cost_model(fuse_elementwise=True)``, on calibrated clusters only): an
+element-wise layer (:data:`ELEMENTWISE_OPS`: ``Elementwise``, ``Dropout``,
+``Gelu``) whose output only another element-wise layer of the same iteration
+space and the same configuration reads runs in one kernel with it, as
+frameworks fuse such chains (Megatron-LM's bias + dropout + residual add,
+PyTorch's and XLA's pointwise fusion). A chain, every element-wise layer so
+joined, is one forward kernel that reads each of the chain's inputs and
+writes each of its outputs once (an intermediate is written only when a
+backward reads it, then once) and does all of its layers' FLOPs, and one
+backward kernel of the same rule (one and a half times those bytes, all of
+its layers' backward FLOPs); one kernel overhead each. Row reductions
+(softmax, normalisations) and products end a chain: they run as kernels of
+their own (Megatron's fused softmax and LayerNorm are each one kernel
+already). The chain's time is charged to its last layer (the one writing its
+result); the others take none of their own.
 """
 
 from __future__ import annotations
 
+from typing import Callable, Mapping, Sequence
+
 import numpy as np
 
 from pase.hardware.efficiency import Efficiency
-from pase.ir.graph import Layer
-from pase.ops import OPS, block_elements
+from pase.ir.graph import Graph, Layer
+from pase.ops import OPS, block_elements, saved_tensors
 
-__all__ = ["MATRIX_OPS", "layer_times_s"]
+__all__ = ["ELEMENTWISE_OPS", "MATRIX_OPS", "fused_chains", "fused_times_s", "layer_times_s"]
 
 MATRIX_OPS = frozenset({"FullyConnected", "Einsum", "Conv2D", "GroupedConv2D", "LSTM", "MoEExperts"})
+# Ops whose every output element depends only on the inputs' elements at the same index: they fuse into chains.
+ELEMENTWISE_OPS = frozenset({"Elementwise", "Dropout", "Gelu"})
 # Backward bytes of a non-matrix kernel relative to its forward's.
 VECTOR_BACKWARD_BYTES = 1.5
 
@@ -73,4 +95,80 @@ def layer_times_s(layer: Layer, configs: np.ndarray, peak_flops: float, efficien
     else:
         work = flops.backward + sum(gradients, np.zeros(len(cfg)))
         backward = _kernel_s(work, VECTOR_BACKWARD_BYTES * nbytes, False, peak_flops, efficiency)
+    return forward, backward
+
+
+def _works(layer: Layer, cfg: np.ndarray) -> bool:
+    """Whether ``layer`` does any FLOPs under its one configuration ``cfg`` (``(1, ndims)``)."""
+    flops = OPS[layer.op].flops(layer, np.asarray(layer.sizes, dtype=float) / cfg)
+    return bool(np.any(flops.total()))
+
+
+def fused_chains(graph: Graph, configs: Mapping[str, np.ndarray]) -> list[tuple[str, ...]]:
+    """The chains of element-wise layers of ``graph`` that run as one kernel each (the module docstring).
+
+    An edge ``u -> v`` fuses when both layers are of :data:`ELEMENTWISE_OPS`
+    and do FLOPs, have the same dimensions and sizes and one configuration
+    each (``configs``: layer name -> ``(K, ndims)`` rows), the same, and ``v``
+    is the only layer reading ``u``'s output. A chain is every layer joined by
+    fused edges, in graph order; its last layer is the one whose output leaves
+    the chain (each layer has one output, read inside the chain by one layer
+    at most). Layers in no fused edge are in no chain.
+    """
+    def fusable(layer: Layer) -> bool:
+        cfg = configs.get(layer.name)
+        return layer.op in ELEMENTWISE_OPS and cfg is not None and len(cfg) == 1 and _works(layer, cfg)
+
+    sink: dict[str, str] = {}  # layer -> the layer its output fuses into
+    for u in graph.layers:
+        readers = {e.dst for e in graph.out_edges(u.name)}
+        if len(readers) != 1 or not fusable(u):
+            continue
+        v = graph.layer(readers.pop())
+        if fusable(v) and (v.dims, v.sizes) == (u.dims, u.sizes) and np.array_equal(configs[u.name], configs[v.name]):
+            sink[u.name] = v.name
+
+    def end(name: str) -> str:
+        while name in sink:
+            name = sink[name]
+        return name
+
+    chains: dict[str, list[str]] = {}  # by last layer; graph order puts every member before it
+    for layer in graph.layers:
+        if layer.name in sink or layer.name in chains:
+            chains.setdefault(end(layer.name), []).append(layer.name)
+    return [tuple(members) for members in chains.values()]
+
+
+def fused_times_s(graph: Graph, chain: Sequence[str], configs: Mapping[str, np.ndarray], peak_flops: float,
+                  efficiency: Efficiency, bytes_per_element: int,
+                  needs_gradient: Callable[[Layer], Sequence[bool] | None]) -> tuple[np.ndarray, np.ndarray]:
+    """Forward and backward seconds (each ``(1,)``) of the one kernel a chain of :func:`fused_chains` runs.
+
+    Bytes: every input of a chain's layer that no other layer of the chain
+    feeds, every output that leaves the chain, and each intermediate a
+    backward reads (the consumer keeps it as an input or the producer as an
+    output, :func:`~pase.ops.saved_tensors`) once; the backward kernel one and
+    a half times as many. FLOPs: the layers' forward, and their backward with
+    the input gradients ``needs_gradient(layer)`` asks for (as :func:`layer_times_s`).
+    """
+    members = set(chain)
+    internal = [e for name in chain for e in graph.in_edges(name) if e.src in members]
+    fed = {(e.dst, e.dst_input) for e in internal}
+    consumed = {(e.src, e.src_output) for e in internal}
+    kept = {(e.src, e.src_output) for e in internal if e.dst_input in saved_tensors(graph.layer(e.dst))[0]
+            or e.src_output in saved_tensors(graph.layer(e.src))[1]}
+    elements = forward_flops = backward_flops = 0.0
+    for name in chain:
+        layer, cfg = graph.layer(name), np.asarray(configs[name], dtype=float)
+        elements += sum(float(block_elements(layer, t, cfg)[0]) for i, t in enumerate(layer.inputs)
+                        if (name, i) not in fed)
+        elements += sum(float(block_elements(layer, t, cfg)[0]) for o, t in enumerate(layer.outputs)
+                        if (name, o) not in consumed or (name, o) in kept)
+        flops = OPS[layer.op].flops(layer, np.asarray(layer.sizes, dtype=float) / cfg)
+        forward_flops += float(flops.forward[0])
+        backward_flops += float((flops.total(needs_gradient(layer)) - flops.forward)[0])
+    nbytes = np.array([elements * bytes_per_element])
+    forward = _kernel_s(np.array([forward_flops]), nbytes, False, peak_flops, efficiency)
+    backward = _kernel_s(np.array([backward_flops]), VECTOR_BACKWARD_BYTES * nbytes, False, peak_flops, efficiency)
     return forward, backward

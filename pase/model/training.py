@@ -563,14 +563,28 @@ def layer_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
     recomputation; :func:`assemble` turns it into a step. With ``recompute``
     (a sequence of modes), returns mode -> times, costing the graph once.
 
+    On a calibrated cluster (not under the paper's model, whose times stay
+    as the paper prices them) two things Megatron does are priced: each chain
+    of element-wise layers runs as one kernel
+    (``build_cost_model(fuse_elementwise=True)``: its fused bias + dropout +
+    residual add); and under sequence parallelism a layer keeps the
+    producer's smaller block of an input it gathered (as the memory model
+    counts it) and gathers it again in its backward, for its weight gradient:
+    the backward pays the forward's gather once more, once per tensor and
+    layout however many layers read it (the fused QKV product), not
+    overlapped with compute, like the model's other tensor-parallel
+    collectives.
+
     Raises ``ConfigurationError`` when the sizes do not tile the cluster or a
     layer's split is invalid on the group.
     """
     from pase.analysis.throughput import model_flops  # late: pase.analysis imports the planner
+    from pase.model.layout import redistribute_s, tensor_layout
+    from pase.ops import saved_tensors
 
     group = group_cluster(cluster, par)
     configs = {name: np.array([cfg]) for name, cfg in strategy.items()}
-    cost = build_cost_model(graph, group, options, configs=configs, shared_reads=True)
+    cost = build_cost_model(graph, group, options, configs=configs, shared_reads=True, fuse_elementwise=True)
     layers = cost.layers
     index = {l.name: i for i, l in enumerate(layers)}
 
@@ -590,6 +604,21 @@ def layer_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
     comm = np.array([float(cost.comm_s[l.name][0]) for l in layers]) + edge_s - grad
     forward = fwd_s + comm / 2
     backward = total_s - fwd_s + comm / 2
+    if par.sequence_parallel and cost.cluster.efficiency is not None:
+        regathered: set = set()
+        for e in graph.edges:
+            src, dst = graph.layer(e.src), graph.layer(e.dst)
+            tensor = dst.inputs[e.dst_input]
+            if (not tensor.differentiable or e.dst_input not in saved_tensors(dst)[0]
+                    or block_elements(src, src.outputs[e.src_output], configs[e.src])[0]
+                    >= block_elements(dst, tensor, configs[e.dst])[0]):
+                continue  # the backward does not read it, or reads the very block the producer holds
+            wanted = tensor_layout(dst, tensor, cost.placements[e.dst], partial=False)
+            key = (e.src, e.src_output, wanted.shard.tobytes())
+            if key not in regathered:
+                regathered.add(key)
+                held = tensor_layout(src, src.outputs[e.src_output], cost.placements[e.src], partial=False)
+                backward[index[e.dst]] += float(redistribute_s(held, wanted, group.mesh, group.bytes_per_element)[0, 0])
     params = alike(lambda l: float(sum(block_elements(l, w, configs[l.name])[0] for w in l.weights)))
     tied = _tied(layers, configs)
     edges, sizes = _edge_arrays(graph)

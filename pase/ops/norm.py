@@ -73,7 +73,9 @@ def elementwise(name: str, shape: Sequence[int], dims: Sequence[str], *, inputs:
     ``y = f(x0) * x1 * ...`` (SwiGLU's ``silu(gate) * up``): each input's
     gradient is ``inputs - 1`` more products per element, and the backward
     reads every input instead of the output. No communication: every tensor
-    indexes every dimension.
+    indexes every dimension. Assumed fused with the element-wise layers it
+    feeds or is fed by in one kernel, where the roofline prices chains
+    (:func:`pase.model.roofline.fused_chains`).
     """
     shape = tuple(shape)
     dims = check_letters(name, dims, shape)
@@ -121,7 +123,10 @@ def dropout(name: str, shape: Sequence[int], dims: Sequence[str]) -> Layer:
     Keeps for backward only its mask, ``DROPOUT_MASK_BYTES`` (1) byte per
     element whatever the activations' precision, not its input. FLOPs:
     ``DROPOUT_FLOPS_PER_ELEMENT`` (2) per element, the mask's product forward
-    and backward (drawing the mask is not counted). No communication.
+    and backward (drawing the mask is not counted). No communication. Assumed
+    fused with the element-wise layers it feeds or is fed by (Megatron-LM's
+    bias + dropout + add), where the roofline prices chains
+    (:func:`pase.model.roofline.fused_chains`).
     """
     return _unary_layer("Dropout", name, shape, dims)
 
@@ -140,7 +145,9 @@ def gelu(name: str, shape: Sequence[int], dims: Sequence[str]) -> Layer:
     as Megatron-LM's unfused GeLU does; the next product keeps the output, so
     both count. FLOPs: ``GELU_FLOPS_PER_ELEMENT`` (3) per element, the value
     forward, the derivative and the chain-rule product backward (a fused
-    pointwise op's count). No communication.
+    pointwise op's count). No communication. Assumed fused with the
+    element-wise layers it feeds or is fed by, where the roofline prices
+    chains (:func:`pase.model.roofline.fused_chains`).
     """
     return _unary_layer("Gelu", name, shape, dims)
 
