@@ -21,7 +21,9 @@ Assumptions of the rows:
   DDP and the interleaved schedule with the largest ``v`` of 4, 3, 2 dividing the layers per
   stage (not given); the ZeRO-3 rows as DeepSpeed ran them, every layer's parameters
   gathered before its forward and backward and its gradient reduce-scattered, one flat
-  ring over the data-parallel ranks each (:func:`pase.model.training.zero3_ring_s`).
+  ring over the data-parallel ranks each (:func:`pase.model.training.zero3_ring_s`), on
+  the critical path (overlapped, ahead of the compute, they come out faster than measured
+  on 384 GPUs; the prose gives both).
 * Table 5: "full" is full recomputation with tensor-parallel all-reduces, "seq+sel"
   sequence parallelism with selective recomputation, with the given microbatch and
   interleaving; no data parallelism.
@@ -246,8 +248,11 @@ def main() -> int:
         "8%), its full rows 2-7% slow and its seq+sel rows from 1% fast to 4% slow, 1T now the worst (full +6.6%, "
         "seq+sel +4.3%); Table 1 mean 3.5%, largest 8.1% (goal 5%, 10%), its pipelined 76B to 530B rows 5-8% fast. "
         "Table 2 (not fitted): PTD-P 5-10% fast (175B on 1,536 GPUs +10.1%, the worst), ZeRO-3 falls from 107 to 31 "
-        "TFLOP/s as the GPUs grow (measured 144 to 44), 26-31% low (the flat ring is not overlapped with compute; "
-        "DeepSpeed prefetches part of it); of the 36 pairs of rows only ZeRO-3 on 384 GPUs against PTD-P on 1,536 "
+        "TFLOP/s as the GPUs grow (measured 144 to 44), 26-31% low with its rings on the critical path; on their own "
+        "stream ahead of the compute (the model's overlap, `--overlap`, what the search assumes on a calibrated "
+        "cluster) it gives 198, 91 and 36: the measured runs lie between the two at 384 GPUs (DeepSpeed's prefetch "
+        "hid part of the rings) and below both at 1,536, where the flat ring's per-step latency, which grows with "
+        "the ranks, seems to overstate what NCCL paid; of the 36 pairs of rows only ZeRO-3 on 384 GPUs against PTD-P on 1,536 "
         "(144 and 141 measured) is ranked the other way.", "",
     ])
     publish(text, args.no_write)

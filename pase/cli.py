@@ -540,8 +540,9 @@ def _add_training_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage over the data-parallel replicas")
     g.add_argument("--schedule", choices=SCHEDULES, help="pipeline schedule (default 1f1b; interleaved with --vp)")
     g.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=None,
-                   help="overlap the gradient reduction with the last backward (default: on a --calibrated "
-                        "cluster, as frameworks do; else serial, the paper's model)")
+                   help="overlap the gradient reduction with the last backward, and ZeRO-3's parameter gathers "
+                        "with the compute (default: on a --calibrated cluster, as frameworks do; else serial, the "
+                        "paper's model)")
 
 
 _TRAINING_FLAGS = ("tp", "pp", "dp", "cp", "vp", "microbatch_size", "global_batch", "seq", "recompute", "zero",

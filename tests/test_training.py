@@ -184,16 +184,24 @@ def _brute_force(cluster, batch):
                 continue
             try:
                 par = Parallelism(tensor=t, pipeline=p, data=d, context=c, microbatch_size=b, global_batch=batch,
-                                  schedule=sched, virtual_stages=v, recompute=rc, zero=z, sequence_parallel=sp)
+                                  schedule=sched, virtual_stages=v, recompute=rc, zero=z, sequence_parallel=sp,
+                                  overlap=cluster.efficiency is not None)
                 out.append(evaluate_training(BUILD, cluster, par))
             except ConfigurationError:
                 continue
     return out
 
 
-@pytest.mark.parametrize("memory", [None, 0.12e9])
-def test_joint_search_equals_brute_force(memory):
+@pytest.mark.parametrize("memory,calibrated", [(None, False), (0.12e9, False), (None, True)])
+def test_joint_search_equals_brute_force(memory, calibrated):
+    # Calibrated, the search overlaps the reductions and ZeRO-3's gathers: its bounds must hold for those too.
+    from dataclasses import replace
+
+    from pase.hardware.efficiency import A100_FITTED
+
     cluster = _cluster(8, 4, memory)
+    if calibrated:
+        cluster = replace(cluster, efficiency=A100_FITTED)
     found = search_training(BUILD, cluster, 16, **SPACE)
     every = [r for r in _brute_force(cluster, 16) if r.fits_memory is not False]
     assert found.best.fits_memory is not False
@@ -295,3 +303,41 @@ def test_on_a_calibrated_cluster_the_search_overlaps_the_gradient_reduction_as_f
     assert found.best.parallelism.overlap
     assert not search_training(BUILD, _cluster(8, 4), 16, recompute=("none",), zero=(0,),
                                microbatch_sizes=(1,)).best.parallelism.overlap
+
+
+def _two_streams(gathers, computes) -> float:
+    """Seconds until the last compute ends when each layer's gather runs, in order, on a stream of its own and
+    its compute starts once both the gather and the previous compute are done (an event simulation)."""
+    gathered = done = 0.0
+    for g, c in zip(gathers, computes):
+        gathered += g
+        done = max(done, gathered) + c
+    return done
+
+
+def test_overlapped_zero3_gathers_take_the_two_stream_makespan():
+    from dataclasses import replace
+
+    from pase.ir.configs import ConfigOptions
+    from pase.model.memory import MemoryOptions
+    from pase.model.training import _stage_sums, cached_times, check_devices
+
+    cluster = _cluster(8, 4)
+    serial = Parallelism(data=8, global_batch=16, microbatch_size=2, zero=3, pipeline=1)
+    lt = cached_times(BUILD, cluster, serial, ConfigOptions(), MemoryOptions(), {})["none"]
+    for p in (1, 2):
+        par = replace(serial, data=8 // p, pipeline=p, global_batch=16 // p)
+        zero3 = tuple(check_devices(par, cluster)[1])
+        g = cluster.mesh.allgather_s(lt.params * cluster.bytes_per_element, np.tile(zero3, (len(lt.params), 1)))
+        assert np.any(g > 0)
+        cuts, f_serial, b_serial = _stage_sums(lt, cluster, par, zero3)
+        _, fq, bq = _stage_sums(lt, cluster, replace(par, overlap=True, stage_cuts=cuts), zero3)
+        bounds = [0, *cuts, len(lt.params)]
+        for q in range(len(fq)):
+            lo, hi = bounds[q], bounds[q + 1]
+            f, b = lt.forward_s[lo:hi], lt.backward_s[lo:hi]
+            assert fq[q] == pytest.approx(_two_streams(g[lo:hi], f))
+            assert bq[q] == pytest.approx(max(_two_streams(g[lo:hi][::-1], b[::-1]), 2 * g[lo:hi].sum()))
+            # Hiding can only help, and never below either stream's own work.
+            assert max(f.sum(), g[lo:hi].sum()) * (1 - 1e-12) <= fq[q] <= f_serial[q] * (1 + 1e-12)
+            assert max(b.sum(), 2 * g[lo:hi].sum()) * (1 - 1e-12) <= bq[q] <= b_serial[q] * (1 + 1e-12)

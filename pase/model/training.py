@@ -44,8 +44,10 @@ before its forward and again before its backward and reduce-scatters its
 gradient, every microbatch (DeepSpeed's schedule), inside ``f`` and ``b``; on
 a calibrated cluster each of these is one flat ring over the ``d`` ranks, as
 DeepSpeed ran it (:func:`zero3_ring_s`: every shard across the slowest link,
-a latency per ring step).
-``overlap`` hides each device's reduction behind its last backward. On a
+a latency per ring step). ``overlap`` runs these on their own stream, ahead of
+the layers that need them, as DeepSpeed's prefetch does (a stage then takes
+the two-stream makespan of its gathers and computes, :func:`_stage_sums`), and
+hides each device's reduction behind its last backward. On a
 calibrated cluster each device then runs its optimizer step, memory-bound:
 ``OPTIMIZER_BYTES_PER_PARAMETER`` per parameter whose state it holds, at the
 achievable memory bandwidth (the paper's model leaves it out).
@@ -832,49 +834,80 @@ def check_devices(par: Parallelism, cluster: Cluster) -> list[tuple[int, ...]]:
                          ("tensor x context", "data-parallel", "pipeline"))
 
 
-def _loads(lt: "LayerTimes", cluster: Cluster, zero3: tuple[int, ...] | None) -> tuple[np.ndarray, np.ndarray, float]:
-    """Per layer, one microbatch's forward and backward seconds with ZeRO-3's gathers over the data-parallel
-    extents ``zero3`` (None: no ZeRO-3), and their total; memoised on ``lt``."""
-    key = ("loads", zero3)
+def _loads(lt: "LayerTimes", cluster: Cluster, zero3: tuple[int, ...] | None, overlap: bool) -> dict:
+    """Per layer, one microbatch's forward and backward seconds and, with ZeRO-3 over the data-parallel extents
+    ``zero3`` (None: no ZeRO-3), its parameter gather's; memoised on ``lt``.
+
+    Keys: ``forward`` and ``backward`` (serial ZeRO-3: the gathers and the reduce-scatter added in), ``gather``
+    (None unless the gathers run overlapped), ``weight`` (what the balanced cuts even out: a layer's time, or
+    under overlap the larger of its compute and its gathers and reduce-scatter) and ``total`` (a lower bound
+    of the sum of every virtual stage's forward and backward).
+    """
+    key = ("loads", zero3, overlap)
     if key not in lt.memo:
-        f_layer, b_layer = lt.forward_s, lt.backward_s + lt.recompute_s
+        f_layer, b_layer, gather = lt.forward_s, lt.backward_s + lt.recompute_s, None
         if zero3 is not None:
             nbytes = lt.params * cluster.bytes_per_element
             if cluster.efficiency is None:
                 gather = cluster.mesh.allgather_s(nbytes, np.tile(zero3, (len(nbytes), 1)))
             else:
                 gather = zero3_ring_s(cluster.mesh, zero3, nbytes)
-            # Gather again for the backward, and reduce-scatter the gradient.
-            f_layer, b_layer = f_layer + gather, b_layer + 2 * gather
-        lt.memo[key] = (f_layer, b_layer, float(f_layer.sum() + b_layer.sum()))
+        if gather is not None and overlap:
+            weight = np.maximum(f_layer + b_layer, 3 * gather)
+            total = max(float(f_layer.sum() + b_layer.sum()), 3 * float(gather.sum()))
+        else:
+            if gather is not None:
+                # Gather before the forward, again before the backward, and reduce-scatter the gradient.
+                f_layer, b_layer, gather = f_layer + gather, b_layer + 2 * gather, None
+            weight = f_layer + b_layer
+            total = float(weight.sum())
+        lt.memo[key] = {"forward": f_layer, "backward": b_layer, "gather": gather, "weight": weight, "total": total}
     return lt.memo[key]
 
 
 def average_load_s(lt: "LayerTimes", cluster: Cluster, data_k: Sequence[int], zero: int, microbatches: int,
-                   stages: int) -> float:
+                   stages: int, overlap: bool) -> float:
     """Seconds of work of the average device in a step: ``m`` microbatches' forward and backward of every
-    layer (ZeRO-3's gathers included over the data-parallel extents ``data_k``) over ``stages`` devices. Every
-    schedule's step is at least this, whatever the cuts: the search's cheapest bound."""
+    layer (ZeRO-3's gathers included over the data-parallel extents ``data_k``, or under ``overlap`` at least
+    what its stream moves) over ``stages`` devices. Every schedule's step is at least this, whatever the
+    cuts: the search's cheapest bound."""
     zero3 = tuple(data_k) if zero == 3 and math.prod(data_k) > 1 else None
-    return microbatches * _loads(lt, cluster, zero3)[2] / stages
+    return microbatches * _loads(lt, cluster, zero3, overlap)["total"] / stages
 
 
 def _stage_sums(lt: "LayerTimes", cluster: Cluster, par: Parallelism, zero3: tuple[int, ...] | None):
-    """The cuts of ``par``'s ``p v`` virtual stages (given, or balanced) and, per virtual stage, its first layer
-    and its forward and backward seconds; memoised on ``lt``.
+    """The cuts of ``par``'s ``p v`` virtual stages (given, or balanced) and, per virtual stage, one
+    microbatch's forward and backward seconds; memoised on ``lt``.
+
+    A stage's time is its layers' sum, except under overlapped ZeRO-3 (``par.overlap``): DeepSpeed prefetches
+    a layer's parameters on its own stream while the layers before it compute (``overlap_comm``, a
+    prefetch far enough ahead), so the forward takes the two-stream makespan
+    ``max_i (g_lo + ... + g_i + f_i + ... + f_hi)`` of its gathers ``g`` and forward computes ``f``, the
+    backward the same over its layers in reverse with the gathers again, and at least the stream's whole
+    traffic, the gathers and the gradients' reduce-scatters (``2 sum g``).
 
     Raises ``ConfigurationError`` when given cuts are not increasing positions inside the layer order.
     """
     n, Q = len(lt.layers), par.pipeline * par.virtual_stages
-    key = ("stages", Q, zero3, par.stage_cuts)
+    key = ("stages", Q, zero3, par.overlap, par.stage_cuts)
     if key not in lt.memo:
-        f_layer, b_layer, _ = _loads(lt, cluster, zero3)
-        cuts = balanced_cuts(f_layer + b_layer, Q) if par.stage_cuts is None else par.stage_cuts
+        loads = _loads(lt, cluster, zero3, par.overlap)
+        cuts = balanced_cuts(loads["weight"], Q) if par.stage_cuts is None else par.stage_cuts
         if len(cuts) != Q - 1 or any(not 0 < c < n for c in cuts) or list(cuts) != sorted(set(cuts)):
             raise ConfigurationError(
                 f"stage cuts {list(cuts)} must be {Q - 1} increasing positions between 1 and {n - 1}")
         starts = [0, *cuts]
-        lt.memo[key] = (tuple(cuts), np.add.reduceat(f_layer, starts), np.add.reduceat(b_layer, starts))
+        f, b, g = loads["forward"], loads["backward"], loads["gather"]
+        if g is None:
+            fq, bq = np.add.reduceat(f, starts), np.add.reduceat(b, starts)
+        else:
+            lo, hi = np.array(starts), np.array([*cuts, n])
+            pf, pb, pg = (np.concatenate(([0.0], np.cumsum(x))) for x in (f, b, g))
+            # Forward, in order: the makespan's last gathered layer i maximises pg[i + 1] - pf[i].
+            fq = pf[hi] - pg[lo] + np.maximum.reduceat(pg[1:] - pf[:-1], starts)
+            # Backward, in reverse: pb[i + 1] - pg[i]; and the stream's gathers and reduce-scatters.
+            bq = np.maximum(pg[hi] - pb[lo] + np.maximum.reduceat(pb[1:] - pg[:-1], starts), 2 * (pg[hi] - pg[lo]))
+        lt.memo[key] = (tuple(cuts), fq, bq)
     return lt.memo[key]
 
 
@@ -957,7 +990,8 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
         raise ConfigurationError(f"{Q} pipeline stages (x virtual stages) need at least {Q} layers; "
                                  f"graph {graph.name!r} has {n}")
     zero3 = tuple(data_k) if par.zero == 3 and par.data > 1 else None
-    if bound_s is not None and par.stage_cuts is None and average_load_s(lt, cluster, data_k, par.zero, m, S) >= bound_s:
+    if bound_s is not None and par.stage_cuts is None and average_load_s(
+            lt, cluster, data_k, par.zero, m, S, par.overlap) >= bound_s:
         return None  # some device works at least the average load, whatever the cuts
     cuts, fq, bq = _stage_sums(lt, cluster, par, zero3)
     pipe_axis = max((j for j, k in enumerate(pipe_k) if k > 1), default=len(pipe_k) - 1)

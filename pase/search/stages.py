@@ -17,8 +17,9 @@ fastest whose every stage fits device memory:
   per-layer search (:mod:`pase.search.exact`) of one microbatch on the group
   with the weight-gradient reductions counted once per step (``1/m`` per
   microbatch);
-* the gradient reduction overlapped with the last backward on a calibrated
-  cluster (as frameworks do), serial otherwise (the paper's model);
+* the gradient reduction overlapped with the last backward and ZeRO-3's
+  gathers with the compute on a calibrated cluster (as frameworks do), serial
+  otherwise (the paper's model);
 * stage cuts: for each of the above, the time-balanced cut (the smallest
   slowest stage, :func:`~pase.model.training.balanced_cuts`).
 
@@ -219,8 +220,8 @@ def search_training(
                         for z in zero:
                             if z and d == 1:
                                 continue
-                            pending.append((average_load_s(lt, cluster, data_k, z, m, p), len(pending), lt, base,
-                                            (sp, rc, z, schedule, v), label))
+                            floor_s = average_load_s(lt, cluster, data_k, z, m, p, overlap)
+                            pending.append((floor_s, len(pending), lt, base, (sp, rc, z, schedule, v), label))
         if progress is not None:
             progress(n + 1, len(work))
     pending.sort(key=lambda e: e[:2])
