@@ -47,7 +47,8 @@ def shown(text: str) -> str:
 
 def test_a_language_model_is_solved_in_3d_and_its_group_graph_drawn():
     at = llama_app(devices=8, batch=64)
-    # 40 GB per device: the fastest plan that fits is pipelined and tensor parallel (t2 p2 d2).
+    # 40 GB per device: the fastest plan that fits is tensor parallel (calibrated: t2 with ZeRO-3's gathers hidden
+    # behind the compute).
     at.sidebar.number_input(key="in_memory").set_value(40.0).run()
     texts = " ".join(c.value for c in at.caption)
     assert "global batch" in texts and "64 samples per step" in texts, texts
@@ -57,7 +58,7 @@ def test_a_language_model_is_solved_in_3d_and_its_group_graph_drawn():
     cluster = at.session_state["_problem"].cluster
     expected = search_training(batch_builder("llama3-8b"), cluster, 64).best
     par = expected.parallelism
-    assert par.tensor > 1 and par.pipeline > 1, expected.label
+    assert par.tensor > 1, expected.label
     success = shown(" ".join(s.value for s in at.success))
     assert expected.label in success, success
     metrics = {m.label: m.value for m in at.metric}
