@@ -25,16 +25,10 @@ pytestmark = pytest.mark.browser
 
 # Issue 15: Solve to drawn graph under 3 s, for the default problem and for llama3-70b on 64 H100s.
 GOAL_S = 3.0
-# Llama 3 70B's 3-D search alone takes about 3.3 s of one core (`pase solve llama3-70b -p 64 --cluster dgx-h100`);
-# the explorer deals it out over the cores other processes leave free (ui.state.solve_training, free_cores:
-# about 2.2 s on two idle cores, 2.7 s in the app). Measured on the 2-core machine these tests were written
-# on, shared with other jobs: a median of 3.8 s click-to-graph at a load of 1.4 (runs of 3.0 s where both
-# cores were free, 3.8 s where the search ran alone), 4.7 s at a load of 2.8, 8.9 s at a load of 4 (before
-# the search kept to the free cores). So on a machine that small the test asserts this bound, measured
-# with headroom, instead of the 3 s goal (PASE_STRICT_TIMING=1 asserts the goal anyway); the record says
-# the load the runs met, each run's search time and how many workers shared it.
-SMALL_MACHINE_CORES = 2
-LLAMA_SMALL_MACHINE_LIMIT_S = 12.0
+# Llama 3 70B's 3-D search alone takes about 1.4 s of one core in the app (its repeated layers costed on three
+# of them, the configurations tried best first); measured on the 2-core machine these tests were written on,
+# click to graph took a median of 2.1 s (runs of 2.0 to 2.6 s) at a load of 1.1 to 1.3. The record says the
+# load the runs met, each run's search time and how many workers shared it.
 
 
 def click_to_graph(page, what: str, slug: str, artifacts) -> dict:
@@ -102,9 +96,7 @@ def test_click_to_graph_time_of_llama3_70b_on_64_h100s(page, app_url, artifacts)
     assert_no_exception(page, "the explorer after the 3-D search")
     assert page.get_by_text("one t x c group").count() >= 1
     assert page.get_by_text("Memory per device (largest stage)").count() >= 1
-    small = (os.cpu_count() or 1) <= SMALL_MACHINE_CORES and not os.environ.get("PASE_STRICT_TIMING")
-    limit = LLAMA_SMALL_MACHINE_LIMIT_S if small else GOAL_S
-    assert record["median_s"] < limit, record
+    assert record["median_s"] < GOAL_S, record
 
 
 # Per plotly chart inside the element of key ``key`` (its st-key-<key> class): the trace count, the traces'
