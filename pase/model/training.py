@@ -879,12 +879,8 @@ def _stage_sums(lt: "LayerTimes", cluster: Cluster, par: Parallelism, zero3: tup
     """The cuts of ``par``'s ``p v`` virtual stages (given, or balanced) and, per virtual stage, one
     microbatch's forward and backward seconds; memoised on ``lt``.
 
-    A stage's time is its layers' sum, except under overlapped ZeRO-3 (``par.overlap``): DeepSpeed prefetches
-    a layer's parameters on its own stream while the layers before it compute (``overlap_comm``, a
-    prefetch far enough ahead), so the forward takes the two-stream makespan
-    ``max_i (g_lo + ... + g_i + f_i + ... + f_hi)`` of its gathers ``g`` and forward computes ``f``, the
-    backward the same over its layers in reverse with the gathers again, and at least the stream's whole
-    traffic, the gathers and the gradients' reduce-scatters (``2 sum g``).
+    A stage's time is its layers' sum, except under overlapped ZeRO-3 (``par.overlap``), where the gathers
+    and reduce-scatters run on a stream of their own, one layer ahead (:func:`_prefetched_s`).
 
     Raises ``ConfigurationError`` when given cuts are not increasing positions inside the layer order.
     """
@@ -901,14 +897,34 @@ def _stage_sums(lt: "LayerTimes", cluster: Cluster, par: Parallelism, zero3: tup
         if g is None:
             fq, bq = np.add.reduceat(f, starts), np.add.reduceat(b, starts)
         else:
-            lo, hi = np.array(starts), np.array([*cuts, n])
-            pf, pb, pg = (np.concatenate(([0.0], np.cumsum(x))) for x in (f, b, g))
-            # Forward, in order: the makespan's last gathered layer i maximises pg[i + 1] - pf[i].
-            fq = pf[hi] - pg[lo] + np.maximum.reduceat(pg[1:] - pf[:-1], starts)
-            # Backward, in reverse: pb[i + 1] - pg[i]; and the stream's gathers and reduce-scatters.
-            bq = np.maximum(pg[hi] - pb[lo] + np.maximum.reduceat(pb[1:] - pg[:-1], starts), 2 * (pg[hi] - pg[lo]))
+            runs = list(zip(starts, [*cuts, n]))
+            fq = np.array([_prefetched_s(g[lo:hi].tolist(), f[lo:hi].tolist()) for lo, hi in runs])
+            bq = np.array([_prefetched_s(g[lo:hi][::-1].tolist(), b[lo:hi][::-1].tolist(), reduce_scatter=True)
+                           for lo, hi in runs])
         lt.memo[key] = (tuple(cuts), fq, bq)
     return lt.memo[key]
+
+
+def _prefetched_s(gathers: Sequence[float], computes: Sequence[float], reduce_scatter: bool = False) -> float:
+    """Seconds of a run of layers (in the order they run) whose parameters are gathered one layer ahead.
+
+    As FSDP and DeepSpeed's ZeRO-3 prefetch: a stream of their own gathers the first layer's parameters,
+    then each next layer's as the current one starts computing (a prefetch bucket below one layer's
+    weights: GPT-3's are 0.6 to 1.8 billion a layer); a layer computes once its parameters are in and
+    the previous layer is done. With ``reduce_scatter`` (the backward) the stream also reduce-scatters each
+    layer's gradient, of a gather's size, once the layer is done; the run ends with the last of both.
+    """
+    stream = gathers[0]  # when the stream is free
+    ready, end = stream, 0.0  # the current layer's parameters in; the previous layer done
+    for i, compute in enumerate(computes):
+        start = max(end, ready)
+        end = start + compute
+        if i + 1 < len(gathers):
+            stream = max(stream, start) + gathers[i + 1]
+            ready = stream
+        if reduce_scatter:
+            stream = max(stream, end) + gathers[i]
+    return max(end, stream) if reduce_scatter else end
 
 
 def _placement(lt: "LayerTimes", cluster: Cluster, cuts: tuple[int, ...], S: int, pipe_axis: int, group: int) -> dict:
