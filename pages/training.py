@@ -24,7 +24,9 @@ from ui import jobs, state
 from ui.fmt import fmt_count, fmt_time, md
 from ui.pagekit import routed
 from ui.stepmodel import CALIBRATED, model_choice, show_model
-from ui.training_figures import mesh_figure, schedule_figure, stage_memory_figure, stage_rows
+from ui.training_figures import (
+    memory_timeline_figure, mesh_figure, schedule_figure, stage_memory_figure, stage_rows,
+)
 
 routed()  # first of all: run under app.py's router (see ui.pagekit.routed)
 
@@ -166,7 +168,8 @@ def cap_text(plan) -> str:
 
 
 def show_plan(plan, prefix: str) -> None:
-    """The plan's headline, schedule, stage memory, mesh and stage table (element keys start with ``prefix``)."""
+    """The plan's headline, schedule, stage memory (peak and over the step), mesh and stage table (element keys
+    start with ``prefix``)."""
     headline(plan)
     st.subheader("Pipeline schedule")
     st.plotly_chart(schedule_figure(plan), key=f"{prefix}_gantt")
@@ -176,7 +179,18 @@ def show_plan(plan, prefix: str) -> None:
     a, b = st.columns(2)
     with a:
         st.subheader("Memory per stage")
-        st.plotly_chart(stage_memory_figure(plan), key=f"{prefix}_memory")
+        peak_tab, timeline_tab = st.tabs(["Peak", "Over the step"])
+        with peak_tab:
+            st.plotly_chart(stage_memory_figure(plan), key=f"{prefix}_memory")
+        with timeline_tab:
+            st.plotly_chart(memory_timeline_figure(plan), key=f"{prefix}_memory_timeline")
+            big = max(s.transient_bytes for s in plan.stages)
+            st.caption("Each stage's memory per device through the step, on the schedule's time axis: weights, "
+                       "gradients and optimizer state all step, plus the activations each forward keeps until its "
+                       f"backward frees them; the transient buffers (up to {big / 1e9:.3g} GB, for moments) are in "
+                       "the peak bars, not the lines"
+                       + (", and each chunk's activations are taken as an even share of its stage's"
+                          if plan.parallelism.virtual_stages > 1 else "") + ".")
         st.caption("Per device of each stage, in GB (1e9 bytes); the capacity line: "
                    f"{md(peak_source(plan.cluster.name, plan.cluster.bytes_per_element))}.")
     with b:

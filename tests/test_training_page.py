@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from pathlib import Path
 
@@ -192,7 +193,8 @@ def test_the_page_searches_and_shows_the_best_plan_runners_up_and_baselines():
                                             "Memory per device (largest stage)"]
     assert any("published specification" in c.value for c in at.caption)
     ids = [c.proto.id for c in at.get("plotly_chart")]
-    assert [any(i.endswith(k) for i in ids) for k in ("tr_best_gantt", "tr_best_memory", "tr_best_mesh")] == [True] * 3
+    keys = ("tr_best_gantt", "tr_best_memory", "tr_best_memory_timeline", "tr_best_mesh")
+    assert [any(i.endswith(k) for i in ids) for k in keys] == [True] * 4
     (runners,) = [df for df in at.dataframe if "slower than the best" in df.value.columns]
     plans = list(runners.value["plan"])
     assert plans[0] == "best" and "runner-up" in plans and "data parallel" in plans
@@ -218,6 +220,12 @@ def test_the_page_evaluates_a_configuration_and_names_impossible_ones():
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
     assert at.metric and any(c.proto.id.endswith("tr_eval_gantt") for c in at.get("plotly_chart"))
+    # The memory over the step, in the tab beside the peak bars, with its caption: 2 chunks, evenly shared.
+    (timeline,) = [c for c in at.get("plotly_chart") if c.proto.id.endswith("tr_eval_memory_timeline")]
+    assert [t["name"] for t in json.loads(timeline.proto.spec)["data"]] == ["stage 0", "stage 1"]
+    assert [t.label for t in at.tabs] == ["Peak", "Over the step"]
+    assert any(c.value.startswith("Each stage's memory per device through the step") and "even share" in c.value
+               for c in at.caption)
     # t = 3 does not divide 8 devices: a message, no exception.
     at.number_input(key="tr_t").set_value(3).run()
     assert not at.exception

@@ -3,6 +3,8 @@
 * :func:`schedule_figure`: the pipeline schedule as a Gantt chart, one row per
   pipeline device position (stage);
 * :func:`stage_memory_figure`: memory per device of each stage against the capacity;
+* :func:`memory_timeline_figure`: that memory over the step, as activations are
+  kept by the forwards and freed by the backwards (needs a recorded schedule);
 * :func:`mesh_figure`: the cluster's devices as a grid coloured by pipeline stage,
   from :func:`device_coordinates`;
 * :func:`stage_rows`: the stage table.
@@ -21,7 +23,7 @@ from ui.fmt import fmt_time, plotly_text
 from ui.palette import CAPACITY_COLOR, INK, MEMORY_COLORS, device_color
 
 __all__ = ["OPERATION_COLORS", "IDLE_COLOR", "CHUNK_PATTERNS", "MAX_DEVICE_CELLS", "time_unit", "schedule_figure",
-           "stage_memory_figure", "device_coordinates", "mesh_figure", "stage_rows"]
+           "stage_memory_figure", "memory_timeline_figure", "device_coordinates", "mesh_figure", "stage_rows"]
 
 # The pipeline schedule's colours, used nowhere else in the app (ui/palette.py has none of these hues):
 # forward and backward work, the gradient reduction after a device's last backward, and idle time.
@@ -156,6 +158,83 @@ def stage_memory_figure(plan: TrainingPlan) -> go.Figure:
     fig.update_layout(barmode="stack", height=360, margin=dict(l=10, r=10, t=30, b=40),
                       yaxis=dict(title="memory per device (GB)", range=[0, top * 1.12]),
                       legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0))
+    return fig
+
+
+def memory_timeline_figure(plan: TrainingPlan) -> go.Figure:
+    """Memory per device of each stage (GB, 1e9 bytes) over the step, one step line per stage, against the capacity.
+
+    Needs a plan evaluated with ``record=True``. Stage ``s``'s line is its
+    resident memory (weights, gradients and optimizer state, held all step)
+    plus the activations it holds at each moment: every forward of a chunk
+    adds one microbatch's activations of that chunk when it starts, every
+    backward frees them when it ends. Under the interleaved schedule each
+    chunk's microbatch counts ``1/v`` of the stage's per-microbatch
+    activations, an even split over the stage's chunks: that is how the memory
+    model counts them (:func:`pase.model.pipeline.in_flight`; the plan keeps
+    no per-chunk bytes), so with chunks of unequal activations a real device's
+    curve differs by that split. The line's peak is therefore exactly the
+    stage's weights, gradients, optimizer state and ``activation_bytes``: its
+    ``memory_bytes`` less the transient buffers and the reserve, which are not
+    drawn (a transient buffer is the peak of a short-lived buffer, not memory
+    held all step; the title gives the largest). The time axis is the Gantt
+    chart's (:func:`schedule_figure`, :func:`time_unit`), from 0 to the step
+    time; a dashed line marks the capacity when it is known. Hover gives the
+    stage, the time, the GB and the microbatches' worth in flight.
+
+    Raises ``ValueError`` when the plan's schedule holds no operations (evaluated without ``record``).
+    """
+    ops = plan.schedule.operations
+    if not ops:
+        raise ValueError("the plan's schedule has no operations recorded; evaluate it with record=True")
+    step = plan.step_time_s
+    scale, unit = time_unit(step)
+    v = plan.parallelism.virtual_stages
+    # Per device, (time, +1 or -1 chunk-microbatch) in its execution order: the recorded operations are sorted
+    # stably by start, so one device's keep their order even where a backward ends as the next forward starts.
+    events: list[list[tuple[float, int]]] = [[] for _ in plan.stages]
+    for o in ops:
+        events[o.device].append((o.start_s, 1) if o.kind == "F" else (o.end_s, -1))
+    fig = go.Figure()
+    for st, mine in zip(plan.stages, events):
+        resident = st.weights_bytes + st.gradient_bytes + st.optimizer_bytes
+        # A held chunk-microbatch's share of activation_bytes, which holds in_flight * v of them at the peak.
+        peak = st.in_flight * v
+        times, counts = [0.0], [0]
+        for t, delta in mine:
+            if t == times[-1]:  # simultaneous events: only the level after all of them is held
+                counts[-1] += delta
+            else:
+                times.append(t)
+                counts.append(counts[-1] + delta)
+        times.append(step)
+        counts.append(counts[-1])
+        gb = [(resident + st.activation_bytes * k / peak) / 1e9 for k in counts]
+        fig.add_trace(go.Scatter(
+            name=f"stage {st.index}", x=[t / scale for t in times], y=gb, mode="lines", line_shape="hv",
+            line=dict(color=device_color(st.index), width=2),
+            customdata=[[st.index, fmt_time(t), k / v] for t, k in zip(times, counts)],
+            hovertemplate=("stage %{customdata[0]} at %{customdata[1]}: %{y:.4g} GB, "
+                           "%{customdata[2]:.3g} microbatches' activations held"
+                           + (f" (each chunk's counted as 1/{v} of the stage's: split evenly over its chunks)"
+                              if v > 1 else "") + "<extra></extra>"),
+        ))
+    cap = plan.memory_capacity_bytes
+    if cap is not None:
+        fig.add_hline(y=cap / 1e9, line=dict(color=CAPACITY_COLOR, dash="dash"),
+                      annotation_text=f"capacity {cap / 1e9:.3g} GB", annotation_position="top left")
+    top = max([s.weights_bytes + s.gradient_bytes + s.optimizer_bytes + s.activation_bytes for s in plan.stages]
+              + [cap or 0.0]) / 1e9
+    big = max(plan.stages, key=lambda s: s.transient_bytes)
+    fig.update_layout(
+        height=380, margin=dict(l=10, r=10, t=70, b=40), plot_bgcolor="white", hovermode="closest",
+        xaxis=dict(title=f"time in the step ({unit})", range=[0, step / scale * 1.01]),
+        yaxis=dict(title="memory per device (GB)", range=[0, top * 1.12], gridcolor=IDLE_COLOR),
+        legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0),
+        title=dict(y=0.98, yanchor="top", font=dict(size=12),
+                   text=f"transient buffers not drawn: up to {big.transient_bytes / 1e9:.3g} GB more at moments "
+                        f"(stage {big.index})"),
+    )
     return fig
 
 

@@ -121,7 +121,8 @@ def chart(page, key: str) -> dict:
 
 
 def test_the_training_page_draws_the_gantt_memory_and_mesh_of_a_pipelined_plan(page, app_url, artifacts):
-    """Megatron 1.7B on 16 DGX A100 GPUs evaluated at t = 4, p = 2 (d = 2): a pipelined plan's three views."""
+    """Megatron 1.7B on 16 DGX A100 GPUs evaluated at t = 4, p = 2 (d = 2): a pipelined plan's views (the
+    schedule, the memory per stage at its peak and over the step, the mesh)."""
     open_page(page, f"{app_url}/training")
     page.get_by_role("heading", name="Training plans").first.wait_for()
     assert_no_exception(page, "the Training page")
@@ -147,6 +148,15 @@ def test_the_training_page_draws_the_gantt_memory_and_mesh_of_a_pipelined_plan(p
     memory = chart(page, "tr_eval_memory")
     assert {"weights", "gradients", "optimizer state", "activations"} <= set(memory["names"]), memory
     assert memory["bars"] >= 2 * 4, memory  # two stages, four parts or more each
+    # The memory over the step, in the tab beside the bars: one step line per stage, drawn once the tab shows.
+    page.get_by_role("tab", name="Over the step").click()
+    page.wait_for_timeout(300)
+    timeline = chart(page, "tr_eval_memory_timeline")
+    assert timeline["names"] == ["stage 0", "stage 1"] and set(timeline["types"]) == {"scatter"}, timeline
+    assert timeline["width"] > 100, timeline
+    drawn = page.evaluate("() => document.querySelectorAll("
+                          "'.st-key-tr_eval_memory_timeline .js-plotly-plot .scatterlayer .js-line').length")
+    assert drawn == 2, drawn
 
     mesh = chart(page, "tr_eval_mesh")
     assert "heatmap" in mesh["types"], mesh
