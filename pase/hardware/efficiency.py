@@ -33,7 +33,7 @@ measurements against the model").
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -229,16 +229,11 @@ GTX1080TI_FP32 = Efficiency(
 # and ring efficiency are carried over; the peak, the memory and the link latency change. Without
 # peer-to-peer every ring step is two PCIe copies through host memory (the preset's 6 GB/s), so its latency
 # is taken as twice the 1080 Ti's measured one.
-RTX2080TI_FP32 = Efficiency(
-    matmul_curve=GTX1080TI_FP32.matmul_curve,
+RTX2080TI_FP32 = replace(
+    GTX1080TI_FP32,
     vector_flops=RTX2080TI_FP32_FLOPS,
     memory_Bps=A100_FITTED.memory_Bps / A100_HBM_BPS * RTX2080TI_MEMORY_BPS,
-    kernel_overhead_s=GTX1080TI_FP32.kernel_overhead_s,
-    intra_efficiency=GTX1080TI_FP32.intra_efficiency,
-    inter_efficiency=GTX1080TI_FP32.inter_efficiency,
     intra_latency_s=2 * GTX1080TI_FP32.intra_latency_s,
-    inter_latency_s=GTX1080TI_FP32.inter_latency_s,
-    memory_overlap=GTX1080TI_FP32.memory_overlap,
     sources={
         **GTX1080TI_FP32.sources,
         "matmul_curve": f"the GTX 1080 Ti's curve as fractions of peak ({_DEEPBENCH}): assumed for Turing, "
