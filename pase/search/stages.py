@@ -24,8 +24,14 @@ fastest whose every stage fits device memory:
   slowest stage, :func:`~pase.model.training.balanced_cuts`).
 
 Exact over that space: every configuration is modelled, except those
-skipped because a device's busy time alone already reaches the best step
-found (a lower bound of the step, so skipping never loses the optimum). The
+skipped because a lower bound of their step already reaches the slowest of
+the plans kept (the best and its runners-up), so skipping never loses one.
+The configurations are tried in the order of their cheapest bound (the
+average device's work), so the kept plans are fast early and, once that
+bound reaches the last of them, every later configuration is skipped at
+once; a tighter bound (the first microbatch's way through the stages before
+a device and back, :func:`~pase.model.training.assemble`) skips most of the
+rest before their schedule is simulated. The
 cuts are not searched for memory: a configuration whose balanced cut does
 not fit is dropped even if another cut would fit. The result carries
 ``gap_bound_s``: its step time minus a lower bound of any cut of the same
