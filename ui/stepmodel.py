@@ -5,7 +5,7 @@ Two models, as ``pase --calibrated`` chooses between them:
 * **calibrated**: the preset's calibration (:data:`pase.hardware.cluster.CALIBRATIONS`, an
   :class:`~pase.hardware.efficiency.Efficiency`) is attached to the cluster, so compute is priced by the
   roofline and links at their achievable efficiency and latency, and 3-D plans overlap the gradient
-  reduction with the last backward (:mod:`pase.search.stages`);
+  reduction with the last backward and ZeRO-3's gathers with the compute (:mod:`pase.search.stages`);
 * **peak rates**: no calibration, every FLOP at the peak and every byte at the nominal bandwidth (the
   paper's model).
 
@@ -37,7 +37,7 @@ HELP = ("Calibrated: compute priced by the roofline (matrix products at a fracti
         "achievable efficiency and latency, from the preset's calibration (pase.hardware.cluster.CALIBRATIONS: "
         "dgx-a100 fitted to Korthikanti et al.'s Table 5 and Megatron-LM's Table 1, the other DGX presets "
         "carrying its fractions over; each page lists the figures and their sources); 3-D plans overlap the "
-        "gradient reduction with the last backward. As `pase --calibrated`. Peak rates: every FLOP at the peak "
+        "gradient reduction with the last backward and ZeRO-3's gathers with the compute. As `pase --calibrated`. Peak rates: every FLOP at the peak "
         "FLOP/s and every byte at the nominal link bandwidth, as the paper prices them; real runs are slower.")
 
 
@@ -116,7 +116,8 @@ def model_summary(cluster: Cluster) -> str:
             f"kernel size, other kernels at {e.vector_flops / 1e12:.3g} TFLOP/s, memory at "
             f"{e.memory_Bps / 1e9:,.0f} GB/s, links at {e.intra_efficiency:.0%} (inside a node) and "
             f"{e.inter_efficiency:.0%} (between nodes) of nominal with {e.intra_latency_s * 1e6:g} and "
-            f"{e.inter_latency_s * 1e6:g} µs per collective step; 3-D plans overlap the gradient reduction. "
+            f"{e.inter_latency_s * 1e6:g} µs per collective step; 3-D plans overlap the gradient reduction and "
+            "ZeRO-3's gathers. "
             f"Source: {_origin(e, name)}."
             + (f" The figures edited from {md(name)}'s keep its calibration: its fractions apply to the edited peak "
                "and bandwidths, its vector rate, memory bandwidth and latencies are unchanged." if edited else ""))
