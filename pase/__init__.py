@@ -24,21 +24,30 @@ configurations), :mod:`pase.ops` (every op's rules), :mod:`pase.hardware`
 (samples), :mod:`pase.cli`.
 """
 
-from pase import errors, models, ops
-from pase.hardware.cluster import PRESETS, Cluster, preset
-from pase.io.graph_json import dumps_graph, load_graph, loads_graph, save_graph
-from pase.io.hf_config import from_hf_config
-from pase.io.export import export_plan
-from pase.io.onnx import from_onnx
-from pase.io.torch import from_torch
-from pase.ir.configs import ConfigOptions, config_counts
-from pase.ir.graph import Graph, Layer, TensorSpec
-from pase.model.cost import CostModel, build_cost_model
-from pase.models import SAMPLES, sample
-from pase.model.training import Parallelism, TrainingPlan, evaluate_training
-from pase.planner import Plan, PlanOptions, evaluate, plan
-from pase.search.stages import search_training as plan_training
-from pase.analysis import baselines
+import importlib
+
+# Public name -> the module that defines it (and its name there). They are imported on first use, so
+# that ``python -m pase solve`` loads neither the ONNX and PyTorch importers nor the 3-D training model
+# and the exporters unless it needs them.
+_LAZY = {
+    "PRESETS": "pase.hardware.cluster", "Cluster": "pase.hardware.cluster", "preset": "pase.hardware.cluster",
+    "dumps_graph": "pase.io.graph_json", "load_graph": "pase.io.graph_json", "loads_graph": "pase.io.graph_json",
+    "save_graph": "pase.io.graph_json",
+    "from_hf_config": "pase.io.hf_config",
+    "export_plan": "pase.io.export",
+    "from_onnx": "pase.io.onnx",
+    "from_torch": "pase.io.torch",
+    "ConfigOptions": "pase.ir.configs", "config_counts": "pase.ir.configs",
+    "Graph": "pase.ir.graph", "Layer": "pase.ir.graph", "TensorSpec": "pase.ir.graph",
+    "CostModel": "pase.model.cost", "build_cost_model": "pase.model.cost",
+    "SAMPLES": "pase.models", "sample": "pase.models",
+    "Parallelism": "pase.model.training", "TrainingPlan": "pase.model.training",
+    "evaluate_training": "pase.model.training",
+    "Plan": "pase.planner", "PlanOptions": "pase.planner", "evaluate": "pase.planner", "plan": "pase.planner",
+    "plan_training": ("pase.search.stages", "search_training"),
+}
+_SUBMODULES = {"errors": "pase.errors", "models": "pase.models", "ops": "pase.ops",
+               "baselines": "pase.analysis.baselines"}
 
 __all__ = [
     "plan", "evaluate", "Plan", "PlanOptions",
@@ -51,3 +60,21 @@ __all__ = [
     "sample", "SAMPLES",
     "baselines", "errors", "ops", "models",
 ]
+
+
+def __getattr__(name: str):
+    """Import the public attribute ``name`` on first use (see ``_LAZY``); AttributeError for any other name."""
+    if name in _SUBMODULES:
+        value = importlib.import_module(_SUBMODULES[name])
+    elif name in _LAZY:
+        module, attr = _LAZY[name] if isinstance(_LAZY[name], tuple) else (_LAZY[name], name)
+        value = getattr(importlib.import_module(module), attr)
+    else:
+        raise AttributeError(f"module 'pase' has no attribute {name!r}")
+    globals()[name] = value  # later look-ups find it without this function
+    return value
+
+
+def __dir__() -> list[str]:
+    """The module's names, the public ones not imported yet included."""
+    return sorted(set(globals()) | set(__all__))

@@ -6,6 +6,10 @@ pase (:class:`pase.errors.PaseError`) and of the command line (an unknown
 option, a number out of range) print one line on stderr and exit 2. Every
 number an option takes is bounded (:mod:`pase.limits`), names printed from
 files are escaped, and ``--json`` output is strict JSON (no NaN or Infinity).
+
+What only some sub-commands use (the 3-D training model and search, the
+exporters, sweeps, graph files) is imported where it is used, so a
+``pase solve`` of a sample loads none of it (see :func:`build_parser`).
 """
 
 from __future__ import annotations
@@ -20,16 +24,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from pase.analysis.baselines import applicable_baselines, evaluate_strategy
-from pase.analysis.sweep import batch_sweep, sweep
 from pase.analysis.throughput import throughput
 from pase.errors import ClusterError, ConfigurationError, FormatError, GraphError, PaseError
 from pase.hardware.cluster import CALIBRATIONS, PRESETS, Cluster
-from pase.io.graph_json import load_model_file
 from pase.io.hf_config import DEFAULT_BATCH, from_hf_config, hf_batch_builder, is_hf_config, is_moe_config
-from pase.io.export import (
-    FORMATS as EXPORT_FORMATS, NotExpressibleError, export_plan, is_training_plan, load_plan_document,
-    training_from_dict,
-)
 from pase.io.strategy_json import load_strategy
 from pase.ir.configs import COST_MODELS, SPLIT_SPACES, ConfigOptions, config_counts
 from pase.ir.graph import Graph
@@ -38,13 +36,10 @@ from pase.limits import (
     MIN_BANDWIDTH_BPS, MIN_MEMORY_BYTES, MIN_PEAK_FLOPS,
 )
 from pase.model.cost import options_on
-from pase.model.pipeline import SCHEDULES
-from pase.model.training import RECOMPUTE, Parallelism, evaluate_training
 from pase.models import LANGUAGE_MODELS, SAMPLES, batch_builder, sample
 from pase.ops import training_flops
 from pase.planner import Plan, PlanOptions, parallelism_kind, plan
 from pase.search.exact import DEFAULT_ORDERING, ORDERINGS
-from pase.search.stages import search_training, training_baselines
 
 __all__ = ["main"]
 
@@ -56,15 +51,25 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {_printable(message)} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Return the argument parser of every sub-command."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Return the argument parser of every sub-command.
+
+    With ``command`` (a sub-command's name) only that sub-command gets its
+    options; the others are listed, as ``pase --help`` shows them, without
+    theirs. That parses ``command``'s arguments exactly as the full parser
+    does, without importing what only the other sub-commands' options name
+    (the 3-D training model's schedules, the export formats).
+    """
     parser = _Parser(
         prog="pase",
         description="Find per-layer parallelization strategies for DNN training (PaSE).",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_solve, _add_evaluate, _add_show, _add_sweep, _add_solve_instance, _add_export):
-        add(sub)
+    for name, add in _COMMANDS.items():
+        if command in (None, name):
+            add(sub)
+        else:
+            sub.add_parser(name, help=_HELP[name])
     return parser
 
 
@@ -78,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     """
     try:
         try:
-            args = build_parser().parse_args(argv)
+            argv = sys.argv[1:] if argv is None else argv
+            args = build_parser(argv[0] if argv and argv[0] in _COMMANDS else None).parse_args(argv)
         except SystemExit as exc:  # --help, or a usage error already told on stderr
             status = exc.code if isinstance(exc.code, int) else 2
         else:
@@ -257,6 +263,8 @@ def _load_model(args) -> Graph:
                          "own sequence length")
     if args.batch is not None and path.suffix.lower() != ".onnx":
         raise GraphError("--batch applies to sample models and ONNX models; a graph file fixes its own batch size")
+    from pase.io.graph_json import load_model_file  # late: a sample (the common case) needs no file reader
+
     return load_model_file(path, batch=args.batch)
 
 
@@ -312,7 +320,7 @@ def _table(rows: list[list[str]]) -> str:
 
 
 def _add_solve(sub) -> None:
-    p = sub.add_parser("solve", help="find the best strategy for a model on a cluster")
+    p = sub.add_parser("solve", help=_HELP["solve"])
     _add_model_options(p)
     _add_cluster_options(p)
     p.add_argument("--ordering", choices=ORDERINGS, help="search ordering (default: the best available)")
@@ -386,6 +394,8 @@ def _stat(key: str, value) -> str:
 
 def _solve_training(args) -> int:
     """``pase solve --search 3d``: the joint search of :mod:`pase.search.stages`."""
+    from pase.search.stages import search_training, training_baselines
+
     cluster = _cluster(args)
     build, batch = _builder(args), _global_batch(args)
     progress = None if args.json else lambda done, total: print(f"  searched {done}/{total} microbatch and group "
@@ -509,7 +519,7 @@ def _solve(args) -> int:
 
 
 def _add_evaluate(sub) -> None:
-    p = sub.add_parser("evaluate", help="cost a given strategy (a saved plan) for a model on a cluster",
+    p = sub.add_parser("evaluate", help=_HELP["evaluate"],
                        description="Cost the strategy of a plan file for MODEL on the cluster the options describe, "
                                    "e.g. a plan saved by `pase solve --json` or the app, on other hardware. Layers "
                                    "the plan leaves out are data parallel. docs/plan-format.md describes the file.")
@@ -526,6 +536,9 @@ _SIZE = _whole("a parallel size", 1, MAX_DEVICES)
 
 
 def _add_training_options(p: argparse.ArgumentParser) -> None:
+    from pase.model.pipeline import SCHEDULES
+    from pase.model.training import RECOMPUTE
+
     g = p.add_argument_group("3-D parallel training (sample models; see pase.model.training)")
     g.add_argument("--tp", type=_SIZE, help="tensor-parallel size")
     g.add_argument("--pp", type=_SIZE, help="pipeline stages")
@@ -584,6 +597,8 @@ def _global_batch(args) -> int:
 
 def _evaluate_training(args) -> int:
     """``pase evaluate MODEL --tp ...``: one 3-D configuration; options left out are chosen and reported."""
+    from pase.model.training import Parallelism, evaluate_training
+
     cluster = _cluster(args)
     build, batch = _builder(args), _global_batch(args)
     t, pp, cp = args.tp or 1, args.pp or 1, args.cp or 1
@@ -663,6 +678,8 @@ def _strategy(args) -> tuple[dict[str, tuple[int, ...]], str]:
 
 
 def _evaluate(args) -> int:
+    from pase.io.export import is_training_plan, load_plan_document
+
     if _training_asked(args):
         if args.plan is not None:
             raise GraphError("give either --plan PLAN.json or a 3-D configuration (--tp, --pp, --dp...), not both")
@@ -696,6 +713,9 @@ def _evaluate(args) -> int:
 def _evaluate_training_plan(args, document: dict) -> int:
     """``pase evaluate MODEL --plan TRAINING.json``: the plan's 3-D configuration, stage cuts included, re-costed
     on the cluster the options describe (the gradient reduction overlapped on a calibrated cluster)."""
+    from pase.io.export import training_from_dict
+    from pase.model.training import evaluate_training
+
     label = Path(args.plan).name
     try:
         settings = training_from_dict(document)
@@ -724,7 +744,7 @@ def _evaluate_training_plan(args, document: dict) -> int:
 
 
 def _add_sweep(sub) -> None:
-    p = sub.add_parser("sweep", help="step time and speedup over data parallelism across device counts")
+    p = sub.add_parser("sweep", help=_HELP["sweep"])
     _add_model_options(p, many_devices=True)
     p.add_argument("--bandwidths", type=_GBPS, nargs="+", help="link bandwidths to sweep, GB/s")
     p.add_argument("--tflops-list", type=_TFLOPS, nargs="+", help="peak TFLOP/s values to sweep")
@@ -751,6 +771,8 @@ def _working(graph: Graph) -> Graph:
 
 
 def _sweep(args) -> int:
+    from pase.analysis.sweep import batch_sweep, sweep
+
     names = list(dict.fromkeys(args.clusters)) if args.clusters else [args.cluster]
     cluster = [_cluster(argparse.Namespace(**{**vars(args), "cluster": name, "devices": args.devices[0]}))
                for name in names]
@@ -798,7 +820,7 @@ def _sweep(args) -> int:
 
 
 def _add_show(sub) -> None:
-    p = sub.add_parser("show", help="list a model's layers, dimensions and configuration counts")
+    p = sub.add_parser("show", help=_HELP["show"])
     _add_model_options(p)
     _add_cluster_options(p)  # the mesh split space counts placements on the cluster's mesh
     p.set_defaults(func=_show)
@@ -826,7 +848,7 @@ def _show(args) -> int:
 
 
 def _add_solve_instance(sub) -> None:
-    p = sub.add_parser("solve-instance", help="solve a solver-level instance file (the ../shared/instances format)")
+    p = sub.add_parser("solve-instance", help=_HELP["solve-instance"])
     p.add_argument("file", help="instance file: JSON, gzip-compressed or not (at most "
                                 f"{MAX_INSTANCE_BYTES / 2**20:.0f} MiB uncompressed)")
     p.add_argument("--ordering", choices=ORDERINGS, default=DEFAULT_ORDERING,
@@ -877,8 +899,9 @@ def _solve_instance(args) -> int:
 
 
 def _add_export(sub) -> None:
-    p = sub.add_parser("export", help="write a plan as DTensor placements, JAX PartitionSpecs, Megatron-LM arguments, "
-                                      "torchtitan or DeepSpeed settings",
+    from pase.io.export import FORMATS as EXPORT_FORMATS
+
+    p = sub.add_parser("export", help=_HELP["export"],
                        description="Write a plan pase saved in the form a framework reads (pase.io.export; "
                                    "docs/plan-format.md). A per-layer plan (pase solve --json) exports to every "
                                    "format, to Megatron-LM, torchtitan and DeepSpeed when its layers split as "
@@ -895,6 +918,8 @@ def _add_export(sub) -> None:
 
 
 def _export(args) -> int:
+    from pase.io.export import NotExpressibleError, export_plan, is_training_plan, load_plan_document
+
     label = Path(args.plan).name
     document = load_plan_document(args.plan)
     if args.model is None and args.batch is not None:
@@ -916,3 +941,21 @@ def _export(args) -> int:
         raise FormatError(f"cannot write {_short(args.out)}: {exc.strerror or exc}") from None
     print(f"wrote the {args.format} export of {_printable(label)} to {_printable(args.out)}", file=sys.stderr)
     return 0
+
+
+# -- the sub-commands ------------------------------------------------------------------
+
+# Each sub-command's one-line help (pase --help lists them) and the function adding its parser.
+_HELP = {
+    "solve": "find the best strategy for a model on a cluster",
+    "evaluate": "cost a given strategy (a saved plan) for a model on a cluster",
+    "show": "list a model's layers, dimensions and configuration counts",
+    "sweep": "step time and speedup over data parallelism across device counts",
+    "solve-instance": "solve a solver-level instance file (the ../shared/instances format)",
+    "export": "write a plan as DTensor placements, JAX PartitionSpecs, Megatron-LM arguments, "
+              "torchtitan or DeepSpeed settings",
+}
+_COMMANDS = {
+    "solve": _add_solve, "evaluate": _add_evaluate, "show": _add_show, "sweep": _add_sweep,
+    "solve-instance": _add_solve_instance, "export": _add_export,
+}

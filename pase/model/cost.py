@@ -46,7 +46,7 @@ in blocks of source configurations, so the scratch stays under
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 import numpy as np
@@ -178,6 +178,10 @@ class CostModel:
     comm_s: dict
     gradient_comm_s: dict
     edge_tables: list
+    # What :meth:`breakdown` derives from a layer alone, kept for the next strategy: layer name -> its
+    # training FLOPs, and (layer name, configuration row) -> its placement described.
+    _flops: dict = field(default_factory=dict, init=False, repr=False)
+    _described: dict = field(default_factory=dict, init=False, repr=False)
 
     @property
     def index(self) -> dict[str, int]:
@@ -256,13 +260,17 @@ class CostModel:
         rows = []
         for layer in self.layers:
             k = assignment[layer.name]
+            if layer.name not in self._flops:
+                self._flops[layer.name] = training_flops(layer)
+            if (layer.name, k) not in self._described:
+                self._described[layer.name, k] = describe(layer, self.placements[layer.name], k)
             rows.append(LayerCost(
                 name=layer.name, op=layer.op, dims=layer.dims, sizes=layer.sizes,
                 config=tuple(int(f) for f in self.configs[layer.name][k]),
-                flops=training_flops(layer), compute_flops=float(self.compute_flops[layer.name][k]),
+                flops=self._flops[layer.name], compute_flops=float(self.compute_flops[layer.name][k]),
                 compute_s=float(self.compute_s[layer.name][k]),
                 intra_comm_s=float(self.comm_s[layer.name][k]), edge_comm_s=edge[layer.name],
-                placement=describe(layer, self.placements[layer.name], k),
+                placement=self._described[layer.name, k],
             ))
         return rows
 
@@ -385,18 +393,19 @@ def build_cost_model(
     if options.cost_model == "paper" and cluster.efficiency is not None:
         cluster = replace(cluster, efficiency=None)  # the paper's model: peak rates, nominal bandwidths
     layers = graph.layers
+    kind = {layer.name: graph.kind(layer.name) for layer in layers}  # looked up for every edge's two ends
     if configs is None:
         listed: dict[int, np.ndarray] = {}  # by kind of layer: repeated blocks have the same configurations
-        configs = {layer.name: listed[graph.kind(layer.name)] if graph.kind(layer.name) in listed
-                   else listed.setdefault(graph.kind(layer.name), layer_configs(layer, cluster.devices, options))
+        configs = {layer.name: listed[kind[layer.name]] if kind[layer.name] in listed
+                   else listed.setdefault(kind[layer.name], layer_configs(layer, cluster.devices, options))
                    for layer in layers}
     else:
         configs = {name: np.asarray(rows, dtype=np.int64).reshape(len(rows), -1) for name, rows in configs.items()}
         checked = set()
         for layer in layers:
             rows = configs[layer.name]
-            if (graph.kind(layer.name), rows.shape, rows.tobytes()) not in checked:  # repeated blocks: once
-                checked.add((graph.kind(layer.name), rows.shape, rows.tobytes()))
+            if (kind[layer.name], rows.shape, rows.tobytes()) not in checked:  # repeated blocks: once
+                checked.add((kind[layer.name], rows.shape, rows.tobytes()))
                 for row in rows:
                     check_config(layer, row, cluster.devices, options)
     edges = graph.edges
@@ -411,11 +420,11 @@ def build_cost_model(
 
     def end(name: str, role: str, slot: int) -> int:
         # (op, dims, tensor) of one end as a number, hashed once per kind of layer.
-        if (graph.kind(name), role, slot) not in ends:
+        if (kind[name], role, slot) not in ends:
             layer = graph.layer(name)
             tensor = layer.outputs[slot] if role == "out" else layer.inputs[slot]
-            ends[graph.kind(name), role, slot] = interned.setdefault((layer.op, layer.dims, tensor), len(interned))
-        return ends[graph.kind(name), role, slot]
+            ends[kind[name], role, slot] = interned.setdefault((layer.op, layer.dims, tensor), len(interned))
+        return ends[kind[name], role, slot]
 
     def table_key(e: Edge) -> tuple:
         cs, cd = configs[e.src], configs[e.dst]
@@ -443,7 +452,7 @@ def build_cost_model(
         split = rows.shape, rows.tobytes()
         if split not in placed:
             placed[split] = placer(rows, mesh)
-        key = graph.kind(l.name), split, fed[l.name], read[l.name]
+        key = kind[l.name], split, fed[l.name], read[l.name]
         if key not in own:
             counted = OPS[l.op].flops(l, np.asarray(l.sizes, dtype=float) / rows)
             timed = None

@@ -231,10 +231,77 @@ def _highest_bit(x: np.ndarray) -> np.ndarray:
     return np.where(x > 0, (2.0 ** np.floor(np.log2(safe))).astype(np.int64), 0)
 
 
-def _aligned(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Digits of the longest common prefix of two digit sequences (masks, outer digits high bits)."""
-    top = _highest_bit(a ^ b)
+# Meshes of at most this many digits look highest bits up in a table of 2**digits entries, and of at
+# most half as many the common prefix of two masks in a table of every pair (512 KiB at most).
+_LOOKUP_DIGITS = 16
+# Combinations of masks of at most this many bits are told apart by a table over all of them (1 MiB of
+# flags), more by sorting.
+_LOOKUP_KEYS = 1 << 20
+_HIGHEST: dict[int, np.ndarray] = {}
+_PREFIXES: dict[int, np.ndarray] = {}
+
+
+def _aligned(a: np.ndarray, b: np.ndarray, digits: int) -> np.ndarray:
+    """Digits of the longest common prefix of two digit sequences.
+
+    ``a`` and ``b`` are masks below ``2**digits``, outer digits high bits.
+    """
+    if 2 * digits <= _LOOKUP_DIGITS:
+        if digits not in _PREFIXES:
+            every = np.arange(1 << digits, dtype=np.int64)
+            x, y = every[:, None], every[None, :]
+            _PREFIXES[digits] = _prefix(x, y, _highest_bit(x ^ y)).ravel()
+        return _PREFIXES[digits][(a << digits) | b]
+    if digits <= _LOOKUP_DIGITS:
+        if digits not in _HIGHEST:
+            _HIGHEST[digits] = _highest_bit(np.arange(1 << digits, dtype=np.int64))
+        return _prefix(a, b, _HIGHEST[digits][a ^ b])
+    return _prefix(a, b, _highest_bit(a ^ b))
+
+
+def _prefix(a: np.ndarray, b: np.ndarray, top: np.ndarray) -> np.ndarray:
+    """The digits of ``a`` and ``b`` above ``top``, their highest differing digit (all of ``a`` where none differs)."""
     return np.where(top == 0, a, a & b & ~(2 * top - 1))
+
+
+def _or_axes(masks: np.ndarray) -> np.ndarray:
+    """The union of the masks along the last axis (0 where it is empty)."""
+    if not masks.shape[-1]:
+        return np.zeros(masks.shape[:-1], dtype=np.int64)
+    out = masks[..., 0]
+    for a in range(1, masks.shape[-1]):  # a few tensor axes: cheaper than a reduction along a short axis
+        out = out | masks[..., a]
+    return out
+
+
+def _per_distinct(fn, masks: tuple[np.ndarray, ...], digits: int) -> np.ndarray:
+    """``fn(*masks)`` for an element-wise ``fn`` of arrays of digit masks (below ``2**digits``, broadcasting).
+
+    ``fn`` runs once per distinct combination of masks and its results are
+    spread back over the broadcast shape: the very numbers of ``fn`` on every
+    entry, for the price of finding the combinations (a table's entries take
+    few). Combinations too wide for one int64 key are not looked for.
+    """
+    masks = np.broadcast_arrays(*masks)
+    if digits * len(masks) > 62:  # the combination would not fit one int64 key
+        return fn(*masks)
+    key = masks[0]
+    for m in masks[1:]:
+        key = (key << digits) | m
+    space = 1 << (digits * len(masks))
+    if space <= _LOOKUP_KEYS:  # a table over every key finds the distinct ones without sorting
+        present = np.zeros(space, dtype=bool)
+        present[key] = True
+        distinct = np.flatnonzero(present)
+        position = np.empty(space, dtype=np.int64)
+        position[distinct] = np.arange(len(distinct))
+        inverse = position[key]
+    else:
+        distinct, inverse = np.unique(key, return_inverse=True)
+        inverse = inverse.reshape(key.shape)
+    low = (1 << digits) - 1
+    parts = [(distinct >> (digits * (len(masks) - 1 - i))) & low for i in range(len(masks))]
+    return fn(*parts)[inverse]
 
 
 def redistribute_s(src: TensorLayout, dst: TensorLayout, mesh: DeviceMesh, bytes_per_element: int) -> np.ndarray:
@@ -251,37 +318,56 @@ def redistribute_s(src: TensorLayout, dst: TensorLayout, mesh: DeviceMesh, bytes
        an all-to-all; one only the source shards is an all-gather. Slices are
        taken first, then the all-to-all, then the all-gather, each priced
        hierarchically on the mesh (:class:`DeviceMesh`).
+
+    Each collective's time depends on a few digit masks of the pair only, so
+    it is computed once per distinct combination of them (:func:`_per_distinct`).
     """
     radix, axis_bits = _tables(mesh)
-    J = len(mesh.axes)
+    J, n = len(mesh.axes), len(mesh.digits)
     total = float(np.prod(src.shape))
     sp = src.shard[:, None, :]  # (Ks, 1, A)
     dp = dst.shard[None, :, :]  # (1, Kd, A)
-    or_axes = lambda m: np.bitwise_or.reduce(m, axis=-1) if m.shape[-1] else np.zeros(m.shape[:-1], dtype=np.int64)
-    dst_sh = or_axes(dp)  # (1, Kd)
+    dst_sh = _or_axes(dp)  # (1, Kd)
     pending = src.partial[:, None]  # (Ks, 1)
     to_shard = pending & dst_sh
     to_replicate = pending & ~dst_sh
     per_axis = lambda mask: np.stack([radix[mask & axis_bits[j]] for j in range(J)], axis=-1)
     shape = (len(src.shard), len(dst.shard))
     seconds = np.zeros(shape)
-    block = total / radix[np.broadcast_to(or_axes(sp), shape)]  # elements per device before the sums
+    held = _or_axes(sp)  # (Ks, 1): digits sharding the source block
+
+    def reduce_scatter(held, pending):
+        nbytes = total / radix[held] * bytes_per_element  # elements per device before the sums, in bytes
+        return np.where(pending > 0, mesh.reduce_scatter_s(nbytes, per_axis(pending)), 0.0)
+
+    def gather_sums(held, to_shard, to_replicate):
+        nbytes = total / radix[held] * bytes_per_element
+        return np.where(to_replicate > 0, mesh.allgather_s(nbytes / radix[to_shard], per_axis(to_replicate)), 0.0)
+
     if pending.any():
-        nbytes = block * bytes_per_element
-        seconds += np.where(pending > 0, mesh.reduce_scatter_s(nbytes, per_axis(np.broadcast_to(pending, shape))), 0.0)
-        seconds += np.where(to_replicate > 0, mesh.allgather_s(nbytes / radix[to_shard], per_axis(to_replicate)), 0.0)
+        seconds += _per_distinct(reduce_scatter, (held, pending), n)
+        seconds += _per_distinct(gather_sums, (held, to_shard, to_replicate), n)
     # The reduce-scatter left the destination's shards on the digits it reduced.
     sp = sp | (to_shard[:, :, None] & dp)
-    aligned = _aligned(sp, dp)
-    src_rest = or_axes(sp & ~aligned)
-    dst_rest = or_axes(dp & ~aligned) & ~pending
+    aligned = _aligned(sp, dp, n)
+    src_rest = _or_axes(sp & ~aligned)
+    dst_rest = _or_axes(dp & ~aligned) & ~pending
     exchange = src_rest & dst_sh
     gather = src_rest & ~dst_sh
     sliced = dst_rest & ~src_rest
-    block = total / radix[or_axes(sp)] / radix[sliced]
-    nbytes = block * bytes_per_element
-    seconds += np.where(exchange > 0, mesh.all_to_all_s(nbytes, per_axis(exchange)), 0.0)
-    seconds += np.where(gather > 0, mesh.allgather_s(nbytes * radix[gather], per_axis(gather)), 0.0)
+
+    def moved_bytes(held, sliced):
+        return total / radix[held] / radix[sliced] * bytes_per_element
+
+    def all_to_all(held, sliced, exchange):
+        return np.where(exchange > 0, mesh.all_to_all_s(moved_bytes(held, sliced), per_axis(exchange)), 0.0)
+
+    def all_gather(held, sliced, gather):
+        return np.where(gather > 0, mesh.allgather_s(moved_bytes(held, sliced) * radix[gather], per_axis(gather)), 0.0)
+
+    held = _or_axes(sp)
+    seconds += _per_distinct(all_to_all, (held, sliced, exchange), n)
+    seconds += _per_distinct(all_gather, (held, sliced, gather), n)
     return seconds
 
 

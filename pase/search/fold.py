@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from typing import Callable, Sequence
 
@@ -56,8 +56,10 @@ import numpy as np
 from pase.errors import SearchTooLargeError
 from pase.search.costgraph import CostGraph
 from pase.search.exact import (
+    _THREADED_WORK,
     DEFAULT_ORDERING,
     SearchResult,
+    _threads,
     default_memory_budget_bytes,
     prune_dominated,
     solve as solve_unfolded,
@@ -73,6 +75,9 @@ _PERIODS = 8
 _MIN_SAVED_WORK = 1 << 24
 # Elements per temporary of a min-plus product (4 MiB): cache-sized, as exact.py's tiles.
 _TILE = 1 << 19
+# Entries of a slab of an elimination step's table (512 KiB): it and its scratch stay in a 2 MiB L2 cache
+# while every configuration of the eliminated vertex is added in.
+_STEP_SLAB = 1 << 16
 
 
 @dataclass(frozen=True, eq=False)
@@ -299,36 +304,46 @@ def solve(
 class _Wiring:
     """Neighbours of every vertex with keys of their edges, to compare blocks quickly and then exactly.
 
-    ``nbrs[v][w] = (key, v_is_source, matrix)``: ``key`` hashes the matrix's
-    shape and bytes (computed once per distinct array object, and once for
-    all graphs given the same ``memo``), so unequal
+    ``nbrs[v][w] = (v_is_source, matrix)``. :meth:`key` hashes an array's
+    shape and bytes (once per distinct array object, and once for all graphs
+    given the same ``memo``; an edge's only when it is compared), so unequal
     matrices are told apart at once; equal keys are confirmed by comparing the
-    arrays.
+    arrays, each pair once (:meth:`equal`).
     """
 
     def __init__(self, graph: CostGraph, memo: dict[int, tuple[np.ndarray, int]] | None = None):
-        memo = {} if memo is None else memo
-
-        def key(a: np.ndarray) -> int:
-            if id(a) not in memo:  # the entry holds the array, so its id cannot be reused
-                memo[id(a)] = (a, hash((a.shape, a.tobytes())))
-            return memo[id(a)][1]
-
+        self._memo = {} if memo is None else memo
         self.graph = graph
-        self.node_keys = [key(c) for c in graph.node_costs]
-        self.nbrs: list[dict[int, tuple[int, bool, np.ndarray]]] = [{} for _ in range(graph.num_nodes)]
+        self._compared: dict[tuple[int, int], bool] = {}  # (id, id) of two arrays of ``graph`` -> equal
+        self.node_keys = [self.key(c) for c in graph.node_costs]
+        self.nbrs: list[dict[int, tuple[bool, np.ndarray]]] = [{} for _ in range(graph.num_nodes)]
         for u, v, m in graph.edges:
-            k = key(m)
-            self.nbrs[u][v] = (k, True, m)
-            self.nbrs[v][u] = (k, False, m)
+            self.nbrs[u][v] = (True, m)
+            self.nbrs[v][u] = (False, m)
+
+    def key(self, a: np.ndarray) -> int:
+        """A hash of ``a``'s shape and bytes: equal arrays have equal keys."""
+        if id(a) not in self._memo:  # the entry holds the array, so its id cannot be reused
+            self._memo[id(a)] = (a, hash((a.shape, a.tobytes())))
+        return self._memo[id(a)][1]
+
+    def equal(self, a: np.ndarray, b: np.ndarray) -> bool:
+        """``np.array_equal(a, b)`` of two of the graph's arrays, remembered (the blocks compare the same pairs)."""
+        if a is b:
+            return True
+        pair = (id(a), id(b))
+        if pair not in self._compared:
+            self._compared[pair] = np.array_equal(a, b)
+        return self._compared[pair]
 
     def same_node(self, v: int, w: int) -> bool:
-        a, b = self.graph.node_costs[v], self.graph.node_costs[w]
-        return self.node_keys[v] == self.node_keys[w] and (a is b or np.array_equal(a, b))
+        """Whether vertices ``v`` and ``w`` have equal cost vectors."""
+        costs = self.graph.node_costs
+        return self.node_keys[v] == self.node_keys[w] and self.equal(costs[v], costs[w])
 
-
-def _same_edge(x: tuple[int, bool, np.ndarray], y: tuple[int, bool, np.ndarray]) -> bool:
-    return x[0] == y[0] and x[1] == y[1] and (x[2] is y[2] or np.array_equal(x[2], y[2]))
+    def same_edge(self, x: tuple[bool, np.ndarray], y: tuple[bool, np.ndarray]) -> bool:
+        """Whether two entries of :attr:`nbrs` are equal matrices in the same orientation."""
+        return x[0] == y[0] and (x[1] is y[1] or self.key(x[1]) == self.key(y[1]) and self.equal(x[1], y[1]))
 
 
 def _relative_wiring(wiring: _Wiring, v: int, prev_port: int, period: int, interior: bool) -> dict | None:
@@ -346,8 +361,8 @@ def _relative_wiring(wiring: _Wiring, v: int, prev_port: int, period: int, inter
     return out
 
 
-def _same_wiring(a: dict, b: dict) -> bool:
-    return a.keys() == b.keys() and all(_same_edge(a[x], b[x]) for x in a)
+def _same_wiring(wiring: _Wiring, a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(wiring.same_edge(a[x], b[x]) for x in a)
 
 
 def _chain_from(wiring: _Wiring, start: int, period: int) -> Chain | None:
@@ -366,7 +381,8 @@ def _chain_from(wiring: _Wiring, start: int, period: int) -> Chain | None:
                                      or w > port):
             break
         if not all(wiring.same_node(start + j, port + j)
-                   and _same_wiring(pattern[j - 1], _relative_wiring(wiring, port + j, port, period, j < period))
+                   and _same_wiring(wiring, pattern[j - 1],
+                                    _relative_wiring(wiring, port + j, port, period, j < period))
                    for j in range(1, period + 1)):
             break
         blocks += 1
@@ -400,16 +416,24 @@ def find_chain(cost_graph: CostGraph, *, memo: dict | None = None) -> Chain | No
     scores = {d: int(np.count_nonzero(keys[d:] == keys[:-d])) for d in gaps}
     candidates = sorted((d for d in scores if scores[d] >= d), key=lambda d: (-scores[d], d))[:_PERIODS]
     best: Chain | None = None
+    n = cost_graph.num_nodes
     for period in candidates:
+        # A chain after port ``start`` has a second block whose cost vectors are the first's, so
+        # ``possible[start]``: keys[start + j] == keys[start + period + j] for j = 1..period; where
+        # that fails, _chain_from would find no chain, so it is not asked.
+        same = np.concatenate([[0], np.cumsum(keys[period:] == keys[:-period])])
+        possible = np.zeros(n, dtype=bool)
+        ends = max(0, n - 2 * period)  # the starts with start + 2 * period < n
+        possible[:ends] = same[period + 1:period + 1 + ends] - same[1:1 + ends] == period
         start = 0
-        while start + 2 * period < cost_graph.num_nodes:
-            chain = _chain_from(wiring, start, period)
+        while start + 2 * period < n:
+            chain = _chain_from(wiring, start, period) if possible[start] else None
             if chain is None:
                 start += 1
                 continue
             # The blocks may equally well start at another of their vertices: keep the longest.
             for phase in range(start + 1, start + period):
-                other = _chain_from(wiring, phase, period)
+                other = _chain_from(wiring, phase, period) if possible[phase] else None
                 if other is not None and other.blocks > chain.blocks:
                     chain = other
             if best is None or chain.blocks * period > best.blocks * best.period:
@@ -453,7 +477,7 @@ def _block_factors(graph: CostGraph, wiring: _Wiring, chain: Chain) -> list[tupl
     first, port = chain.start + 1, chain.start + chain.period
     factors: list[tuple[tuple[int, ...], np.ndarray]] = [((v,), graph.node_costs[v]) for v in range(first, port + 1)]
     for v in range(first, port + 1):
-        for w, (_, v_is_source, m) in wiring.nbrs[v].items():
+        for w, (v_is_source, m) in wiring.nbrs[v].items():
             inside = first <= w <= port
             if (inside and w < v) or (not inside and (v < port or w == chain.start)):
                 factors.append(((v, w) if v_is_source else (w, v), m))
@@ -486,7 +510,7 @@ def _eliminate(factors: list[tuple[tuple[int, ...], np.ndarray]], order: list[in
     A step adds its bucket's terms one configuration of the vertex at a time
     and folds each sum into the running minimum, so its scratch is two arrays
     of its table's size, never one of the table's size times the vertex's
-    configurations.
+    configurations (:func:`_step`).
     """
     factors = list(factors)
     steps = []
@@ -495,19 +519,85 @@ def _eliminate(factors: list[tuple[tuple[int, ...], np.ndarray]], order: list[in
         factors = [f for f in factors if v not in f[0]]
         axes = (v,) + tuple(sorted(set().union(*(s for s, _ in bucket)) - {v}))
         aligned = [_aligned(scope, array, axes, counts) for scope, array in bucket]
-        table = np.full([counts[x] for x in axes[1:]], np.inf)
-        total = np.empty_like(table)
-        for x in range(counts[v]):
-            total[...] = aligned[0][x]
-            for a in aligned[1:]:
-                total += a[x]
-            np.minimum(table, total, out=table)
-        factors.append((axes[1:], table))
+        factors.append((axes[1:], _step(aligned, [counts[x] for x in axes[1:]])))
         steps.append((v, bucket))
     table = np.zeros([counts[x] for x in boundary])
     for scope, array in factors:
         table += _aligned(scope, array, boundary, counts)
     return table, steps
+
+
+def _step(aligned: list[np.ndarray], shape: list[int]) -> np.ndarray:
+    """``min over x of aligned[0][x] + aligned[1][x] + ...``, a new array of ``shape``.
+
+    Each term is ``(K, ...)``, broadcasting to ``(K, *shape)``. The terms are
+    added in their order, each sum in the smallest shape its terms broadcast
+    to: only the additions that reach the table's shape and the minimum pass
+    over a whole table, and every entry is the very sequence of additions of
+    the plain loop, so the table is the same bit for bit. A step of at most
+    ``_TILE`` sums is done at once, a larger one a configuration ``x`` at a
+    time, slab by slab of ``_STEP_SLAB`` entries (scratch: one slab per
+    thread; a large step shares its slabs among threads, :func:`_shared_out`).
+    """
+    k, size = len(aligned[0]), math.prod(shape)
+    if k * size <= _TILE or not shape:
+        total = aligned[0]
+        for a in aligned[1:]:
+            total = total + a
+        return np.asarray(np.broadcast_to(total, [k, *shape]).min(axis=0))
+    # The first term whose sum with those before it spans the whole table.
+    spans, full = aligned[0].shape[1:], len(aligned) - 1
+    for i, a in enumerate(aligned):
+        spans = np.broadcast_shapes(spans, a.shape[1:])
+        if math.prod(spans) == size:
+            full = i
+            break
+    table = np.full(shape, np.inf)
+    # The table in slabs along its first axis, each with its scratch within the L2 cache.
+    rows = max(1, _STEP_SLAB // (size // shape[0]))
+
+    def fill(starts: Sequence[int]) -> None:
+        for r0 in starts:
+            r1 = min(r0 + rows, shape[0])
+            part = [a if a.shape[1] == 1 else a[:, r0:r1] for a in aligned]
+            small, large = part[:full], part[full:]
+            slab = table[r0:r1]
+            total = np.empty_like(slab)
+            for x in range(k):
+                if small:
+                    head = small[0][x]
+                    for a in small[1:]:
+                        head = head + a[x]
+                    np.add(head, large[0][x], out=total)
+                else:
+                    np.copyto(total, large[0][x])
+                for a in large[1:]:
+                    total += a[x]
+                np.minimum(slab, total, out=slab)
+
+    _shared_out(fill, range(0, shape[0], rows), k * size)
+    return table
+
+
+def _shared_out(fill: Callable[[Sequence], None], items: Sequence, work: int) -> None:
+    """Call ``fill`` on ``items``, split into runs among threads when the job takes ``work`` sums or more.
+
+    At least ``_THREADED_WORK`` sums get as many threads as the exact
+    search's large steps (:func:`~pase.search.exact._threads`), each filling
+    a run of the items. numpy releases the GIL while it adds, and the items
+    fill disjoint parts of one table, so the table is the same however many
+    threads fill it.
+    """
+    threads = min(_threads(), len(items)) if work >= _THREADED_WORK else 1
+    if threads <= 1:
+        fill(items)
+        return
+    runs = [items[len(items) * t // threads:len(items) * (t + 1) // threads] for t in range(threads)]
+    with ThreadPoolExecutor(threads - 1) as pool:
+        jobs = [pool.submit(fill, run) for run in runs[1:]]
+        fill(runs[0])
+        for job in jobs:
+            job.result()
 
 
 def _aligned(scope: tuple[int, ...], array: np.ndarray, axes: tuple[int, ...], counts: dict[int, int]) -> np.ndarray:
@@ -518,15 +608,19 @@ def _aligned(scope: tuple[int, ...], array: np.ndarray, axes: tuple[int, ...], c
 
 
 def _min_plus(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``out[s, i, j] = min over m of a[s, i, m] + b[s, m, j]``, in row chunks of about ``_TILE`` sums."""
+    """``out[s, i, j] = min over m of a[s, i, m] + b[s, m, j]``, in row chunks of about ``_TILE`` sums
+    (in threads when large, :func:`_shared_out`)."""
     shared, rows, inner = a.shape
     cols = b.shape[2]
     out = np.empty((shared, rows, cols))
     chunk = max(1, _TILE // (inner * cols))
-    for s in range(shared):
-        for r0 in range(0, rows, chunk):
+
+    def fill(tiles: Sequence[tuple[int, int]]) -> None:
+        for s, r0 in tiles:
             r1 = min(rows, r0 + chunk)
             out[s, r0:r1] = (a[s, r0:r1, :, None] + b[s, None, :, :]).min(axis=1)
+
+    _shared_out(fill, [(s, r0) for s in range(shared) for r0 in range(0, rows, chunk)], shared * rows * inner * cols)
     return out
 
 
