@@ -375,7 +375,7 @@ def _training_search_stats(found, cache: dict) -> dict:
         "configurations": found.configurations, "skipped_by_bound": found.skipped,
         "layers": len(graphs[0]) if graphs else None,
         "layer_kinds": len({graphs[0].kind(l.name) for l in graphs[0]}) if graphs else None,
-        "graphs_built": len(graphs), "layer_time_tables": sum(1 for k in cache if k[0] == "times"),
+        "graphs_built": len(graphs), "layer_time_tables": sum(1 for k, v in cache.items() if k[0] == "times" and isinstance(v, dict)),
         "search_time_s": found.search_time_s, "peak_memory_bytes": _peak_rss_bytes(),
     }
 

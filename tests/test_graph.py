@@ -53,11 +53,18 @@ def test_disconnected_graph_is_refused():
         g.validate()
 
 
-def test_cycle_is_refused():
+def test_no_cycle_can_be_built():
     g = _mlp()
-    g.nx.add_edge("loss", "fc1")
-    with pytest.raises(GraphError, match="cycle"):
-        g.validate()
+    # A layer reads only layers added before it, so the order of addition is a topological order.
+    with pytest.raises(GraphError, match="no earlier layer named 'later'"):
+        g.add_layer(L.fully_connected("early", b=8, n=16, c=4), inputs=["later"])
+    order = [l.name for l in g.layers]
+    assert all(order.index(e.src) < order.index(e.dst) for e in g.edges)
+    # The networkx view is a copy: a cycle drawn into it leaves the graph as it was.
+    view = g.nx
+    view.add_edge("loss", "fc1")
+    g.validate()
+    assert len(g.nx.edges) == len(g.edges) == len(view.edges) - 1
 
 
 def test_round_trip_preserves_every_layer_and_edge():

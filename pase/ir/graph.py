@@ -7,10 +7,11 @@ layer) with sizes. Each tensor it reads, writes or owns as a weight is a
 along (``None``: never split). A configuration of the layer splits the
 dimensions; every tensor's per-device block follows from its axes.
 
-A :class:`Graph` holds layers and the tensors between them in a networkx
-``MultiDiGraph`` (two tensors may join the same pair of layers). An input slot
-of a layer that no edge feeds is a graph input (training data), assumed to
-arrive already in whatever layout the layer wants.
+A :class:`Graph` holds layers and the tensors between them (two tensors may
+join the same pair of layers); a layer reads only layers added before it, so
+the order they were added in is a topological order and no cycle can form.
+An input slot of a layer that no edge feeds is a graph input (training data),
+assumed to arrive already in whatever layout the layer wants.
 
 Layers are built by the functions of :mod:`pase.ops`; this module knows
 nothing about particular ops.
@@ -22,8 +23,6 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from math import prod
 from typing import Any, Callable, Hashable, Iterator, Mapping, Sequence
-
-import networkx as nx
 
 from pase.errors import GraphError
 from pase.limits import MAX_LAYERS
@@ -208,7 +207,7 @@ class Edge:
 
 
 class Graph:
-    """A DNN computation graph: layers joined by tensors, a networkx MultiDiGraph underneath.
+    """A DNN computation graph: layers joined by tensors (:attr:`nx` gives it as a networkx MultiDiGraph).
 
     Build it by adding layers in an order where every producer comes before its
     consumers; :meth:`validate` checks the whole graph.
@@ -226,7 +225,9 @@ class Graph:
 
     def __init__(self, name: str = "graph"):
         self.name = name
-        self._g = nx.MultiDiGraph()
+        self._layers: dict[str, Layer] = {}  # in the order added: a topological order
+        # Per producer, per consumer (in the order first connected), its edges: networkx's edge order.
+        self._out: dict[str, dict[str, list[Edge]]] = {}
         self._index: dict | None = None  # order and adjacency, built on first read (see _indexed)
 
     # -- building ---------------------------------------------------------------
@@ -245,11 +246,11 @@ class Graph:
             than the layer has slots, or the graph already holds
             :data:`~pase.limits.MAX_LAYERS` layers.
         """
-        if len(self._g) >= MAX_LAYERS:
+        if len(self._layers) >= MAX_LAYERS:
             # Refused while building, before a sample asked for millions of layers has allocated them.
             raise GraphError(f"graph {self.name!r} would have more than {MAX_LAYERS:,} layers, more than pase plans for "
                              "(and than a graph file may hold); use fewer layers or blocks")
-        if layer.name in self._g:
+        if layer.name in self._layers:
             raise GraphError(f"layer name {layer.name!r} is used twice")
         if len(inputs) > len(layer.inputs):
             raise GraphError(
@@ -260,51 +261,57 @@ class Graph:
             if src is None:
                 continue
             src_name, out_idx = (src, 0) if isinstance(src, str) else (src[0], int(src[1]))
-            if src_name not in self._g:
+            if src_name not in self._layers:
                 raise GraphError(f"layer {layer.name!r} input {slot}: no earlier layer named {src_name!r}")
-            producer = self._g.nodes[src_name]["layer"]
+            producer = self._layers[src_name]
             if not 0 <= out_idx < len(producer.outputs):
                 raise GraphError(
                     f"layer {layer.name!r} input {slot}: {src_name!r} has no output {out_idx} "
                     f"(it has {len(producer.outputs)})"
                 )
             sources.append(Edge(src_name, out_idx, layer.name, slot))
-        self._g.add_node(layer.name, layer=layer)
+        self._layers[layer.name] = layer
+        self._out[layer.name] = {}
         for e in sources:
-            self._g.add_edge(e.src, e.dst, edge=e)
+            self._out[e.src].setdefault(e.dst, []).append(e)
         self._index = None
 
     # -- reading ----------------------------------------------------------------
 
     @property
-    def nx(self) -> nx.MultiDiGraph:
-        """The underlying networkx graph (nodes: layer names, attribute ``layer``; edges: attribute ``edge``)."""
-        return self._g
+    def nx(self):
+        """The graph as a new networkx ``MultiDiGraph`` (nodes: layer names, attribute ``layer``; edges: attribute
+        ``edge``), for drawing and graph algorithms; changing it leaves this graph as it is."""
+        import networkx as nx  # late: only drawings need it
+
+        g = nx.MultiDiGraph()
+        for name, layer in self._layers.items():
+            g.add_node(name, layer=layer)
+        for e in self._indexed()["edges"]:
+            g.add_edge(e.src, e.dst, edge=e)
+        return g
 
     def layer(self, name: str) -> Layer:
         """The layer called ``name``; ``GraphError`` if there is none."""
         try:
-            return self._g.nodes[name]["layer"]
+            return self._layers[name]
         except KeyError:
             raise GraphError(f"graph {self.name!r} has no layer named {name!r}") from None
 
     def _indexed(self) -> dict:
         """Layer order, edges and adjacency, computed once per shape of the graph.
 
-        The costs and the searches read them millions of times; networkx's views
-        are rebuilt on every read, so they are kept here until the next
-        :meth:`add_layer`.
+        The costs and the searches read them millions of times, so they are
+        kept here until the next :meth:`add_layer`.
         """
         if self._index is None:
-            order = {n: i for i, n in enumerate(self._g.nodes)}
-            names = nx.lexicographical_topological_sort(self._g, key=order.__getitem__)
-            edges = tuple(d["edge"] for _, _, d in self._g.edges(data=True))
-            ins: dict[str, list[Edge]] = {n: [] for n in self._g}
-            outs: dict[str, list[Edge]] = {n: [] for n in self._g}
+            edges = tuple(e for to in self._out.values() for es in to.values() for e in es)
+            ins: dict[str, list[Edge]] = {n: [] for n in self._layers}
+            outs: dict[str, list[Edge]] = {n: [] for n in self._layers}
             for e in edges:
                 ins[e.dst].append(e)
                 outs[e.src].append(e)
-            layers = tuple(self._g.nodes[n]["layer"] for n in names)
+            layers = tuple(self._layers.values())
             kinds: dict[tuple, int] = {}
             self._index = {
                 "layers": layers,
@@ -347,23 +354,23 @@ class Graph:
         return list(self._indexed()["out"][name])
 
     def __len__(self) -> int:
-        return self._g.number_of_nodes()
+        return len(self._layers)
 
     def __iter__(self) -> Iterator[Layer]:
         return iter(self.layers)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._g
+        return name in self._layers
 
     def __repr__(self) -> str:
-        return f"Graph({self.name!r}, {len(self)} layers, {self._g.number_of_edges()} edges)"
+        return f"Graph({self.name!r}, {len(self)} layers, {len(self._indexed()['edges'])} edges)"
 
     @property
     def parameter_count(self) -> int:
         """Trainable parameters of all layers; the weights tied to one name (:attr:`TensorSpec.tied`) count once."""
         own, tied = 0, {}
-        for data in self._g.nodes.values():
-            for w in data["layer"].weights:
+        for layer in self._layers.values():
+            for w in layer.weights:
                 if w.tied:
                     tied[w.tied] = w.size
                 else:
@@ -378,31 +385,26 @@ class Graph:
         Raises
         ------
         GraphError
-            Naming the layer and problem: the graph is empty, has a cycle, is
-            not weakly connected, an input slot is fed twice, the shapes at
-            the two ends of an edge differ, or weights tied to one name hold
-            different numbers of elements.
+            Naming the layer and problem: the graph is empty, is not weakly
+            connected, the shapes at the two ends of an edge differ, or
+            weights tied to one name hold different numbers of elements.
+            (:meth:`add_layer` connects a layer to earlier ones only, one
+            producer per input slot, so there is no cycle and no slot fed
+            twice to look for.)
         """
         if self._index is not None and self._index.get("valid"):
             return
         if len(self) == 0:
             raise GraphError(f"graph {self.name!r} has no layers")
-        if not nx.is_directed_acyclic_graph(self._g):
-            cycle = nx.find_cycle(self._g)
-            raise GraphError(f"graph {self.name!r} has a cycle through {' -> '.join(str(u) for u, *_ in cycle)}")
-        if not nx.is_weakly_connected(self._g):
-            parts = sorted(nx.weakly_connected_components(self._g), key=len)
+        parts = self._components()
+        if len(parts) > 1:
+            parts.sort(key=len)
             raise GraphError(
                 f"graph {self.name!r} is not connected: {len(parts)} parts; e.g. "
                 f"{sorted(parts[0])[:5]} is cut off from the rest"
             )
-        for layer in self._g.nodes.values():
-            layer = layer["layer"]
-            seen = set()
+        for layer in self._layers.values():
             for e in self.in_edges(layer.name):
-                if e.dst_input in seen:
-                    raise GraphError(f"layer {layer.name!r}: input {e.dst_input} is fed by two edges")
-                seen.add(e.dst_input)
                 src_t = self.layer(e.src).outputs[e.src_output]
                 dst_t = layer.inputs[e.dst_input]
                 if src_t.shape != dst_t.shape:
@@ -411,8 +413,7 @@ class Graph:
                         f"input {e.dst_input} ({dst_t.name}) expects {dst_t.shape}"
                     )
         tied: dict[str, tuple[str, int]] = {}
-        for data in self._g.nodes.values():
-            layer = data["layer"]
+        for layer in self._layers.values():
             for w in layer.weights:
                 if not w.tied:
                     continue
@@ -421,3 +422,20 @@ class Graph:
                     raise GraphError(f"weight {layer.name}.{w.name} ({w.size:,} elements) is tied to {w.tied!r} "
                                      f"with {first[0]} ({first[1]:,} elements); tied weights must be the same size")
         self._indexed()["valid"] = True  # until the next add_layer
+
+    def _components(self) -> list[set[str]]:
+        """The layer names of each weakly connected part (union-find over the edges)."""
+        root = {n: n for n in self._layers}
+
+        def find(n: str) -> str:
+            while root[n] != n:
+                root[n] = root[root[n]]
+                n = root[n]
+            return n
+
+        for e in self._indexed()["edges"]:
+            root[find(e.src)] = find(e.dst)
+        parts: dict[str, set[str]] = {}
+        for n in self._layers:
+            parts.setdefault(find(n), set()).add(n)
+        return list(parts.values())

@@ -271,11 +271,18 @@ def solve_within_memory(
     if len(res) != n or len(tra) != n or any(len(r) != len(c) or len(t) != len(c)
                                             for r, t, c in zip(res, tra, cost_graph.node_costs)):
         raise ValueError("resident and transient memory need one vector per vertex, one entry per configuration")
-    least, least_assign = least_memory(res, tra)
-    if least > capacity_bytes:
-        raise InsufficientMemoryError(
-            f"no strategy fits in {capacity_bytes / 1e9:.3g} GB per device: the least any strategy needs "
-            f"is {least / 1e9:.3g} GB", capacity_bytes, least)
+    def refuse_unless_some_fits() -> np.ndarray:
+        least, least_assign = least_memory(res, tra)
+        if least > capacity_bytes:
+            raise InsufficientMemoryError(
+                f"no strategy fits in {capacity_bytes / 1e9:.3g} GB per device: the least any strategy needs "
+                f"is {least / 1e9:.3g} GB", capacity_bytes, least)
+        return least_assign
+
+    # Every vertex at its least resident bytes and the largest of their least buffers bounds any assignment's
+    # peak from below: past the capacity, refuse before searching (the exact least, for the message, only then).
+    if sum(float(r.min()) for r in res) + max((float(t.min()) for t in tra), default=0.0) > capacity_bytes:
+        refuse_unless_some_fits()
 
     solves = 0
 
@@ -292,6 +299,7 @@ def solve_within_memory(
             x0, unconstrained, peak_memory(res, tra, x0), capacity_bytes, unconstrained, 0.0, True, 0.0,
             solves, 0, 0, unconstrained, time.perf_counter() - start, first)
 
+    least_assign = refuse_unless_some_fits()
     values = np.unique(np.concatenate(tra))
     floor = max(float(np.min(t)) for t in tra)
     inc_assign = least_assign
