@@ -79,12 +79,12 @@ PaSE still beats every baseline at every point.
 Against the paper's Fig. 6. At the sample batches the calibrated model is within the paper's
 measured range (up to 1.85x and 4x) for the Transformer and InceptionV3 on both clusters, and
 for the RNNLM on one node of 1080 Tis (1.84x at p=8) and on up to 16 2080 Tis (3.92x); AlexNet
-(3.22-12.82x, 5.25-15.93x) and the larger RNNLM runs are not. Calibration alone cannot close
+(3.20-12.78x, 5.22-15.89x) and the larger RNNLM runs are not. Calibration alone cannot close
 that: on these nodes data parallelism is bound by its gradient all-reduce (AlexNet at p=8: 10 ms
 of compute against 50 ms to all-reduce 61M fp32 weights at 73% of 12 GB/s), so slowing the
 kernels lengthens PaSE's mostly-compute step as much as DP's. Overlap cannot close it either:
 with all of DP's communication hidden behind its compute (the bound column) AlexNet is still
-4.2x at p=8 (7.1x on the 2080 Ti). The overlap of issue 12 (the gradient all-reduce bucketed
+4.2x at p=8 (7.0x on the 2080 Ti). The overlap of issue 12 (the gradient all-reduce bucketed
 into the backward pass) is in the 3-D training model, not in the per-layer cost model of these
 tables; for AlexNet the bound shows it would change little. The batch does close it on one node:
 compute grows with the batch and the all-reduce does not, and at 128 images a device (global
