@@ -21,10 +21,10 @@ Assumptions of the rows:
   DDP and the interleaved schedule with the largest ``v`` of 4, 3, 2 dividing the layers per
   stage (not given); the ZeRO-3 rows as DeepSpeed ran them, every layer's parameters
   gathered before its forward and backward and its gradient reduce-scattered, one flat
-  ring over the data-parallel ranks each (:func:`pase.model.training.zero3_ring_s`), on a
-  stream of their own, each layer's parameters gathered as the layer before it starts
-  (DeepSpeed's ``overlap_comm`` and its prefetch, whose bucket holds less than one of
-  GPT-3's layers).
+  ring over the data-parallel ranks each (:func:`pase.model.training.zero3_ring_s`), on
+  streams of their own, each layer's parameters gathered as the layer before it starts
+  (DeepSpeed's prefetch, whose bucket holds less than one of GPT-3's layers) and the
+  reduce-scatters on its reduction stream (``overlap_comm``).
 * Table 5: "full" is full recomputation with tensor-parallel all-reduces, "seq+sel"
   sequence parallelism with selective recomputation, with the given microbatch and
   interleaving; no data parallelism.
@@ -249,11 +249,12 @@ def main() -> int:
         "and memory time hidden. Both fitted tables meet their goals: Table 5 mean 2.9%, largest 6.6% (goal 3.5%, "
         "8%), its full rows 2-7% slow and its seq+sel rows from 1% fast to 4% slow, 1T now the worst (full +6.6%, "
         "seq+sel +4.3%); Table 1 mean 3.5%, largest 8.1% (goal 5%, 10%), its pipelined 76B to 530B rows 5-8% fast. "
-        "Table 2 (not fitted): PTD-P 5-10% fast (175B on 1,536 GPUs +10.1%, the worst), ZeRO-3 falls from 120 to 32 "
-        "TFLOP/s as the GPUs grow (measured 144 to 44), 17-27% low: with its rings on the critical path it was 25-31% "
-        "low, with them run ahead of all the compute (a prefetch without limit) 37% high on 384 GPUs and still 19% "
-        "low on 1,536, where the flat ring's latency per step, which grows with the ranks, seems to overstate what "
-        "NCCL paid; one layer ahead, as DeepSpeed's prefetch bucket allowed, is the closest of the three; of the 36 "
+        "Table 2 (not fitted): PTD-P 5-10% fast (175B on 1,536 GPUs +10.1%, the worst), ZeRO-3 falls from 140 to 35 "
+        "TFLOP/s as the GPUs grow (measured 144 to 44), 2.5%, 4.8% and 22% low: with its rings on the critical path "
+        "it was 25-31% low, with them run ahead of all the compute (a prefetch without limit) 37% high on 384 GPUs "
+        "and still 19% low on 1,536, where the flat ring's latency per step, which grows with the ranks, seems to "
+        "overstate what NCCL paid; one layer ahead, as DeepSpeed's prefetch bucket allowed, with the "
+        "reduce-scatters on its reduction stream, is the closest of the three; of the 36 "
         "pairs of rows only ZeRO-3 on 384 GPUs against PTD-P on 1,536 (144 and 141 measured) is ranked the other "
         "way.", "",
     ])

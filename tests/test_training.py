@@ -306,18 +306,30 @@ def test_on_a_calibrated_cluster_the_search_overlaps_the_gradient_reduction_as_f
 
 
 def test_zero3_gathers_one_layer_ahead_by_hand():
-    from pase.model.training import _prefetched_s
+    from pase.model.training import _prefetched
+
+    def run(gather, forward, backward=None):
+        g, f = np.array(gather, float), np.array(forward, float)
+        b = f if backward is None else np.array(backward, float)
+        fq, bq = _prefetched(g, f, b, np.array([0]), np.array([len(g)]))
+        return float(fq[0]), float(bq[0])
 
     # Gathers 1, 2, 1 and computes 3, 1, 1: the first gather is exposed, the others hide behind a compute.
-    assert _prefetched_s([1, 2, 1], [3, 1, 1]) == 6
+    assert run([1, 2, 1], [3, 1, 1])[0] == 6
     # A gather is issued only as the layer before it starts: 3 s of gather after a 0.5 s layer is exposed,
     # though the first layer's 5 s could have hidden it with a deeper prefetch.
-    assert _prefetched_s([1, 1, 3], [5, 0.5, 1]) == 10
-    # The backward also reduce-scatters each gradient after its layer: gather 1, compute 1..4, gather 2
-    # (1..3), reduce-scatter 1 (4..5), compute 4..5, reduce-scatter 2 (5..7).
-    assert _prefetched_s([1, 2], [3, 1], reduce_scatter=True) == 7
-    assert _prefetched_s([0, 0, 0], [1, 2, 3]) == 6 and _prefetched_s([1, 2, 3], [0, 0, 0]) == 6
-    assert _prefetched_s([1, 2, 3], [0, 0, 0], reduce_scatter=True) == 12
+    assert run([1, 1, 3], [5, 0.5, 1])[0] == 10
+    # The backward runs the layers in reverse: gather layer 1 (0..1), its backward 1..4 while layer 0's
+    # gather runs 1..3, layer 0's backward 4..5, then its reduce-scatter 5..7 (layer 1's, 4..5, on its own
+    # stream).
+    assert run([2, 1], [0, 0], [1, 3])[1] == 7
+    assert run([0, 0, 0], [1, 2, 3]) == (6, 6)
+    # No compute: the gathers back to back, and the backward's gathers and reduce-scatters share the links.
+    assert run([1, 2, 3], [0, 0, 0]) == (6, 12)
+    # Runs are independent: two stages of one layer each.
+    fq, bq = _prefetched(np.array([1.0, 2.0]), np.array([3.0, 4.0]), np.array([5.0, 6.0]), np.array([0, 1]),
+                         np.array([1, 2]))
+    assert list(fq) == [4, 6] and list(bq) == [7, 10]
 
 
 def test_overlapped_zero3_stages_lie_between_their_streams_and_the_serial_sum():

@@ -880,7 +880,7 @@ def _stage_sums(lt: "LayerTimes", cluster: Cluster, par: Parallelism, zero3: tup
     microbatch's forward and backward seconds; memoised on ``lt``.
 
     A stage's time is its layers' sum, except under overlapped ZeRO-3 (``par.overlap``), where the gathers
-    and reduce-scatters run on a stream of their own, one layer ahead (:func:`_prefetched_s`).
+    run one layer ahead of the compute (:func:`_prefetched`).
 
     Raises ``ConfigurationError`` when given cuts are not increasing positions inside the layer order.
     """
@@ -892,39 +892,41 @@ def _stage_sums(lt: "LayerTimes", cluster: Cluster, par: Parallelism, zero3: tup
         if len(cuts) != Q - 1 or any(not 0 < c < n for c in cuts) or list(cuts) != sorted(set(cuts)):
             raise ConfigurationError(
                 f"stage cuts {list(cuts)} must be {Q - 1} increasing positions between 1 and {n - 1}")
-        starts = [0, *cuts]
         f, b, g = loads["forward"], loads["backward"], loads["gather"]
         if g is None:
+            starts = [0, *cuts]
             fq, bq = np.add.reduceat(f, starts), np.add.reduceat(b, starts)
         else:
-            runs = list(zip(starts, [*cuts, n]))
-            fq = np.array([_prefetched_s(g[lo:hi].tolist(), f[lo:hi].tolist()) for lo, hi in runs])
-            bq = np.array([_prefetched_s(g[lo:hi][::-1].tolist(), b[lo:hi][::-1].tolist(), reduce_scatter=True)
-                           for lo, hi in runs])
+            fq, bq = _prefetched(g, f, b, np.array([0, *cuts]), np.array([*cuts, n]))
         lt.memo[key] = (tuple(cuts), fq, bq)
     return lt.memo[key]
 
 
-def _prefetched_s(gathers: Sequence[float], computes: Sequence[float], reduce_scatter: bool = False) -> float:
-    """Seconds of a run of layers (in the order they run) whose parameters are gathered one layer ahead.
+def _prefetched(gather: np.ndarray, forward: np.ndarray, backward: np.ndarray, lo: np.ndarray,
+                hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Forward and backward seconds of the runs of layers ``lo[q] .. hi[q] - 1`` whose parameters are gathered
+    one layer ahead, as FSDP and DeepSpeed's ZeRO-3 prefetch (a prefetch bucket below one layer's weights:
+    GPT-3's are 0.6 to 1.8 billion a layer).
 
-    As FSDP and DeepSpeed's ZeRO-3 prefetch: a stream of their own gathers the first layer's parameters,
-    then each next layer's as the current one starts computing (a prefetch bucket below one layer's
-    weights: GPT-3's are 0.6 to 1.8 billion a layer); a layer computes once its parameters are in and
-    the previous layer is done. With ``reduce_scatter`` (the backward) the stream also reduce-scatters each
-    layer's gradient, of a gather's size, once the layer is done; the run ends with the last of both.
+    A stream of their own gathers the first layer's parameters, then each next layer's as the current one
+    starts computing; a layer computes once its parameters are in and the layer before it is done. The
+    stream is then always free when a gather is issued, so each layer after the first starts
+    ``max(c_i, g_(i+1))`` after the one before it: the forward takes ``g_lo + sum max(c_i, g_(i+1)) +
+    c_(hi-1)``, the backward the same in reverse order. The backward's reduce-scatters (each of a gather's
+    size, once its layer is done) run on a reduction stream of their own (DeepSpeed's ``overlap_comm``), the
+    last one after the last layer, and the links carry at most both streams: the backward is at least
+    ``2 sum g``.
     """
-    stream = gathers[0]  # when the stream is free
-    ready, end = stream, 0.0  # the current layer's parameters in; the previous layer done
-    for i, compute in enumerate(computes):
-        start = max(end, ready)
-        end = start + compute
-        if i + 1 < len(gathers):
-            stream = max(stream, start) + gathers[i + 1]
-            ready = stream
-        if reduce_scatter:
-            stream = max(stream, end) + gathers[i]
-    return max(end, stream) if reduce_scatter else end
+    def stage_sum(x: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        prefix = np.concatenate(([0.0], np.cumsum(x)))
+        return prefix[np.maximum(end, start)] - prefix[start]
+
+    ahead = np.maximum(forward[:-1], gather[1:])  # layer i, then i + 1's parameters
+    fq = gather[lo] + stage_sum(ahead, lo, hi - 1) + forward[hi - 1]
+    behind = np.maximum(backward[1:], gather[:-1])  # layer i + 1's backward, then i's parameters
+    chain = gather[hi - 1] + stage_sum(behind, lo, hi - 1) + backward[lo]
+    prefix = np.concatenate(([0.0], np.cumsum(gather)))
+    return fq, np.maximum(chain + gather[lo], 2 * (prefix[hi] - prefix[lo]))
 
 
 def _placement(lt: "LayerTimes", cluster: Cluster, cuts: tuple[int, ...], S: int, pipe_axis: int, group: int) -> dict:
