@@ -53,6 +53,8 @@ import functools
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
+
 from pase.errors import ConfigurationError
 
 __all__ = ["SCHEDULES", "Operation", "ScheduleResult", "device_orders", "in_flight", "simulate"]
@@ -132,26 +134,38 @@ def device_orders(schedule: str, stages: int, microbatches: int, chunks: int = 1
         interleaved schedule, or ``microbatches`` not a multiple of ``stages``
         for it.
     """
-    _check(schedule, stages, microbatches, chunks)
-    S, m, v = stages, microbatches, chunks
+    return [[("F" if f else "B", int(c), int(j)) for f, c, j in zip(*order)]
+            for order in _order_arrays(schedule, stages, microbatches, chunks)]
+
+
+def _order_arrays(schedule: str, S: int, m: int, v: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per device, its operations in order as arrays: forward or not, chunk, microbatch (:func:`device_orders`).
+
+    Raises ``ConfigurationError`` as :func:`device_orders`.
+    """
+    _check(schedule, S, m, v)
+    total = m * v
+    i = np.arange(total)
+    if schedule == "gpipe":
+        order = (np.repeat([True, False], m), np.zeros(2 * m, dtype=np.int64), np.tile(np.arange(m), 2))
+        return [order] * S
+    # Forward number i of a device is chunk (i // S) mod v of microbatch (i // (S v)) S + i mod S; backwards
+    # visit the chunks in reverse.
+    group, within = np.divmod(i, S * v)
+    chunk, micro = within // S, group * S + within % S
     orders = []
     for s in range(S):
-        if schedule == "gpipe":
-            order = [("F", 0, j) for j in range(m)] + [("B", 0, j) for j in range(m)]
-        else:
-            total = m * v
-
-            def unit(i: int, forward: bool) -> tuple[int, int]:
-                group, within = divmod(i, S * v)
-                chunk = within // S
-                return (chunk if forward else v - 1 - chunk), group * S + within % S
-
-            warmup = min(total, (S - s - 1) if v == 1 else (S - s - 1) * 2 + (v - 1) * S)
-            order = [("F", *unit(i, True)) for i in range(warmup)]
-            for k in range(total - warmup):
-                order += [("F", *unit(warmup + k, True)), ("B", *unit(k, False))]
-            order += [("B", *unit(k, False)) for k in range(total - warmup, total)]
-        orders.append(order)
+        warmup = min(total, (S - s - 1) if v == 1 else (S - s - 1) * 2 + (v - 1) * S)
+        steady = total - warmup
+        # Warm-up forwards, then a forward and a backward in turn, then the remaining backwards.
+        at_f = np.concatenate((np.arange(warmup), warmup + 2 * np.arange(steady)))
+        at_b = np.concatenate((warmup + 2 * np.arange(steady) + 1, warmup + 2 * steady + np.arange(warmup)))
+        forward = np.zeros(2 * total, dtype=bool)
+        chunks, micros = np.empty(2 * total, dtype=np.int64), np.empty(2 * total, dtype=np.int64)
+        forward[at_f] = True
+        chunks[at_f], chunks[at_b] = chunk, v - 1 - chunk
+        micros[at_f], micros[at_b] = micro, micro
+        orders.append((forward, chunks, micros))
     return orders
 
 
@@ -201,8 +215,8 @@ def _dependencies(schedule: str, S: int, microbatches: int, chunks: int) -> _Pla
     Raises ``ConfigurationError`` as :func:`device_orders`, or when the order deadlocks.
     """
     M, Q = microbatches, S * chunks
-    devices = [[((c * S + s) if kind == "F" else Q + c * S + s) * M + j for kind, c, j in order]
-               for s, order in enumerate(device_orders(schedule, S, M, chunks))]
+    devices = [(((chunk * S + s) + np.where(forward, 0, Q)) * M + micro).tolist()
+               for s, (forward, chunk, micro) in enumerate(_order_arrays(schedule, S, M, chunks))]
     pos = [-1] * (2 * Q * M)
     ids: list[int] = []
     prev: list[int] = []
