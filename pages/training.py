@@ -136,7 +136,7 @@ def headline(plan) -> None:
     m1, m2, m3, m4, m5 = st.columns(5)
     m1.metric("Step time", fmt_time(plan.step_time_s),
               help=f"{plan.parallelism.microbatches} microbatches through the {plan.parallelism.schedule} schedule, "
-                   "then the exposed gradient reduction (the optimizer step is not modelled).")
+                   "then the exposed gradient reduction and, on a calibrated cluster, the optimizer step.")
     tokens = d["tokens_per_s"]
     m2.metric("Tokens/s", "n/a" if tokens is None else fmt_count(tokens),
               help="Global batch x sequence length / step time.")

@@ -221,7 +221,7 @@ def run_parts(show_progress, heartbeat) -> list[dict]:
     PaseError
         A point's search or costing failed (the first such error).
     """
-    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+    from concurrent.futures import ThreadPoolExecutor
 
     from streamlit.runtime.scriptrunner import add_script_run_ctx, get_script_run_ctx
 
@@ -254,29 +254,18 @@ def run_parts(show_progress, heartbeat) -> list[dict]:
     pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pase-what-if",
                               initializer=lambda: add_script_run_ctx(threading.current_thread(), ctx))
     futures = [pool.submit(run_part, i) for i in range(len(parts))]
-    start = beat = time.monotonic()
-    try:
-        pending = set(futures)
-        while pending:
-            finished, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-            for f in finished:
-                f.result()  # a part's error: raised here, the others stopped below
-            # The parts started first say at once how many of their points were done before; until they
-            # have, a count would show a resumed sweep starting from nothing.
-            if all(first[i] is not None or futures[i].done() for i in range(workers)):
-                total, now = sum(sizes), sum(done)
-                new = now - sum(f for f in first if f is not None)
-                eta = (total - now) * (time.monotonic() - start) / new if new > 0 else None
-                show_progress(now, total, eta)
-            if time.monotonic() - beat > 0.5:
-                beat = time.monotonic()
-                heartbeat()
-    except BaseException:
-        stop.set()
-        raise
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
-    return [r for f in futures for r in f.result()]
+    start = time.monotonic()
+
+    def tick(_finished: set) -> None:
+        # The parts started first say at once how many of their points were done before; until they
+        # have, a count would show a resumed sweep starting from nothing.
+        if all(first[i] is not None or futures[i].done() for i in range(workers)):
+            total, now = sum(sizes), sum(done)
+            new = now - sum(f for f in first if f is not None)
+            eta = (total - now) * (time.monotonic() - start) / new if new > 0 else None
+            show_progress(now, total, eta)
+
+    return [r for part in jobs.gather(pool, futures, stop, tick=tick, heartbeat=heartbeat) for r in part]
 
 
 key = ("sweep", problem, tuple(devices), vary, tuple(values), tuple(clusters), batch_mode, tuple(per_device))

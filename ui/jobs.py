@@ -26,7 +26,7 @@ from typing import Callable
 
 from pase.errors import PaseError
 
-__all__ = ["JobError", "run", "JOB_MEMORY_BYTES", "JOB_TIME_S", "MAX_JOBS", "SEARCH_BUDGET_BYTES"]
+__all__ = ["JobError", "run", "gather", "JOB_MEMORY_BYTES", "JOB_TIME_S", "MAX_JOBS", "SEARCH_BUDGET_BYTES"]
 
 
 def _physical_memory_bytes() -> int:
@@ -193,3 +193,36 @@ def _outcome(kind: str, payload, what: str):
     message, trace = payload
     print(f"pase app: {what} failed:\n{trace}", file=sys.stderr)
     raise JobError(f"{what} failed with an internal error ({message}); the server log has the details")
+
+
+def gather(pool, futures: list, stop: threading.Event, *, tick: Callable[[set], None] | None = None,
+           heartbeat: Callable[[], None] | None = None, poll_s: float = 0.2) -> list:
+    """Wait, in the calling (script) thread, for ``futures`` submitted to the thread ``pool``; their results in
+    order.
+
+    At least every ``poll_s`` seconds, and as soon as some finish: a finished one's error is raised here,
+    ``tick(finished)`` is called (``finished`` may be empty), and ``heartbeat()`` every half second at most.
+    Whatever raises (a failed future, or a callback: Streamlit stopping the script) sets ``stop``, which the
+    futures' jobs poll to end early, and is raised again; the pool is shut down either way, queued work
+    cancelled.
+    """
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    try:
+        pending = set(futures)
+        beat = time.monotonic()
+        while pending:
+            finished, pending = wait(pending, timeout=poll_s, return_when=FIRST_COMPLETED)
+            for f in finished:
+                f.result()
+            if tick is not None:
+                tick(finished)
+            if heartbeat is not None and time.monotonic() - beat > 0.5:
+                beat = time.monotonic()
+                heartbeat()
+    except BaseException:
+        stop.set()
+        raise
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    return [f.result() for f in futures]

@@ -338,7 +338,7 @@ def _parallel_training(args: tuple, shares: list, progress, waiting, heartbeat):
     the script), the shares' workers are killed and the exception re-raised. A share's error other than
     finding nothing (a PaseError) or a failed job is raised as well.
     """
-    from concurrent.futures import ThreadPoolExecutor, wait
+    from concurrent.futures import ThreadPoolExecutor
 
     from pase.errors import ConfigurationError
     from pase.model.memory import InsufficientMemoryError
@@ -373,31 +373,22 @@ def _parallel_training(args: tuple, shares: list, progress, waiting, heartbeat):
 
     pool = ThreadPoolExecutor(max_workers=len(shares), thread_name_prefix="pase-3d")
     futures = [pool.submit(one, i, sizes) for i, sizes in enumerate(shares)]
-    try:
-        pending = set(futures)
-        beat = last = time.monotonic()
-        while pending:
-            finished, pending = wait(pending, timeout=0.1)
-            for f in finished:
-                f.result()  # a failed job: raised here, the others stopped below
-            now = time.monotonic()
-            if progress is not None and counts and (finished or now - last > 0.1):
-                last = now
-                values = list(counts.values())
-                # Shares not yet reporting count as their expected share of the total.
-                total = sum(t for _, t in values) * len(shares) // len(values)
-                progress(sum(d for d, _ in values), max(total, 1))
-            if waiting is not None and queued and not counts:
-                waiting()
-            if heartbeat is not None and now - beat > 0.5:
-                beat = now
-                heartbeat()
-    except BaseException:
-        cancelled.set()
-        raise
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
-    search, plan = merge_training([f.result() for f in futures], started)
+    last = time.monotonic()
+
+    def tick(finished: set) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if progress is not None and counts and (finished or now - last > 0.1):
+            last = now
+            values = list(counts.values())
+            # Shares not yet reporting count as their expected share of the total.
+            total = sum(t for _, t in values) * len(shares) // len(values)
+            progress(sum(d for d, _ in values), max(total, 1))
+        if waiting is not None and queued and not counts:
+            waiting()
+
+    results = jobs.gather(pool, futures, cancelled, tick=tick, heartbeat=heartbeat, poll_s=0.1)
+    search, plan = merge_training(results, started)
     note = (f"Searched by {len(shares)} worker processes at once, the microbatch sizes dealt out "
             f"({'; '.join(', '.join(map(str, sizes)) for sizes in shares)}); each skips by its own bound.")
     return replace(search, notes=(*search.notes, note)), plan
@@ -474,7 +465,7 @@ def sweep(problem: Problem, graph: Graph, devices: list[int], cluster: Cluster, 
     exception is re-raised.
     """
     import statistics
-    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+    from concurrent.futures import ThreadPoolExecutor
 
     points = _sweep_points(problem, graph, devices, cluster, vary, values)
     store = stores()["sweeps"]
@@ -513,23 +504,8 @@ def sweep(problem: Problem, graph: Graph, devices: list[int], cluster: Cluster, 
     if todo:
         pool = ThreadPoolExecutor(max_workers=min(jobs.MAX_JOBS, len(todo)), thread_name_prefix="pase-sweep")
         futures = [pool.submit(one, *pt) for pt in todo]
-        try:
-            pending = set(futures)
-            beat = time.monotonic()
-            while pending:
-                finished, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-                for f in finished:
-                    f.result()  # a point's error: raised here, the others stopped below
-                if finished:
-                    report()
-                if heartbeat is not None and time.monotonic() - beat > 0.5:
-                    beat = time.monotonic()
-                    heartbeat()
-        except BaseException:
-            cancelled.set()
-            raise
-        finally:
-            pool.shutdown(wait=False, cancel_futures=True)
+        jobs.gather(pool, futures, cancelled, tick=lambda finished: report() if finished else None,
+                    heartbeat=heartbeat)
     return [r for key, *_ in points for r in done[key]]
 
 
