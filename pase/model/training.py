@@ -44,7 +44,7 @@ before its forward and again before its backward and reduce-scatters its
 gradient, every microbatch (DeepSpeed's schedule), inside ``f`` and ``b``; on
 a calibrated cluster each of these is one flat ring over the ``d`` ranks, as
 DeepSpeed ran it (:func:`zero3_ring_s`: every shard across the slowest link,
-a latency per ring step). ``overlap`` runs these on their own stream, ahead of
+each ring step paying the latency of the link it crosses). ``overlap`` runs these on their own stream, ahead of
 the layers that need them, as DeepSpeed's prefetch does (a stage then takes
 the two-stream makespan of its gathers and computes, :func:`_stage_sums`), and
 hides each device's reduction behind its last backward. On a
@@ -799,24 +799,30 @@ def zero3_ring_s(mesh: DeviceMesh, data_k: Sequence[int], nbytes) -> np.ndarray:
 
     DeepSpeed's ZeRO-3 (the runs of Megatron-LM's Table 2) gathers a layer's
     parameters, sharded flat over all ``d`` ranks, with one ring collective
-    over the whole group, layer by layer, on the critical path: ``d - 1``
-    steps, each moving ``nbytes / d`` at the achievable bandwidth ``B`` and
-    paying the latency ``a`` of the outermost mesh axis the group spans
-    (the network as soon as it spans nodes)::
+    over the whole group, layer by layer: ``d - 1`` steps, each moving
+    ``nbytes / d`` at the achievable bandwidth ``B`` of the outermost mesh
+    axis the group spans (the network as soon as it spans nodes: every shard
+    crosses the slowest link). The ring visits the devices inner axes first,
+    so of its ``d - 1`` steps ``(k_j - 1) prod_(i outer to j) k_i`` cross axis
+    ``j``, each paying that axis's latency ``a_j``, as NCCL's own tuning model
+    prices a ring (``src/graph/tuning.cc``: ``nNodes - 1`` network steps, the
+    others inside a node)::
 
-        (d - 1) / d * nbytes / B + (d - 1) a      (0 for a layer without weights)
+        (d - 1) / d * nbytes / B + sum_j (k_j - 1) prod_(i < j) k_i a_j      (0 for a layer without weights)
 
     Unlike :meth:`~pase.hardware.mesh.DeviceMesh.allgather_s` (a hierarchical
-    collective whose outer stage moves only ``1/k_inner`` of the bytes), every
-    shard crosses the slowest link and the latency grows with ``d``, not with
-    the axis sizes: what makes measured ZeRO-3 throughput fall as GPUs are added
-    while the per-GPU work shrinks.
+    collective whose outer stage moves only ``1/k_inner`` of the bytes), the
+    bandwidth term does not shrink with the GPUs per node, and the latency
+    grows with ``d``: what makes measured ZeRO-3 throughput fall as GPUs are
+    added while the per-GPU work shrinks.
     """
-    d = int(np.prod(data_k))
-    axis = min((j for j, k in enumerate(data_k) if k > 1), default=len(data_k) - 1)
-    a = mesh.axes[axis]
+    k = np.asarray(data_k, dtype=float)
+    d = float(np.prod(k))
+    axis = min((j for j, x in enumerate(data_k) if x > 1), default=len(data_k) - 1)
+    outer = np.cumprod(k) / k  # prod of the extents strictly outer to each axis
+    latency = float(np.sum((k - 1) * outer * [a.latency_s for a in mesh.axes]))
     nbytes = np.asarray(nbytes, dtype=float)
-    return np.where(nbytes > 0, (d - 1) / d * nbytes / a.effective_Bps + (d - 1) * a.latency_s, 0.0)
+    return np.where(nbytes > 0, (d - 1) / d * nbytes / mesh.axes[axis].effective_Bps + latency, 0.0)
 
 
 def check_devices(par: Parallelism, cluster: Cluster) -> list[tuple[int, ...]]:
