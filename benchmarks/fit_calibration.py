@@ -24,14 +24,17 @@ ranking of the rows, and ZeRO-3's rows are DeepSpeed's, not Megatron's).
 Usage: ``python benchmarks/fit_calibration.py [--iterations N] [--start ...]``;
 prints the fitted figures and every row's error (and, each iteration, the best
 figures so far, to continue from with ``--start``). ``pase/hardware/efficiency.py``'s
-``A100_FITTED`` is the fit with the model's fused element-wise chains and
-sequence parallelism's backward re-gather, continued from the fit before them
-(28.2%, 62.5%, 80.7%, 62.6%, 75.6%, 61.6%) with ``--iterations 80 --start 0.2815
-0.6249 0.8070 0.6255 0.7558 0.6155`` (139 evaluations, 14 minutes on two shared
-cores): matrix products at 18.2%, 78.7% and 78.7% of peak at 1, 16 and 128
-GFLOP, HBM at 66.1% of 2,039 GB/s, NVLink at 83.5% of nominal, 47.6% of the
-shorter of compute and memory time hidden; Table 5 mean 2.94% (largest 6.58%),
-Table 1 mean 3.52% (largest 8.10%).
+``A100_FITTED`` is the fit with the model's fused element-wise chains, sequence
+parallelism's backward re-gather and, on Table 5's rows, the asynchronous
+tensor-parallel backward of their Megatron-LM (``Parallelism.tp_overlap``),
+continued from the previous fit (18.2%, 78.7%, 78.7%, 66.1%, 83.5%, 47.6%)
+with ``--iterations 80 --start 0.1819 0.7869 0.7873 0.6608 0.8346 0.4759``
+(125 evaluations, 70 s on two shared cores): matrix products at 31.9%, 74.6% and
+81.0% of peak at 1, 16 and 128 GFLOP, HBM at 64.2% of 2,039 GB/s, NVLink at 60.0%
+of nominal, 46.5% of the shorter of compute and memory time hidden; Table 5 mean
+2.23% (largest 4.45%), Table 1 mean 2.41% (largest 5.01%). Continued further,
+the fit drops the 1 and 16 GFLOP points to 5% and 54% for 2% of the objective
+and a larger largest error; not taken.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ Assumptions of the rows:
   pipeline ``m``, changing at a fixed batch, a step takes ``m tau + K``, and the measured
   throughputs give the per-step constant ``K`` (the bubble, the gradient all-reduce, the
   optimizer) as 2.2 s for 175B and 5.2 s for 530B; the model gives 2.4 s and 6.0 s under
-  1F1B and 0.9 s and 2.4 s under the interleaved schedule (``v`` 4 and 3); the ZeRO-3 rows as DeepSpeed ran them, every layer's parameters
+  1F1B and 1.0 s and 2.5 s under the interleaved schedule (``v`` 4 and 3); the ZeRO-3 rows as DeepSpeed ran them, every layer's parameters
   gathered before its forward and backward and its gradient reduce-scattered, one flat
   ring over the data-parallel ranks each (:func:`pase.model.training.zero3_ring_s`), on
   streams of their own, each layer's parameters gathered as the layer before it starts
@@ -31,7 +31,13 @@ Assumptions of the rows:
   reduce-scatters on its reduction stream (``overlap_comm``).
 * Table 5: "full" is full recomputation with tensor-parallel all-reduces, "seq+sel"
   sequence parallelism with selective recomputation, with the given microbatch and
-  interleaving; no data parallelism.
+  interleaving; no data parallelism; Megatron-LM's asynchronous tensor-parallel backward
+  (``Parallelism.tp_overlap``: each column-parallel product's input-gradient all-reduce or
+  reduce-scatter runs during its weight-gradient product, the sequence-parallel re-gather
+  during its input-gradient product), on by default in the Megatron-LM of these runs (May
+  2022; ``LinearWithGradAccumulationAndAsyncCommunication``, the default from February 2022,
+  NVIDIA/Megatron-LM 83b1e42) and in none of Tables 1 and 2's (April 2021: it first appeared,
+  off by default, in September 2021).
 * Every row: Megatron-LM's stage cuts (``L / (p v)`` transformer layers on each virtual
   stage, the embedding with the first, the final norm, output layer and loss with the last;
   :func:`megatron_cuts`), not the model's time-balanced ones; no data-parallel overlap
@@ -102,7 +108,7 @@ def cases():
             ("megatron-530b", 105, 20480, 8, 35, 280, 280, 1, 3, 49.05, 37.83),
             ("megatron-1t", 128, 25600, 8, 64, 512, 512, 1, 1, 94.42, 71.49)):
         base = dict(tensor=t, pipeline=p, data=gpus // (t * p), microbatch_size=mb, global_batch=batch,
-                    virtual_stages=v)
+                    virtual_stages=v, tp_overlap=True)
         yield ("Korthikanti Table 5", f"{name} full", name, gpus, Parallelism(**base, recompute="full"), full, "s",
                layers, hidden)
         yield ("Korthikanti Table 5", f"{name} seq+sel", name, gpus,
@@ -282,30 +288,39 @@ def main() -> int:
         "sequence-sharded input of each column-parallel product (QKV once, the first feed-forward product, the "
         "output layer), as the memory model already assumed, priced as the forward's all-gather once more and not "
         "overlapped, like every tensor-parallel collective here. With the first fit's figures these alone gave "
-        "Table 5 2.7% mean (5.7% largest) and Table 1 4.4% (8.4%). Refitted (the fit prints the figures and every "
-        "row's error): matrix products at 18%, 79% and 79% of peak at 1, 16 and 128 GFLOP (flat from 16 GFLOP up; "
-        "the smallest products of these runs, 175B's attention products at microbatch 1, are 13 GFLOP per kernel, "
-        "so the 1 GFLOP point is weakly determined), HBM at 66% of 2,039 GB/s, NVLink at 83% of nominal, 48% of the shorter of a kernel's compute "
-        "and memory time hidden. Both fitted tables meet their goals: Table 5 mean 2.9%, largest 6.6% (goal 3.5%, "
-        "8%), its full rows 2-7% slow and its seq+sel rows from 1% fast to 4% slow, 1T now the worst (full +6.6%, "
-        "seq+sel +4.3%); Table 1 mean 3.5%, largest 8.1% (goal 5%, 10%), its pipelined 76B to 530B rows 5-8% fast. "
-        "Table 2 (not fitted) is discussed next.", "",
-        "Table 2. The paper does not give the PTD-P rows' schedule. At a fixed batch, a run on more GPUs has fewer "
-        "microbatches per pipeline m, and a step takes m tau + K, so two runs of one configuration give the "
-        "per-step constant K (the pipeline bubble, the gradient all-reduce and the optimizer) from the measured "
-        "throughputs alone. The lines above show it: 2.2 s for 175B and 5.2 s for 530B, what the model gives "
-        "under 1F1B and three to four times what it gives under the interleaved schedule, whose bubble is v times "
-        "smaller; the rows are evaluated on 1F1B. (Interleaved, as assumed before, the PTD-P rows were 5-10% fast "
-        "and their error grew with the GPUs: +5.4%, +6.8% and +10.1% for 175B.) ZeRO-3's rings run through the "
-        "GPUs of each node in turn, so of a ring's d - 1 steps only the nodes' count less one cross the network and "
-        "the rest stay on NVLink, each paying its own link's latency, as NCCL's tuning model prices a ring "
-        "(`src/graph/tuning.cc`); charged the network's latency on every step, as before, ZeRO-3 on 1,536 GPUs "
-        "was 22% low. Now ZeRO-3 falls from 144 to 42 TFLOP/s as measured (144 to 44), and every PTD-P row is "
-        "within 1.7-3.3%, fast. The one pair of rows ranked the other way is ZeRO-3 on 384 GPUs against PTD-P 175B "
-        "on 1,536: 144 and 141 TFLOP/s measured, 143.7 and 144.2 modelled, 0.35% apart the wrong way. ZeRO-3 on 768 "
-        "GPUs is the largest error, 7% high: measured, it takes as long a step as on 1,536 GPUs (66.7 s), so the "
-        "rings' latency, which doubles from 768 to 1,536 ranks, seems hidden in what DeepSpeed and NCCL ran; the "
-        "model's step grows by 7 s.", "",
+        "Table 5 2.7% mean (5.7% largest) and Table 1 4.4% (8.4%). A refit then left Table 5 at 2.9% mean (6.6% "
+        "largest) with its full rows 2-7% slow and Table 1 at 3.5% (8.1%) with its pipelined rows 5-8% fast: one "
+        "calibration split between two versions of Megatron-LM. They differ in one thing the model can price. "
+        "The Megatron-LM of Table 5's runs (May 2022) overlaps the tensor-parallel backward by default "
+        "(`LinearWithGradAccumulationAndAsyncCommunication`, the default from February 2022, NVIDIA/Megatron-LM "
+        "83b1e42): each column-parallel product reduces its input gradient (an all-reduce, or a reduce-scatter under "
+        "sequence parallelism) while it computes its weight gradient, and re-gathers a sequence-parallel input while "
+        "it computes its input gradient. That of Tables 1 and 2 (April 2021) exposes them; the option first "
+        "appeared, off by default, in September 2021. Priced (`Parallelism.tp_overlap`, "
+        "`pase evaluate --tp-overlap`; each collective hides up to the product's own seconds, once per reduction "
+        "however many layers share it) on Table 5's rows and refitted (`benchmarks/fit_calibration.py "
+        "--iterations 80` from the previous figures, 125 evaluations, 70 s): matrix products at 32%, 75% and 81% "
+        "of peak at 1, 16 and 128 GFLOP (the smallest products of these runs, 175B's attention products at "
+        "microbatch 1, are 13 GFLOP per kernel, so the 1 GFLOP point is weakly determined; continued, the fit "
+        "lowers it and the 16 GFLOP point to 5% and 54% for 2% of its objective, not taken), HBM at 64% of 2,039 "
+        "GB/s, NVLink at 60% of nominal (Calculon's figure is 65%), 47% of the shorter of a kernel's compute and "
+        "memory time hidden. Table 5: mean 2.2%, largest 4.5% (goal 3.5%, 8%); Table 1: mean 2.4%, largest 5.0% "
+        "(goal 5%, 10%), its pipelined 76B to 530B rows still the fastest (+2% to +5%).", "",
+        "Table 2 (not fitted). The paper does not give the PTD-P rows' schedule. At a fixed batch, a run on more "
+        "GPUs has fewer microbatches per pipeline m, and a step takes m tau + K, so two runs of one configuration "
+        "give the per-step constant K (the pipeline bubble, the gradient all-reduce and the optimizer) from the "
+        "measured throughputs alone. The lines above show it: 2.2 s for 175B and 5.2 s for 530B, close to what "
+        "the model gives under 1F1B and more than twice what it gives under the interleaved schedule, whose bubble "
+        "is v times smaller; the rows are evaluated on 1F1B. Interleaved, the PTD-P rows would be 2-8% fast, their "
+        "error growing with the GPUs, and ZeRO-3 on 384 GPUs would rank below PTD-P 175B on 1,536. ZeRO-3's rings "
+        "run through the GPUs of each node in turn, so of a ring's d - 1 steps only the nodes' count less one "
+        "cross the network and the rest stay on NVLink, each paying its own link's latency, as NCCL's tuning model "
+        "prices a ring (`src/graph/tuning.cc`); charged the network's latency on every step, as before, ZeRO-3 on "
+        "1,536 GPUs was 22% low. Now every one of the 36 pairs of rows is ordered as measured: ZeRO-3 falls from "
+        "146 to 42 TFLOP/s as the GPUs grow (measured 144 to 44), the PTD-P rows stay within 2% (175B: 154, 149, "
+        "140 against 153, 149, 141). ZeRO-3 on 768 GPUs is the largest error, 7% high: measured, it takes as long "
+        "a step as on 1,536 GPUs (66.7 s), so the rings' latency, which doubles from 768 to 1,536 ranks, seems "
+        "hidden in what DeepSpeed and NCCL ran; the model's step grows by 7 s.", "",
     ])
     publish(text, args.no_write)
     return 0

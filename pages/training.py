@@ -296,6 +296,12 @@ with f4:
     overlap = kept(st.checkbox, f"overlap_{step_model}", step_model == CALIBRATED, "Overlap gradient reduction",
                    help="Hide each device's reduction behind its last backward. On by default under the "
                         "calibrated model, as the search assumes there; off at peak rates (the paper's).")
+    asked = kept(st.checkbox, "tp_overlap", False, "Overlap tensor-parallel backward",
+                 disabled=step_model != CALIBRATED,
+                 help="Megatron-LM's asynchronous backward (its default since 2022): each product reduces its "
+                      "input gradient while it computes its weight gradient. Priced under the calibrated model "
+                      "only; off, every tensor-parallel collective is exposed.")
+    tp_overlap = asked and step_model == CALIBRATED
 
 per_group = t * p * c
 if devices % per_group:
@@ -308,7 +314,7 @@ st.markdown(f"Data parallel **d = {devices} / (t p c) = {d}**")
 try:
     par = Parallelism(tensor=t, pipeline=p, data=d, context=c, virtual_stages=v, microbatch_size=b,
                       global_batch=global_batch, sequence_parallel=sp, recompute=recompute, zero=zero,
-                      schedule=None if schedule == AUTO else schedule, overlap=overlap)
+                      schedule=None if schedule == AUTO else schedule, overlap=overlap, tp_overlap=tp_overlap)
 except PaseError as exc:
     st.error(f"Not a valid configuration: {md(exc)}", icon=":material/error:")
     st.stop()

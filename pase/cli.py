@@ -556,6 +556,10 @@ def _add_training_options(p: argparse.ArgumentParser) -> None:
                    help="overlap the gradient reduction with the last backward, and ZeRO-3's parameter gathers "
                         "with the compute (default: on a --calibrated cluster, as frameworks do; else serial, the "
                         "paper's model)")
+    g.add_argument("--tp-overlap", action="store_true",
+                   help="Megatron-LM's asynchronous tensor-parallel backward (a --calibrated cluster): each product "
+                        "reduces its input gradient while it computes its weight gradient, and re-gathers a "
+                        "sequence-parallel input while it computes its input gradient (default: exposed)")
 
 
 _TRAINING_FLAGS = ("tp", "pp", "dp", "cp", "vp", "microbatch_size", "global_batch", "seq", "recompute", "zero",
@@ -563,7 +567,8 @@ _TRAINING_FLAGS = ("tp", "pp", "dp", "cp", "vp", "microbatch_size", "global_batc
 
 
 def _training_asked(args) -> bool:
-    return any(getattr(args, f, None) is not None for f in _TRAINING_FLAGS + ("overlap",)) or args.sp
+    given = any(getattr(args, f, None) is not None for f in _TRAINING_FLAGS + ("overlap",))
+    return given or args.sp or args.tp_overlap
 
 
 def _builder(args):
@@ -600,6 +605,9 @@ def _evaluate_training(args) -> int:
     from pase.model.training import Parallelism, evaluate_training
 
     cluster = _cluster(args)
+    if args.tp_overlap and cluster.efficiency is None:
+        raise ConfigurationError("--tp-overlap is priced on a calibrated cluster (the paper's model keeps every "
+                                 "collective exposed); add --calibrated")
     build, batch = _builder(args), _global_batch(args)
     t, pp, cp = args.tp or 1, args.pp or 1, args.cp or 1
     if args.dp is None:
@@ -628,7 +636,7 @@ def _evaluate_training(args) -> int:
             try:
                 par = Parallelism(tensor=t, pipeline=pp, data=dp, context=cp, virtual_stages=v, microbatch_size=b,
                                   global_batch=batch, sequence_parallel=args.sp, recompute=args.recompute or "none",
-                                  zero=args.zero or 0, schedule=schedule,
+                                  zero=args.zero or 0, schedule=schedule, tp_overlap=args.tp_overlap,
                                   overlap=cluster.efficiency is not None if args.overlap is None else args.overlap)
                 got = evaluate_training(build, cluster, par, options=_options(args))
             except ConfigurationError as exc:

@@ -54,11 +54,28 @@ def test_evaluate_prints_stages_as_text(capsys):
     (["--global-batch", "48", "--microbatch-size", "1"], "multiple of 32"),
     (["--plan", "x.json", "--tp", "2"], "not both"),
     ([], "give the strategy to cost"),
+    (["--tp", "8", "--tp-overlap"], "--tp-overlap is priced on a calibrated cluster"),
 ])
 def test_impossible_configurations_are_one_line_errors(capsys, args, message):
     code, out, err = run(capsys, "evaluate", "megatron-1.7b", "--devices", "32", "--cluster", "dgx-a100", *args)
     assert code == 2 and out == ""
     assert message in err and err.count("\n") == 1
+
+
+def test_tp_overlap_hides_tensor_parallel_backward_time_and_nothing_else(capsys):
+    steps = {}
+    for extra in ((), ("--tp-overlap",)):
+        code, out, _ = run(capsys, "evaluate", "megatron-1.7b", "--devices", "8", "--cluster", "dgx-a100",
+                           "--calibrated", "--tp", "8", "--microbatch-size", "4", "--global-batch", "8",
+                           "--json", *extra)
+        assert code == 0
+        d = json.loads(out)
+        steps[extra] = d
+    plain, overlapped = steps[()], steps[("--tp-overlap",)]
+    assert "tp-overlap" in overlapped["label"] and "tp-overlap" not in plain["label"]
+    [a], [b] = plain["pipeline"]["stages_detail"], overlapped["pipeline"]["stages_detail"]
+    assert b["forward_s"] == a["forward_s"] and b["backward_s"] < a["backward_s"]
+    assert overlapped["step_time_s"] < plain["step_time_s"]
 
 
 def test_more_stages_than_layers_is_refused(capsys):

@@ -4,8 +4,10 @@ Korthikanti et al.'s Table 5 and Megatron-LM's Table 1 are evaluated exactly as 
 script evaluates them (its ``cases`` and ``predict``) and must stay within the issue's
 goal: Table 5's eight iteration times within 3.5% on average and 8% each, Table 1's ten
 throughputs within 5% on average and 10% each. Plus hand counts of
-the two modelling rules the calibration rests on: a tensor several layers read in
-one layout is redistributed once (Megatron's fused QKV), and ZeRO-3's flat ring.
+the modelling rules the calibration rests on: a tensor several layers read in one
+layout is redistributed once (Megatron's fused QKV), ZeRO-3's flat ring, and the
+asynchronous tensor-parallel backward of Table 5's Megatron-LM. Table 2, not fitted,
+must be ranked as measured.
 """
 
 import sys
@@ -86,8 +88,9 @@ def test_table_2_zero3_falls_with_the_gpus_while_ptd_p_holds():
     assert len(ptd_p) == 6 and all(abs(p / m - 1) <= 0.04 for p, m in ptd_p.values()), ptd_p
     pairs = [(a, b) for a in rows for b in rows if a < b]
     wrong = [(a, b) for a, b in pairs if (rows[a][0] - rows[b][0]) * (rows[a][1] - rows[b][1]) < 0]
-    # The one pair ranked the other way is 2% apart as measured (144 and 141 TFLOP/s).
-    assert wrong == [("gpt3-175b PTD-P 1536 GPUs", "gpt3-175b ZeRO-3 384 GPUs")], wrong
+    # Issue 12's goal: every pair ordered as measured, the closest 2% apart (ZeRO-3 on 384 GPUs 144 TFLOP/s,
+    # PTD-P 175B on 1,536 141).
+    assert wrong == [], wrong
 
 
 def test_table_2_measurements_imply_the_plain_1f1b_schedule():
@@ -98,3 +101,31 @@ def test_table_2_measurements_imply_the_plain_1f1b_schedule():
     assert [e[0] for e in evidence] == ["gpt3-175b", "megatron-530b"]
     for sample, measured, plain, interleaved in evidence:
         assert interleaved < 0.5 * measured and abs(plain / measured - 1) <= 0.2, (sample, measured, plain, interleaved)
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_the_asynchronous_tensor_parallel_backward_hides_each_input_gradient_reduction_once(sp):
+    # One wide block on the 8 GPUs of a node, Megatron's split: each column-parallel product (the fused QKV, the
+    # first feed-forward one) reduces its input gradient, an all-reduce (under sequence parallelism a
+    # reduce-scatter, after re-gathering its input), of the block's b x s x h activation. With tp_overlap these
+    # run during the product's own backward, which here outlasts them: each is hidden, QKV's once, not thrice.
+    from pase.model.training import Parallelism, layer_times
+
+    b, s, h = 2, 1024, 12288
+    graph = batch_builder("gpt", layers=1, d_model=h, heads=96, seq=s, vocab=512)(b)
+    cluster = preset("dgx-a100", 8, calibrated=True)
+    eff = cluster.efficiency
+    strategy = tensor_parallel_strategy(graph, 8, sequence_parallel=sp)
+    times = {overlap: layer_times(graph, cluster, strategy, Parallelism(
+        tensor=8, global_batch=b, microbatch_size=b, sequence_parallel=sp, tp_overlap=overlap))
+        for overlap in (False, True)}
+    names = [l.name for l in times[False].layers]
+    hidden = dict(zip(names, times[False].backward_s - times[True].backward_s))
+    nbytes = b * s * h * 2
+    one_way = 7 / 8 * nbytes / (300e9 * eff.intra_efficiency) + 7 * eff.intra_latency_s  # ring, 8 GPUs
+    by_hand = 2 * one_way  # all-reduce; under sp a re-gather plus a reduce-scatter
+    assert hidden["h.0.attn.q"] == pytest.approx(by_hand)
+    assert hidden["h.0.ff1"] == pytest.approx(by_hand)
+    assert hidden["h.0.attn.k"] == hidden["h.0.attn.v"] == 0.0
+    assert np.array_equal(times[False].forward_s, times[True].forward_s)
+    assert all(x >= 0 for x in hidden.values())

@@ -148,18 +148,19 @@ _FITTED = "fitted to Korthikanti Table 5 and Megatron Table 1 (benchmarks/fit_ca
 # A100 SXM 80 GB fitted to the published runs (benchmarks/validate_published.py) from Calculon's
 # figures: six numbers fitted (the matrix curve's three points, the HBM fraction, NVLink's
 # efficiency, the compute/memory overlap), the rest Calculon's or assumed as in CALCULON_A100.
-# Fitted with the roofline's fused element-wise chains and sequence parallelism's backward
-# re-gather priced (pase.model.roofline, pase.model.training.layer_times).
+# Fitted with the roofline's fused element-wise chains, sequence parallelism's backward re-gather
+# and, in Table 5's runs (the Megatron-LM of 2022), the asynchronous tensor-parallel backward priced
+# (pase.model.roofline, pase.model.training.layer_times).
 A100_FITTED = Efficiency(
-    matmul_curve=((1e9, 0.1819), (16e9, 0.7869), (128e9, 0.7873)),
+    matmul_curve=((1e9, 0.3190), (16e9, 0.7459), (128e9, 0.8102)),
     vector_flops=78e12,
-    memory_Bps=0.6608 * A100_HBM_BPS,
+    memory_Bps=0.6422 * A100_HBM_BPS,
     kernel_overhead_s=5e-6,
-    intra_efficiency=0.8346,
+    intra_efficiency=0.5998,
     inter_efficiency=0.90,
     intra_latency_s=5e-6,
     inter_latency_s=10e-6,
-    memory_overlap=0.4759,
+    memory_overlap=0.4651,
     sources={
         "matmul_curve": f"{_FITTED}: fractions of peak at 1, 16 and 128 GFLOP per kernel (Calculon's 60/90/95% "
                         "the start)",

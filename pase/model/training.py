@@ -143,6 +143,11 @@ class Parallelism:
         ``p v - 1`` begin; ``None``: balanced (module docstring).
     overlap : bool
         Overlap each device's gradient reduction with its last backward.
+    tp_overlap : bool
+        Megatron-LM's asynchronous tensor-parallel backward (on a calibrated
+        cluster): a product reduces its input gradient while it computes its
+        weight gradient, and re-gathers a sequence-parallel input while it
+        computes its input gradient (:func:`layer_times`).
 
     Raises
     ------
@@ -165,6 +170,7 @@ class Parallelism:
     schedule: str | None = None
     stage_cuts: tuple[int, ...] | None = None
     overlap: bool = False
+    tp_overlap: bool = False
 
     def __post_init__(self):
         for name in ("tensor", "pipeline", "data", "context", "virtual_stages", "microbatch_size", "global_batch"):
@@ -220,7 +226,7 @@ class Parallelism:
         parts.append(f"v{self.virtual_stages}" if self.virtual_stages > 1 else self.schedule)
         parts += (["sp"] if self.sequence_parallel else []) + (
             [f"recompute {self.recompute}"] if self.recompute != "none" else []) + (
-            [f"zero{self.zero}"] if self.zero else [])
+            [f"zero{self.zero}"] if self.zero else []) + (["tp-overlap"] if self.tp_overlap else [])
         return " ".join(parts)
 
 
@@ -561,8 +567,8 @@ def layer_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
                 recompute: Sequence[str] | None = None) -> LayerTimes | dict[str, LayerTimes]:
     """Per-layer seconds and bytes of one microbatch ``graph`` under ``strategy`` on ``par``'s ``t x c`` group.
 
-    Depends on ``par`` only through its group, sequence parallelism and
-    recomputation; :func:`assemble` turns it into a step. With ``recompute``
+    Depends on ``par`` only through its group, sequence parallelism, tensor-
+    parallel overlap and recomputation; :func:`assemble` turns it into a step. With ``recompute``
     (a sequence of modes), returns mode -> times, costing the graph once.
 
     On a calibrated cluster (not under the paper's model, whose times stay
@@ -573,16 +579,14 @@ def layer_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
     producer's smaller block of an input it gathered (as the memory model
     counts it) and gathers it again in its backward, for its weight gradient:
     the backward pays the forward's gather once more, once per tensor and
-    layout however many layers read it (the fused QKV product), not
-    overlapped with compute, like the model's other tensor-parallel
-    collectives.
+    layout however many layers read it (the fused QKV product). Tensor-
+    parallel collectives are exposed unless ``par.tp_overlap`` says otherwise
+    (:func:`_backward_collectives`).
 
     Raises ``ConfigurationError`` when the sizes do not tile the cluster or a
     layer's split is invalid on the group.
     """
     from pase.analysis.throughput import model_flops  # late: pase.analysis imports the planner
-    from pase.model.layout import redistribute_s, tensor_layout
-    from pase.ops import saved_tensors
 
     group = group_cluster(cluster, par)
     configs = {name: np.array([cfg]) for name, cfg in strategy.items()}
@@ -606,21 +610,11 @@ def layer_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
     comm = np.array([float(cost.comm_s[l.name][0]) for l in layers]) + edge_s - grad
     forward = fwd_s + comm / 2
     backward = total_s - fwd_s + comm / 2
-    if par.sequence_parallel and cost.cluster.efficiency is not None:
-        regathered: set = set()
-        for e in graph.edges:
-            src, dst = graph.layer(e.src), graph.layer(e.dst)
-            tensor = dst.inputs[e.dst_input]
-            if (not tensor.differentiable or e.dst_input not in saved_tensors(dst)[0]
-                    or block_elements(src, src.outputs[e.src_output], configs[e.src])[0]
-                    >= block_elements(dst, tensor, configs[e.dst])[0]):
-                continue  # the backward does not read it, or reads the very block the producer holds
-            wanted = tensor_layout(dst, tensor, cost.placements[e.dst], partial=False)
-            key = (e.src, e.src_output, wanted.shard.tobytes())
-            if key not in regathered:
-                regathered.add(key)
-                held = tensor_layout(src, src.outputs[e.src_output], cost.placements[e.src], partial=False)
-                backward[index[e.dst]] += float(redistribute_s(held, wanted, group.mesh, group.bytes_per_element)[0, 0])
+    if cost.cluster.efficiency is not None and (par.sequence_parallel or par.tp_overlap):
+        products = np.array([bool(l.weights) for l in layers])
+        # A product's backward is its input-gradient and its weight-gradient products, of equal FLOPs.
+        half = np.where(products, (total_s - fwd_s) / 2, 0.0)
+        backward = backward + _backward_collectives(graph, cost, configs, group, par, half)
     params = alike(lambda l: float(sum(block_elements(l, w, configs[l.name])[0] for w in l.weights)))
     tied = _tied(layers, configs)
     edges, sizes = _edge_arrays(graph)
@@ -653,6 +647,61 @@ def layer_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
             recompute_flops=recompute_flops, block_transient=transient, block_of=block_of,
             model_flops=flops)
     return out[par.recompute] if recompute is None else out
+
+
+def _backward_collectives(graph: Graph, cost, configs: Mapping[str, np.ndarray], group: Cluster, par: Parallelism,
+                          half: np.ndarray) -> np.ndarray:
+    """Per layer, the seconds its backward adds to the cost model's collectives on a calibrated cluster
+    (negative where it hides some of them); ``half`` is each layer's input-gradient (and weight-gradient)
+    product's seconds, 0 for a layer without weights.
+
+    Under sequence parallelism a layer keeps the producer's smaller block of
+    an input it gathered and gathers it again in its backward, for its weight
+    gradient: once per tensor and layout however many layers read it (the
+    fused QKV product), charged to the first reader.
+
+    Under ``par.tp_overlap``, Megatron-LM's asynchronous tensor-parallel
+    backward (``LinearWithGradAccumulationAndAsyncCommunication``, on by
+    default from February 2022, NVIDIA/Megatron-LM 83b1e42): a product
+    computes its input gradient while the re-gather runs, then reduces the
+    input gradient (an all-reduce, or a reduce-scatter under sequence
+    parallelism) while it computes its weight gradient. Each collective hides
+    up to that product's seconds, summed over the readers sharing it; the rest
+    stays exposed. Without it every tensor-parallel collective is exposed.
+    """
+    from pase.model.layout import redistribute_s, tensor_layout
+    from pase.ops import saved_tensors
+
+    index = {l.name: i for i, l in enumerate(cost.layers)}
+    mesh, bpe = group.mesh, group.bytes_per_element
+    regathers: dict = {}  # (producer output, layout) -> [seconds, readers]
+    reductions: dict = {}
+    for e in graph.edges:
+        src, dst = graph.layer(e.src), graph.layer(e.dst)
+        tensor = dst.inputs[e.dst_input]
+        if not tensor.differentiable:
+            continue
+        held = tensor_layout(src, src.outputs[e.src_output], cost.placements[e.src], partial=False)
+        if (par.sequence_parallel and e.dst_input in saved_tensors(dst)[0]
+                and block_elements(src, src.outputs[e.src_output], configs[e.src])[0]
+                < block_elements(dst, tensor, configs[e.dst])[0]):
+            wanted = tensor_layout(dst, tensor, cost.placements[e.dst], partial=False)
+            key = (e.src, e.src_output, wanted.shard.tobytes())
+            if key not in regathers:
+                regathers[key] = [float(redistribute_s(held, wanted, mesh, bpe)[0, 0]), []]
+            regathers[key][1].append(index[e.dst])
+        if par.tp_overlap and dst.weights:
+            gradient = tensor_layout(dst, tensor, cost.placements[e.dst], partial=True)
+            key = (e.src, e.src_output, gradient.shard.tobytes(), gradient.partial.tobytes())
+            if key not in reductions:  # the readers' gradients are summed locally before one reduction
+                reductions[key] = [float(redistribute_s(gradient, held, mesh, bpe)[0, 0]), []]
+            reductions[key][1].append(index[e.dst])
+    added = np.zeros(len(cost.layers))
+    for seconds, readers in regathers.values():
+        added[readers[0]] += seconds - (min(seconds, float(half[readers].sum())) if par.tp_overlap else 0.0)
+    for seconds, readers in reductions.values():
+        added[readers[0]] -= min(seconds, float(half[readers].sum()))
+    return added
 
 
 def evaluate_training(
@@ -725,7 +774,7 @@ def cached_times(source: GraphSource, cluster: Cluster, par: Parallelism, option
     from pase.strategies.baselines import tensor_parallel_strategy
 
     b = par.microbatch_size
-    key = ("times", b, par.tensor, par.context, par.sequence_parallel)
+    key = ("times", b, par.tensor, par.context, par.sequence_parallel, par.tp_overlap)
     if key not in cache:
         graph = cached_graph(source, b, cache)
         core = graph.derived("periodic core", lambda: periodic_core(graph, blocks(graph)))
