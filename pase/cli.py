@@ -332,6 +332,9 @@ def _add_solve(sub) -> None:
     p.add_argument("--global-batch", type=_BATCH, help="samples per step for --search 3d (default: the sample's)")
     p.add_argument("--intra-search", action="store_true",
                    help="with --search 3d, also try the exact per-layer search on each stage's group")
+    p.add_argument("--tp-overlap", action="store_true",
+                   help="with --search 3d on a --calibrated cluster, plan for Megatron-LM's asynchronous "
+                        "tensor-parallel backward (see pase evaluate --help)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object (a baseline's speedup is null where PaSE takes 0 s and it does not)")
     p.add_argument("--stats", action="store_true",
@@ -397,13 +400,15 @@ def _solve_training(args) -> int:
     from pase.search.stages import search_training, training_baselines
 
     cluster = _cluster(args)
+    _check_tp_overlap(args, cluster)
     build, batch = _builder(args), _global_batch(args)
     progress = None if args.json else lambda done, total: print(f"  searched {done}/{total} microbatch and group "
                                                                  "sizes", file=sys.stderr)
     cache: dict = {}  # the baselines reuse the search's graphs and layer times
     found = search_training(build, cluster, batch, options=_options(args), intra_search=args.intra_search,
-                            progress=progress, cache=cache)
-    baselines = training_baselines(build, cluster, batch, options=_options(args), cache=cache)
+                            tp_overlap=args.tp_overlap, progress=progress, cache=cache)
+    baselines = training_baselines(build, cluster, batch, options=_options(args), tp_overlap=args.tp_overlap,
+                                   cache=cache)
     stats = _training_search_stats(found, cache) if args.stats else None
     best = found.best.step_time_s
     if args.json:
@@ -478,8 +483,8 @@ def _solve(args) -> int:
     hf_3d = is_hf_config(args.model) and not is_moe_config(args.model)
     if args.search == "3d" or (args.search == "auto" and (args.model in LANGUAGE_MODELS or hf_3d)):
         return _solve_training(args)
-    if args.global_batch is not None or args.intra_search:
-        raise GraphError("--global-batch and --intra-search apply to --search 3d")
+    if args.global_batch is not None or args.intra_search or args.tp_overlap:
+        raise GraphError("--global-batch, --intra-search and --tp-overlap apply to --search 3d")
     graph, cluster, options = _load_model(args), _cluster(args), _options(args)
     result = plan(graph, cluster, PlanOptions(configs=options, ordering=args.ordering))
     stats = _layer_search_stats(graph, result, options) if args.stats else None
@@ -600,14 +605,19 @@ def _global_batch(args) -> int:
     return int(default)
 
 
+def _check_tp_overlap(args, cluster) -> None:
+    """Refuse ``--tp-overlap`` where it would change nothing: the paper's model prices no overlap."""
+    if args.tp_overlap and cluster.efficiency is None:
+        raise ConfigurationError("--tp-overlap is priced on a calibrated cluster (the paper's model keeps every "
+                                 "collective exposed); add --calibrated")
+
+
 def _evaluate_training(args) -> int:
     """``pase evaluate MODEL --tp ...``: one 3-D configuration; options left out are chosen and reported."""
     from pase.model.training import Parallelism, evaluate_training
 
     cluster = _cluster(args)
-    if args.tp_overlap and cluster.efficiency is None:
-        raise ConfigurationError("--tp-overlap is priced on a calibrated cluster (the paper's model keeps every "
-                                 "collective exposed); add --calibrated")
+    _check_tp_overlap(args, cluster)
     build, batch = _builder(args), _global_batch(args)
     t, pp, cp = args.tp or 1, args.pp or 1, args.cp or 1
     if args.dp is None:

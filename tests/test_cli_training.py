@@ -109,6 +109,24 @@ def test_solve_searches_three_d_and_never_loses_to_megatrons_configuration(capsy
     assert d["step_time_s"] <= theirs["step_time_s"] * (1 + 1e-9)
 
 
+def test_solve_plans_for_the_tensor_parallel_overlap_when_asked(capsys):
+    plans = {}
+    for extra in ((), ("--tp-overlap",)):
+        code, out, _ = run(capsys, "solve", "megatron-18b", "--devices", "16", "--cluster", "dgx-a100", "--calibrated",
+                           "--global-batch", "16", "--json", *extra)
+        assert code == 0
+        plans[extra] = json.loads(out)
+    plain, overlapped = plans[()], plans[("--tp-overlap",)]
+    # The plain plan is in the overlapped search's space, and no slower there: the best is at least as fast.
+    assert overlapped["step_time_s"] <= plain["step_time_s"] * (1 + 1e-9)
+    assert overlapped["tensor_parallel"] == 1 or "tp-overlap" in overlapped["label"]
+    assert "tp-overlap" in overlapped["baselines"]["Megatron"]["label"]
+    code, _, err = run(capsys, "solve", "megatron-18b", "--devices", "16", "--cluster", "dgx-a100", "--tp-overlap")
+    assert code == 2 and "add --calibrated" in err
+    code, _, err = run(capsys, "solve", "alexnet", "--devices", "4", "--tp-overlap")
+    assert code == 2 and "apply to --search 3d" in err
+
+
 def test_solve_stats_count_what_the_searches_did(capsys):
     from pase.hardware.cluster import preset
     from pase.ir.configs import ConfigOptions, layer_configs

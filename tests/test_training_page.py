@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -291,3 +292,26 @@ def test_the_page_models_the_step_by_its_own_step_time_model():
     fresh = page()
     fresh.selectbox(key="tr_preset").set_value("paper-1080ti").run()
     assert fresh.radio(key="tr_step_model").value == "peak"
+
+
+def test_the_page_overlaps_the_tensor_parallel_backward_under_the_calibrated_model_only():
+    from pase.hardware.cluster import preset
+    from ui.fmt import fmt_time
+
+    at = page()
+    at.radio(key="tr_mode").set_value("Evaluate a configuration").run()
+    at.number_input(key="tr_devices").set_value(8).run()
+    at.number_input(key="tr_batch_megatron-1.7b").set_value(16).run()
+    at.number_input(key="tr_t").set_value(4).run()
+    assert at.checkbox(key="tr_tp_overlap").value is False and not at.checkbox(key="tr_tp_overlap").disabled
+    at.checkbox(key="tr_tp_overlap").check().run()
+    at.button(key="tr_evaluate").click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    shown = next(m.value for m in at.metric if m.label == "Step time")
+    par = Parallelism(tensor=4, data=2, global_batch=16, overlap=True, tp_overlap=True)
+    cluster = preset("dgx-a100", 8, calibrated=True)
+    assert shown == fmt_time(evaluate_training(batch_builder("megatron-1.7b"), cluster, par).step_time_s)
+    assert shown != fmt_time(evaluate_training(batch_builder("megatron-1.7b"), cluster,
+                                               replace(par, tp_overlap=False)).step_time_s)
+    at.radio(key="tr_step_model").set_value("peak").run()
+    assert at.checkbox(key="tr_tp_overlap").disabled

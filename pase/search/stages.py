@@ -139,6 +139,7 @@ def search_training(
     zero: Sequence[int] = (0, 1, 2, 3),
     sequence_parallel: Sequence[bool] = (False, True),
     intra_search: bool = False,
+    tp_overlap: bool = False,
     runners_up: int = 5,
     progress: Callable[[int, int], None] | None = None,
     cache: dict | None = None,
@@ -148,7 +149,9 @@ def search_training(
     ``build(batch)`` builds the model at a batch size. ``tensor``,
     ``pipeline``, ``context`` and ``microbatch_sizes`` restrict those sizes
     (default: all that tile the mesh; microbatches up to ``max_microbatch``);
-    the other sequences restrict their knob. ``memory_limit_bytes`` defaults to
+    the other sequences restrict their knob. ``tp_overlap`` plans for
+    Megatron-LM's asynchronous tensor-parallel backward
+    (:class:`~pase.model.training.Parallelism`). ``memory_limit_bytes`` defaults to
     the cluster's memory. ``progress(done, total)`` counts (microbatch, group) pairs.
     ``cache`` (a dict, :func:`~pase.model.training.cached_times`) shares the
     graphs and layer times with later calls for the same model, cluster and
@@ -191,7 +194,7 @@ def search_training(
                 continue
             m = global_batch // (d * b)
             base = Parallelism(tensor=t, pipeline=p, data=d, context=c, microbatch_size=b, global_batch=global_batch,
-                               overlap=overlap)
+                               overlap=overlap, tp_overlap=tp_overlap)
             candidates = []
             for sp in sequence_parallel:
                 if sp and t == 1:
@@ -285,7 +288,8 @@ def _intra_search(graph: Graph, cluster: Cluster, par: Parallelism, microbatches
 
 def training_baselines(build: Callable[[int], Graph], cluster: Cluster, global_batch: int, *,
                        options: ConfigOptions = ConfigOptions(), memory: MemoryOptions = MemoryOptions(),
-                       memory_limit_bytes: float | None = None, cache: dict | None = None) -> dict[str, TrainingPlan]:
+                       memory_limit_bytes: float | None = None, tp_overlap: bool = False,
+                       cache: dict | None = None) -> dict[str, TrainingPlan]:
     """What practitioners would run, in the same model, each at its best microbatch (1 to 8) that fits.
 
     * ``data parallel``: every device a replica (t = p = 1), recomputation none or full;
@@ -296,7 +300,7 @@ def training_baselines(build: Callable[[int], Graph], cluster: Cluster, global_b
 
     A baseline none of whose variants fits reports its smallest-memory variant
     (``fits_memory`` False); one that cannot be placed at all is left out.
-    ``cache`` as for :func:`search_training`.
+    ``tp_overlap`` and ``cache`` as for :func:`search_training`.
     """
     cache = {} if cache is None else cache
     capacity = cluster.memory_bytes if memory_limit_bytes is None else memory_limit_bytes
@@ -333,7 +337,7 @@ def training_baselines(build: Callable[[int], Graph], cluster: Cluster, global_b
             m = global_batch // d
             v = 2 if p > 1 and m % p == 0 else 1
             got = best([Parallelism(tensor=t, pipeline=p, data=d, virtual_stages=v, global_batch=global_batch,
-                                    recompute="full", overlap=overlap)])
+                                    recompute="full", overlap=overlap, tp_overlap=tp_overlap)])
             if got is not None:
                 plans.append(got)
                 if got.fits_memory is not False:
