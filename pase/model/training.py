@@ -44,11 +44,14 @@ before its forward and again before its backward and reduce-scatters its
 gradient, every microbatch (DeepSpeed's schedule), inside ``f`` and ``b``; on
 a calibrated cluster each of these is one flat ring over the ``d`` ranks, as
 DeepSpeed ran it (:func:`zero3_ring_s`: every shard across the slowest link,
-each ring step paying the latency of the link it crosses). ``overlap`` runs these on their own stream, ahead of
-the layers that need them, as DeepSpeed's prefetch does (a stage then takes
-the two-stream makespan of its gathers and computes, :func:`_stage_sums`), and
-hides each device's reduction behind its last backward. On a
-calibrated cluster each device then runs its optimizer step, memory-bound:
+each ring step paying the latency of the link it crosses). ``overlap`` runs
+these on their own stream, ahead of the layers that need them, as DeepSpeed's
+prefetch does (a stage then takes the two-stream makespan of its gathers and
+computes, :func:`_stage_sums`), and hides each device's reduction behind its
+last backward; ``tp_overlap`` hides tensor-parallel backward collectives behind
+the products that issue them (Megatron-LM's asynchronous backward,
+:func:`_backward_collectives`). On a calibrated cluster each device then runs
+its optimizer step, memory-bound:
 ``OPTIMIZER_BYTES_PER_PARAMETER`` per parameter whose state it holds, at the
 achievable memory bandwidth (the paper's model leaves it out).
 
@@ -567,9 +570,10 @@ def layer_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
                 recompute: Sequence[str] | None = None) -> LayerTimes | dict[str, LayerTimes]:
     """Per-layer seconds and bytes of one microbatch ``graph`` under ``strategy`` on ``par``'s ``t x c`` group.
 
-    Depends on ``par`` only through its group, sequence parallelism, tensor-
-    parallel overlap and recomputation; :func:`assemble` turns it into a step. With ``recompute``
-    (a sequence of modes), returns mode -> times, costing the graph once.
+    Depends on ``par`` only through its group, sequence parallelism,
+    tensor-parallel overlap and recomputation; :func:`assemble` turns it into
+    a step. With ``recompute`` (a sequence of modes), returns mode -> times,
+    costing the graph once.
 
     On a calibrated cluster (not under the paper's model, whose times stay
     as the paper prices them) two things Megatron does are priced: each chain
