@@ -23,9 +23,10 @@ Assumptions of the rows:
   pipeline ``m``, changing at a fixed batch, a step takes ``m tau + K``, and the measured
   throughputs give the per-step constant ``K`` (the bubble, the gradient all-reduce, the
   optimizer) as 2.2 s for 175B and 5.2 s for 530B; the model gives 2.4 s and 6.0 s under
-  1F1B and 1.0 s and 2.5 s under the interleaved schedule (``v`` 4 and 3); the ZeRO-3 rows as DeepSpeed ran them, every layer's parameters
-  gathered before its forward and backward and its gradient reduce-scattered, one flat
-  ring over the data-parallel ranks each (:func:`pase.model.training.zero3_ring_s`), on
+  1F1B and 1.0 s and 2.5 s under the interleaved schedule (``v`` 4 and 3). The ZeRO-3
+  rows as DeepSpeed ran them, every layer's parameters gathered before its forward and
+  backward and its gradient reduce-scattered, one flat ring over the data-parallel ranks
+  each (:func:`pase.model.training.zero3_ring_s`), on
   streams of their own, each layer's parameters gathered as the layer before it starts
   (DeepSpeed's prefetch, whose bucket holds less than one of GPT-3's layers) and the
   reduce-scatters on its reduction stream (``overlap_comm``).
