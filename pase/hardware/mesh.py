@@ -20,6 +20,11 @@ inner ones left (``M_j = M / prod_{i inner to j} k_i``):
 * all-to-all of an ``M``-byte block: a device sends ``M / k`` to each peer; the
   share whose outermost differing axis is ``j`` crosses that axis:
   ``sum_j M (k_j - 1) / (k_j prod_{i outer to j} k_i) / B_j + (k_j - 1) a_j``;
+* a flat ring (one ring through every device of the group, as DeepSpeed's
+  ZeRO-3 gathers): ``(k - 1) / k * M / B_outer + sum_j (k_j - 1) prod_(i
+  outer to j) k_i a_j`` with ``k = prod k_j``: every share crosses the
+  slowest link spanned, and each ring step pays the latency of the axis it
+  crosses, the ring visiting inner axes first (NCCL's ring model);
 * exchange with neighbours (halo rows, pipeline stages): the bytes at the
   bandwidth of the outermost axis the group spans, one latency;
 * send/receive across one axis: bytes / bandwidth + latency.
@@ -181,6 +186,17 @@ class DeviceMesh:
         outer = np.cumprod(k, axis=-1) / k  # prod over axes strictly outer to j
         share = np.asarray(nbytes, dtype=float)[..., None] * (k - 1) / (k * outer)
         return np.sum(share / self._bw() + (k - 1) * self._lat(), axis=-1)
+
+    def flat_ring_s(self, nbytes, k) -> np.ndarray:
+        """Seconds of a flat-ring all-gather whose result is ``nbytes`` (or reduce-scatter of an ``nbytes`` block)
+        over one group of extents ``k`` (``(J,)``): the module docstring's flat ring."""
+        k = np.asarray(k, dtype=float)
+        spanned = np.flatnonzero(k > 1)
+        outermost = spanned[0] if len(spanned) else len(k) - 1
+        outer = np.cumprod(k) / k  # prod over axes strictly outer to j
+        latency = float(np.sum((k - 1) * outer * self._lat()))
+        d = float(np.prod(k))
+        return (d - 1) / d * np.asarray(nbytes, dtype=float) / self._bw()[outermost] + latency
 
     def exchange_s(self, nbytes, k) -> np.ndarray:
         """Seconds to send ``nbytes`` to neighbours, at the outermost axis the group spans (0 for one device)."""

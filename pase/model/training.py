@@ -685,20 +685,22 @@ def _backward_collectives(graph: Graph, cost, configs: Mapping[str, np.ndarray],
         tensor = dst.inputs[e.dst_input]
         if not tensor.differentiable:
             continue
-        held = tensor_layout(src, src.outputs[e.src_output], cost.placements[e.src], partial=False)
+        def held():
+            return tensor_layout(src, src.outputs[e.src_output], cost.placements[e.src], partial=False)
+
         if (par.sequence_parallel and e.dst_input in saved_tensors(dst)[0]
                 and block_elements(src, src.outputs[e.src_output], configs[e.src])[0]
                 < block_elements(dst, tensor, configs[e.dst])[0]):
             wanted = tensor_layout(dst, tensor, cost.placements[e.dst], partial=False)
             key = (e.src, e.src_output, wanted.shard.tobytes())
             if key not in regathers:
-                regathers[key] = [float(redistribute_s(held, wanted, mesh, bpe)[0, 0]), []]
+                regathers[key] = [float(redistribute_s(held(), wanted, mesh, bpe)[0, 0]), []]
             regathers[key][1].append(index[e.dst])
         if par.tp_overlap and dst.weights:
             gradient = tensor_layout(dst, tensor, cost.placements[e.dst], partial=True)
             key = (e.src, e.src_output, gradient.shard.tobytes(), gradient.partial.tobytes())
             if key not in reductions:  # the readers' gradients are summed locally before one reduction
-                reductions[key] = [float(redistribute_s(gradient, held, mesh, bpe)[0, 0]), []]
+                reductions[key] = [float(redistribute_s(gradient, held(), mesh, bpe)[0, 0]), []]
             reductions[key][1].append(index[e.dst])
     added = np.zeros(len(cost.layers))
     for seconds, readers in regathers.values():
@@ -869,13 +871,8 @@ def zero3_ring_s(mesh: DeviceMesh, data_k: Sequence[int], nbytes) -> np.ndarray:
     grows with ``d``: what makes measured ZeRO-3 throughput fall as GPUs are
     added while the per-GPU work shrinks.
     """
-    k = np.asarray(data_k, dtype=float)
-    d = float(np.prod(k))
-    axis = min((j for j, x in enumerate(data_k) if x > 1), default=len(data_k) - 1)
-    outer = np.cumprod(k) / k  # prod of the extents strictly outer to each axis
-    latency = float(np.sum((k - 1) * outer * [a.latency_s for a in mesh.axes]))
     nbytes = np.asarray(nbytes, dtype=float)
-    return np.where(nbytes > 0, (d - 1) / d * nbytes / mesh.axes[axis].effective_Bps + latency, 0.0)
+    return np.where(nbytes > 0, mesh.flat_ring_s(nbytes, data_k), 0.0)
 
 
 def check_devices(par: Parallelism, cluster: Cluster) -> list[tuple[int, ...]]:
@@ -984,8 +981,7 @@ def _prefetched(gather: np.ndarray, forward: np.ndarray, backward: np.ndarray, l
     fq = gather[lo] + stage_sum(ahead, lo, hi - 1) + forward[hi - 1]
     behind = np.maximum(backward[1:], gather[:-1])  # layer i + 1's backward, then i's parameters
     chain = gather[hi - 1] + stage_sum(behind, lo, hi - 1) + backward[lo]
-    prefix = np.concatenate(([0.0], np.cumsum(gather)))
-    return fq, np.maximum(chain + gather[lo], 2 * (prefix[hi] - prefix[lo]))
+    return fq, np.maximum(chain + gather[lo], 2 * stage_sum(gather, lo, hi))
 
 
 def _placement(lt: "LayerTimes", cluster: Cluster, cuts: tuple[int, ...], S: int, pipe_axis: int, group: int) -> dict:
