@@ -87,6 +87,10 @@ class Cluster:
         the mesh's links at their collective efficiency and latency, unless the
         cost model is the paper's. ``None``: peak rates, nominal bandwidths
         (the paper's assumption).
+    fp8_peak_flops : float or None
+        Dense FP8 tensor-core peak FLOP/s of one device (a published
+        specification); ``None``: the device has no FP8 (training in FP8 is
+        refused).
 
     Raises
     ------
@@ -124,10 +128,14 @@ class Cluster:
     inter_bandwidth_Bps: float | None = None
     mesh_axes: tuple[MeshAxis, ...] | None = None
     efficiency: Efficiency | None = None
+    fp8_peak_flops: float | None = None
 
     def __post_init__(self):
         _check_count("devices", self.devices)
         _check_range("peak_flops", self.peak_flops, MIN_PEAK_FLOPS, MAX_PEAK_FLOPS, "FLOP/s")
+        if self.fp8_peak_flops is not None:
+            _check_range("fp8_peak_flops", self.fp8_peak_flops, MIN_PEAK_FLOPS, MAX_PEAK_FLOPS, "FLOP/s",
+                         "; leave it unset (None) for a device without FP8")
         _check_range("bandwidth_Bps", self.bandwidth_Bps, MIN_BANDWIDTH_BPS, MAX_BANDWIDTH_BPS, "bytes/s")
         if isinstance(self.bytes_per_element, bool) or self.bytes_per_element not in (1, 2, 4, 8):
             raise ClusterError(f"bytes_per_element must be 1, 2, 4 or 8, got {self.bytes_per_element!r}")
@@ -249,13 +257,14 @@ PRESETS: dict[str, Cluster] = {
         Cluster(8, 312e12, 300e9, 2, 40e9, "dgx-a100-40gb", 8, 25e9),
         # DGX H100: 8 x H100 SXM5 80 GB, 989 TFLOP/s bf16 dense, NVLink 4 (450 GB/s per direction);
         # 8 x 400 Gb/s NDR InfiniBand per node, one per GPU (50 GB/s).
-        Cluster(8, 989e12, 450e9, 2, 80e9, "dgx-h100", 8, 50e9),
+        # FP8: 1,979 TFLOP/s dense (H100, H200; NVIDIA's datasheets), 4,500 on B200.
+        Cluster(8, 989e12, 450e9, 2, 80e9, "dgx-h100", 8, 50e9, fp8_peak_flops=1979e12),
         # DGX H200: 8 x H200 SXM 141 GB (HBM3e, 4.8 TB/s), 989 TFLOP/s bf16 dense, NVLink 4 (450 GB/s
         # per direction); 8 x 400 Gb/s NDR InfiniBand (50 GB/s per GPU).
-        Cluster(8, 989e12, 450e9, 2, 141e9, "dgx-h200", 8, 50e9),
+        Cluster(8, 989e12, 450e9, 2, 141e9, "dgx-h200", 8, 50e9, fp8_peak_flops=1979e12),
         # DGX B200: 8 x B200 180 GB (HBM3e, 8 TB/s), 2,250 TFLOP/s bf16 dense, NVLink 5 (900 GB/s per
         # direction); 8 x 400 Gb/s ConnectX-7 (50 GB/s per GPU).
-        Cluster(8, 2250e12, 900e9, 2, 180e9, "dgx-b200", 8, 50e9),
+        Cluster(8, 2250e12, 900e9, 2, 180e9, "dgx-b200", 8, 50e9, fp8_peak_flops=4500e12),
         # The paper's cost-model setting for its search-time experiments: flat, no memory limit.
         Cluster(8, 10e12, 16e9, 4, None, "paper-model"),
     )

@@ -7,7 +7,14 @@ reach instead, in a few physically meaningful numbers, each with its source
 
 * matrix products run at a fraction of the peak that grows with their size
   (``matmul_curve``: points of (FLOPs per kernel, fraction of peak),
-  interpolated in log FLOPs and held flat beyond the ends);
+  interpolated in log FLOPs and held flat beyond the ends); FP8 products on
+  their own curve (``fp8_matmul_curve``, fractions of the cluster's FP8
+  peak, :attr:`~pase.hardware.cluster.Cluster.fp8_peak_flops`);
+* fused (flash) attention kernels on curves of their own, forward
+  (``attention_curve``) and backward (``attention_backward_curve``), in the
+  FLOPs the kernel does (a causal kernel half the square's) against
+  fractions of the (BF16) peak; without them a fused attention kernel runs
+  on the matrix curve;
 * other kernels (normalisations, softmax, elementwise, embeddings) run on
   the vector units at ``vector_flops``;
 * every kernel moves its operands through memory at ``memory_Bps`` and takes
@@ -34,13 +41,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Sequence
 
 import numpy as np
 
 from pase.errors import ClusterError
 from pase.limits import MAX_LATENCY_S
 
-__all__ = ["Efficiency", "CALCULON_A100", "A100_FITTED", "A100_HBM_BPS", "derated"]
+__all__ = ["Efficiency", "curve_fraction", "CALCULON_A100", "A100_FITTED", "A100_HBM_BPS", "derated"]
 
 
 @dataclass(frozen=True)
@@ -65,21 +73,22 @@ class Efficiency:
     inter_latency_s: float = 0.0
     memory_overlap: float = 1.0
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+    fp8_matmul_curve: tuple[tuple[float, float], ...] | None = None
+    attention_curve: tuple[tuple[float, float], ...] | None = None
+    attention_backward_curve: tuple[tuple[float, float], ...] | None = None
 
     def __post_init__(self):
-        curve = tuple((float(f), float(e)) for f, e in self.matmul_curve)
-        object.__setattr__(self, "matmul_curve", curve)
-        if not curve or any(not (0 < f < math.inf) for f, _ in curve) or [f for f, _ in curve] != sorted(
-                {f for f, _ in curve}):
-            raise ClusterError(f"matmul_curve needs points of ascending, positive FLOPs per kernel, got {curve}")
+        for name in ("matmul_curve", *_OPTIONAL_CURVES):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, _check_curve(name, value))
+        curve = self.matmul_curve
         for name in ("intra_efficiency", "inter_efficiency"):
             value = getattr(self, name)
             if not 0 < value <= 1:
                 raise ClusterError(f"{name} must be a fraction in (0, 1], got {value!r}")
         if not 0 <= self.memory_overlap <= 1:
             raise ClusterError(f"memory_overlap must be a fraction from 0 to 1, got {self.memory_overlap!r}")
-        if any(not 0 < e <= 1 for _, e in curve):
-            raise ClusterError(f"matmul_curve fractions of peak must be in (0, 1], got {curve}")
         for name in ("vector_flops", "memory_Bps"):
             value = getattr(self, name)
             if not 0 < value < math.inf:
@@ -91,17 +100,44 @@ class Efficiency:
 
     def matmul_fraction(self, flops) -> np.ndarray:
         """Fraction of the peak a matrix-product kernel of ``flops`` FLOPs reaches (array in, array out)."""
-        f = np.log10(np.maximum(np.asarray(flops, dtype=float), 1.0))
-        xs = np.log10([p for p, _ in self.matmul_curve])
-        return np.interp(f, xs, [e for _, e in self.matmul_curve])
+        return curve_fraction(self.matmul_curve, flops)
 
     def to_dict(self) -> dict:
-        """Plain types for JSON, sources included."""
-        return {"matmul_curve": [list(p) for p in self.matmul_curve], "vector_flops": self.vector_flops,
-                "memory_Bps": self.memory_Bps, "kernel_overhead_s": self.kernel_overhead_s,
-                "intra_efficiency": self.intra_efficiency, "inter_efficiency": self.inter_efficiency,
-                "intra_latency_s": self.intra_latency_s, "inter_latency_s": self.inter_latency_s,
-                "memory_overlap": self.memory_overlap, "sources": dict(self.sources)}
+        """Plain types for JSON, sources included (curves this calibration lacks are left out)."""
+        out = {"matmul_curve": [list(p) for p in self.matmul_curve], "vector_flops": self.vector_flops,
+               "memory_Bps": self.memory_Bps, "kernel_overhead_s": self.kernel_overhead_s,
+               "intra_efficiency": self.intra_efficiency, "inter_efficiency": self.inter_efficiency,
+               "intra_latency_s": self.intra_latency_s, "inter_latency_s": self.inter_latency_s,
+               "memory_overlap": self.memory_overlap}
+        out.update({name: [list(p) for p in getattr(self, name)] for name in _OPTIONAL_CURVES
+                    if getattr(self, name) is not None})
+        out["sources"] = dict(self.sources)
+        return out
+
+
+_OPTIONAL_CURVES = ("fp8_matmul_curve", "attention_curve", "attention_backward_curve")
+
+
+def _check_curve(name: str, points) -> tuple[tuple[float, float], ...]:
+    """``points`` as a tuple of (FLOPs, fraction) floats; ``ClusterError`` naming ``name`` unless the FLOPs are
+    positive, finite and strictly ascending and every fraction is in (0, 1]."""
+    try:
+        curve = tuple((float(f), float(e)) for f, e in points)
+    except (TypeError, ValueError):
+        raise ClusterError(f"{name} needs points of (FLOPs per kernel, fraction of peak), got {points!r}") from None
+    flops = [f for f, _ in curve]
+    if not curve or any(not (0 < f < math.inf) for f in flops) or flops != sorted(set(flops)):
+        raise ClusterError(f"{name} needs points of ascending, positive FLOPs per kernel, got {curve}")
+    if any(not 0 < e <= 1 for _, e in curve):
+        raise ClusterError(f"{name} fractions of peak must be in (0, 1], got {curve}")
+    return curve
+
+
+def curve_fraction(curve: Sequence[tuple[float, float]], flops) -> np.ndarray:
+    """A curve's fraction of peak at ``flops`` FLOPs per kernel: interpolated in log FLOPs, flat beyond the ends
+    (array in, array out)."""
+    f = np.log10(np.maximum(np.asarray(flops, dtype=float), 1.0))
+    return np.interp(f, np.log10([p for p, _ in curve]), [e for _, e in curve])
 
 
 def derated(efficiency: Efficiency, peak_flops: float, reference_peak_flops: float, memory_Bps: float,
@@ -111,10 +147,7 @@ def derated(efficiency: Efficiency, peak_flops: float, reference_peak_flops: flo
     scale = peak_flops / reference_peak_flops
     sources = {**efficiency.sources, "vector_flops": f"{efficiency.sources.get('vector_flops', '')}; scaled by the "
                f"peak ratio {scale:.2f} ({source})", "memory_Bps": f"the same achieved fraction of {source}"}
-    return Efficiency(
-        efficiency.matmul_curve, efficiency.vector_flops * scale, memory_Bps, efficiency.kernel_overhead_s,
-        efficiency.intra_efficiency, efficiency.inter_efficiency, efficiency.intra_latency_s,
-        efficiency.inter_latency_s, efficiency.memory_overlap, sources)
+    return replace(efficiency, vector_flops=efficiency.vector_flops * scale, memory_Bps=memory_Bps, sources=sources)
 
 
 _CALCULON = "Calculon (calculon-ai/calculon) A100 system file, as summarised in published-measurements.md"
