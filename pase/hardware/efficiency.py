@@ -7,7 +7,11 @@ reach instead, in a few physically meaningful numbers, each with its source
 
 * matrix products run at a fraction of the peak that grows with their size
   (``matmul_curve``: points of (FLOPs per kernel, fraction of peak),
-  interpolated in log FLOPs and held flat beyond the ends); FP8 products on
+  interpolated in log FLOPs and held flat beyond the ends), a layer's
+  backward products on curves of their own where measured
+  (``matmul_dgrad_curve`` for an input gradient ``dx = dy W``,
+  ``matmul_wgrad_curve`` for a weight gradient ``dW = dy^T x``; without
+  them, the forward's); FP8 products on
   their own curve (``fp8_matmul_curve``, fractions of the cluster's FP8
   peak, :attr:`~pase.hardware.cluster.Cluster.fp8_peak_flops`);
 * fused (flash) attention kernels on curves of their own, forward
@@ -74,6 +78,8 @@ class Efficiency:
     memory_overlap: float = 1.0
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
     fp8_matmul_curve: tuple[tuple[float, float], ...] | None = None
+    matmul_dgrad_curve: tuple[tuple[float, float], ...] | None = None
+    matmul_wgrad_curve: tuple[tuple[float, float], ...] | None = None
     attention_curve: tuple[tuple[float, float], ...] | None = None
     attention_backward_curve: tuple[tuple[float, float], ...] | None = None
 
@@ -98,9 +104,15 @@ class Efficiency:
             if not 0 <= value <= MAX_LATENCY_S:
                 raise ClusterError(f"{name} must be from 0 to {MAX_LATENCY_S:g} s, got {value!r}")
 
-    def matmul_fraction(self, flops) -> np.ndarray:
-        """Fraction of the peak a matrix-product kernel of ``flops`` FLOPs reaches (array in, array out)."""
-        return curve_fraction(self.matmul_curve, flops)
+    def matmul_fraction(self, flops, product: str = "forward") -> np.ndarray:
+        """Fraction of the peak a matrix-product kernel of ``flops`` FLOPs reaches (array in, array out).
+
+        ``product``: ``"forward"``, ``"dgrad"`` (an input gradient) or
+        ``"wgrad"`` (a weight gradient); a backward product without a curve of
+        its own runs on the forward's.
+        """
+        curve = {"forward": None, "dgrad": self.matmul_dgrad_curve, "wgrad": self.matmul_wgrad_curve}[product]
+        return curve_fraction(self.matmul_curve if curve is None else curve, flops)
 
     def to_dict(self) -> dict:
         """Plain types for JSON, sources included (curves this calibration lacks are left out)."""
@@ -115,7 +127,7 @@ class Efficiency:
         return out
 
 
-_OPTIONAL_CURVES = ("fp8_matmul_curve", "attention_curve", "attention_backward_curve")
+_OPTIONAL_CURVES = ("fp8_matmul_curve", "matmul_dgrad_curve", "matmul_wgrad_curve", "attention_curve", "attention_backward_curve")
 
 
 def _check_curve(name: str, points) -> tuple[tuple[float, float], ...]:
