@@ -62,6 +62,7 @@ from _report import machine, publish
 
 from pase.hardware.cluster import preset
 from pase.hardware.efficiency import Efficiency
+from pase.ir.configs import ConfigOptions
 from pase.model.training import Parallelism, cached_graph, evaluate_training
 from pase.models import batch_builder
 
@@ -190,14 +191,16 @@ def predict(sample: str, gpus: int, par: Parallelism, unit: str, layers: int, hi
     ``efficiency`` replaces the preset's calibration (``benchmarks/fit_calibration.py``). The gradient
     reduction overlaps the backward only where the row says so (``par.overlap``: PyTorch's DDP);
     Megatron-LM's own DDP reduced its gradients after the last backward until ``--overlap-grad-reduce``
-    (September 2023, NVIDIA/Megatron-LM#391 and #456), after all these runs.
+    (September 2023, NVIDIA/Megatron-LM#391 and #456), after all these runs. Attention runs unfused, as
+    Megatron-LM ran it then (its fused softmax between two batched products; FlashAttention came in 2023).
     """
     cluster = preset("dgx-a100", gpus, calibrated=calibrated)
     if calibrated and efficiency is not None:
         cluster = replace(cluster, efficiency=efficiency)
     # The graphs (not the costs, which depend on the calibration) are built once per sample.
     graph = _graph(sample, par.microbatch_size)
-    got = evaluate_training(graph, cluster, replace(par, stage_cuts=megatron_cuts(sample, par)))
+    got = evaluate_training(graph, cluster, replace(par, stage_cuts=megatron_cuts(sample, par)),
+                            options=ConfigOptions(attention="unfused"))
     if unit == "s":
         return got.step_time_s, got
     return eq3_flops(par.global_batch, layers, hidden) / got.step_time_s / gpus / 1e12, got

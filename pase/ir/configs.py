@@ -39,8 +39,8 @@ from pase.ir.graph import Graph, Layer
 from pase.limits import MAX_LAYER_CONFIGS, MAX_SEARCH_DEVICES
 from pase.ops import OPS
 
-__all__ = ["COST_MODELS", "SPLIT_SPACES", "ConfigOptions", "split_factors", "count_configs", "layer_configs",
-           "config_counts", "check_config", "mesh_shapes"]
+__all__ = ["COST_MODELS", "SPLIT_SPACES", "ATTENTION_KINDS", "PRECISIONS", "ConfigOptions", "split_factors",
+           "count_configs", "layer_configs", "config_counts", "check_config", "mesh_shapes"]
 
 # "corrected": layouts on the device mesh with pending sums, computed backward volumes and the
 # audit's fixes (pase.model.cost); "paper": the paper's equation 1 and its prototype's edge rule.
@@ -49,6 +49,9 @@ COST_MODELS = ("corrected", "paper")
 # placements of whole mesh axes give (module docstring); "auto": the mesh on today's presets (DGX), the
 # divisors on the paper's and on clusters built by hand (pase.model.cost.options_on).
 SPLIT_SPACES = ("divisors", "mesh", "auto")
+# How attention runs (pase.model.attention) and the precision of the products with weights (pase.model.roofline).
+ATTENTION_KINDS = ("auto", "flash", "unfused")
+PRECISIONS = ("bf16", "fp8")
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,19 @@ class ConfigOptions:
         (:class:`pase.ops.CollectiveOptions`); ``None``: the cost model's
         default (the paper's model does, the corrected one follows PyTorch's
         DDP, which does not).
+    attention : str
+        How attention runs (:data:`ATTENTION_KINDS`, :mod:`pase.model.attention`):
+        ``"flash"`` (a fused kernel: no ``s x k`` tensor kept or moved
+        through memory), ``"unfused"`` (its products, softmax and dropout as
+        kernels of their own, as 2021-22 Megatron-LM and eager PyTorch run
+        them) or ``"auto"``: flash on a calibrated cluster under the
+        corrected model, unfused at the paper's peak rates
+        (:func:`pase.model.cost.attention_kind` resolves it for a cluster).
+    precision : str
+        ``"bf16"`` or ``"fp8"`` (:data:`PRECISIONS`): the matrix products of
+        layers with weights at the FP8 rate, as Transformer Engine's recipes
+        run them (:mod:`pase.model.roofline`); FP8 needs a calibrated
+        cluster whose GPU has FP8.
     """
 
     powers_of_two: bool = False
@@ -93,8 +109,14 @@ class ConfigOptions:
     sync_batchnorm: bool | None = None
     split_space: str = "auto"
     mesh_shape: tuple[int, ...] = ()
+    attention: str = "auto"
+    precision: str = "bf16"
 
     def __post_init__(self):
+        if self.attention not in ATTENTION_KINDS:
+            raise ConfigurationError(f"unknown attention {self.attention!r}; choose one of {', '.join(ATTENTION_KINDS)}")
+        if self.precision not in PRECISIONS:
+            raise ConfigurationError(f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
         if isinstance(self.min_shard, bool) or not isinstance(self.min_shard, int) or self.min_shard < 1:
             raise ConfigurationError(f"min_shard must be a whole number >= 1, got {self.min_shard!r}")
         if self.cost_model not in COST_MODELS:

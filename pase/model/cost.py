@@ -60,11 +60,13 @@ from pase.model.layout import (
     Placement, axis_factors, describe, paper_held, paper_placement, place, redistribute_s, tensor_layout,
 )
 from pase.ops import OPS, Collective, CollectiveOptions, collectives, partial_collectives, training_flops
+from pase.model.attention import attention_units, flash_flops, flash_times_s
 from pase.model.roofline import fused_chains, fused_times_s, layer_times_s
 from pase.search.costgraph import CostGraph
 from pase.search.exact import default_memory_budget_bytes
 
-__all__ = ["CostModel", "LayerCost", "build_cost_model", "collective_s", "layer_compute_flops"]
+__all__ = ["CostModel", "LayerCost", "build_cost_model", "collective_s", "layer_compute_flops", "attention_kind",
+           "check_precision"]
 
 # Refuse to build cost tables above this many bytes (or above the default search budget,
 # a share of the free memory, when that is less): they are the search's input.
@@ -337,6 +339,27 @@ def options_on(options: ConfigOptions, cluster: Cluster) -> ConfigOptions:
     return options.on_mesh(cluster.mesh.shape, modern)
 
 
+def attention_kind(options: ConfigOptions, cluster: Cluster) -> str:
+    """``"flash"`` or ``"unfused"``: how ``options.attention`` runs on ``cluster`` (``"auto"``: flash on a
+    calibrated cluster under the corrected model, unfused at the paper's peak rates)."""
+    if options.attention != "auto":
+        return options.attention
+    return "flash" if cluster.efficiency is not None and options.cost_model != "paper" else "unfused"
+
+
+def check_precision(options: ConfigOptions, cluster: Cluster) -> None:
+    """``ConfigurationError`` naming the fix when ``options.precision`` cannot be priced on ``cluster``: FP8 on
+    a GPU without FP8, or at the paper's peak rates (FP8's rates are a calibration's)."""
+    if options.precision != "fp8":
+        return
+    if cluster.fp8_peak_flops is None:
+        raise ConfigurationError(f"cluster {cluster.name!r} has no FP8 tensor cores (no FP8 peak is known for it); "
+                                 "train in bf16, or choose an H100, H200 or B200 preset")
+    if cluster.efficiency is None or options.cost_model == "paper":
+        raise ConfigurationError("FP8 is priced by the calibrated step-time model; use the preset's calibration "
+                                 "(not --peak-rates or --cost-model paper)")
+
+
 def build_cost_model(
     graph: Graph,
     cluster: Cluster,
@@ -390,6 +413,7 @@ def build_cost_model(
     """
     graph.validate()
     options = options_on(options, cluster)
+    check_precision(options, cluster)
     if options.cost_model == "paper" and cluster.efficiency is not None:
         cluster = replace(cluster, efficiency=None)  # the paper's model: peak rates, nominal bandwidths
     layers = graph.layers
@@ -457,7 +481,8 @@ def build_cost_model(
             counted = OPS[l.op].flops(l, np.asarray(l.sizes, dtype=float) / rows)
             timed = None
             if cluster.efficiency is not None and not paper:
-                timed = layer_times_s(l, rows, cluster.peak_flops, cluster.efficiency, bpe, needs_gradient(l))
+                timed = layer_times_s(l, rows, cluster.peak_flops, cluster.efficiency, bpe, needs_gradient(l),
+                                      fp8_peak_flops=cluster.fp8_peak_flops if options.precision == "fp8" else None)
             own[key] = (_layer_comm_s(graph, l, rows, placed[split], cluster, options),
                         counted.total(needs_gradient(l)), counted.forward, timed)
         placements[l.name], mine[l.name] = placed[split], own[key]
@@ -482,6 +507,8 @@ def build_cost_model(
         seconds = {name: m[3][0] + m[3][1] for name, m in mine.items()}
         if fuse_elementwise:
             _fuse_chains(graph, cluster, configs, needs_gradient, forward, seconds)
+    if attention_kind(options, cluster) == "flash":
+        _fuse_attention(graph, cluster, configs, forward, seconds, paper)
     return CostModel(
         graph=graph, cluster=cluster, options=options, layers=layers, configs=configs, placements=placements,
         compute_flops=flops, forward_flops=forward_flops, compute_s=seconds, forward_compute_s=forward,
@@ -510,6 +537,29 @@ def _fuse_chains(graph: Graph, cluster: Cluster, configs: Mapping[str, np.ndarra
             forward[name], seconds[name] = np.zeros(1), np.zeros(1)
         f, b = timed[key]
         forward[chain[-1]], seconds[chain[-1]] = f, f + b
+
+
+def _fuse_attention(graph: Graph, cluster: Cluster, configs: Mapping[str, np.ndarray], forward: dict, seconds: dict,
+                    paper: bool) -> None:
+    """Set the compute seconds of every attention core's layers in ``forward`` and ``seconds`` (layer name ->
+    ``(K,)``) as one fused (flash) kernel (:mod:`pase.model.attention`): the kernel's time on the score
+    product, under each of its configurations, nothing on the core's other layers. At peak rates (no
+    calibration, or the paper's model) the kernel's FLOPs at the peak."""
+    timed: dict = {}  # repeated blocks repeat their units: price each kind once
+    for unit in attention_units(graph):
+        rows = configs[unit.scores]
+        key = (graph.kind(unit.scores), rows.shape, rows.tobytes(), unit.mask, unit.window)
+        if key not in timed:
+            if cluster.efficiency is None or paper:
+                f, b = (x / cluster.peak_flops for x in flash_flops(graph, unit, rows))
+            else:
+                f, b = flash_times_s(graph, unit, rows, cluster.peak_flops, cluster.efficiency,
+                                     cluster.bytes_per_element)
+            timed[key] = (f, f + b)
+        for name in unit.members:
+            zeros = np.zeros(len(configs[name]))
+            forward[name], seconds[name] = zeros, zeros
+        forward[unit.scores], seconds[unit.scores] = timed[key]
 
 
 def _shared_reads(edges: list[Edge], keys: list[tuple], configs: Mapping[str, np.ndarray], edge_table) -> list:

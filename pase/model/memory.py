@@ -262,18 +262,22 @@ class MemoryReport:
 
 
 def _activation_bytes(graph: Graph, layer: Layer, cfg: np.ndarray, keeps: dict, bpe: int, index_bytes: int,
-                      producer_cfg: Mapping[str, np.ndarray] | None = None, dropped: frozenset = frozenset()):
+                      producer_cfg: Mapping[str, np.ndarray] | None = None, dropped: frozenset = frozenset(),
+                      fused: frozenset = frozenset(), narrow: frozenset = frozenset()):
     """Kept activation bytes of ``layer`` per configuration, sharing tensors as the module describes.
 
     ``producer_cfg`` (layer name -> one configuration) keeps each input at the
     smaller of its own and its producer's block; ``dropped`` layers' products
-    are not kept (see :func:`activation_bytes`).
+    are not kept, nor what ``fused`` layers pass among themselves, and
+    ``narrow`` layers keep their activation inputs at one byte an element
+    (see :func:`activation_bytes`).
     """
     kept_inputs, kept_outputs = keeps[layer.name]
     spec = OPS[layer.op]
     extra_bytes = bpe if spec.saved_extra_bytes is None else spec.saved_extra_bytes
     total = np.zeros(len(cfg))
-    if layer.name not in dropped:
+    inside = layer.name in fused
+    if layer.name not in dropped and not inside:
         total = total + spec.saved_extra(layer, cfg, np.asarray(layer.sizes, dtype=float) / cfg) * extra_bytes
     feeds = {e.dst_input: e for e in graph.in_edges(layer.name)}
     for slot in kept_inputs:
@@ -282,18 +286,20 @@ def _activation_bytes(graph: Graph, layer: Layer, cfg: np.ndarray, keeps: dict, 
         e = feeds.get(slot)
         block = block_elements(layer, t, cfg)
         if e is not None:
-            if e.src in dropped:
+            if e.src in dropped or (inside and e.src in fused):
                 continue
             keepers = sum(1 for c in _consumers(graph, e.src, e.src_output) if c.dst_input in keeps[c.dst][0])
             share = 1.0 / keepers
             if producer_cfg is not None:
                 src = graph.layer(e.src)
                 block = np.minimum(block, block_elements(src, src.outputs[e.src_output], producer_cfg[e.src])[0])
-        size = bpe if t.differentiable else index_bytes
+        size = (1 if layer.name in narrow else bpe) if t.differentiable else index_bytes
         total = total + share * block * size
     for out in kept_outputs:
         if layer.name in dropped or any(c.dst_input in keeps[c.dst][0] for c in _consumers(graph, layer.name, out)):
             continue  # a consumer keeps it, or it is recomputed
+        if inside and all(c.dst in fused for c in _consumers(graph, layer.name, out)):
+            continue  # passed inside a fused kernel
         total = total + block_elements(layer, layer.outputs[out], cfg) * bpe
     return total
 
@@ -323,19 +329,22 @@ def _structure(graph: Graph) -> tuple[dict, dict]:
 
 
 def _surroundings(structure: tuple, layer: Layer, cfg: np.ndarray, producer_cfg: Mapping[str, np.ndarray] | None,
-                  dropped: frozenset) -> tuple:
+                  dropped: frozenset, fused: frozenset, narrow: frozenset) -> tuple:
     """Everything :func:`_activation_bytes` reads of ``layer`` and its neighbours, as a key (``structure``:
     the layer's entry of :func:`_structure`)."""
     kind, inputs, outputs = structure
     key = tuple(None if i is None else (
-        i[0] in dropped, i[2], None if producer_cfg is None else (i[3], i[1], producer_cfg[i[0]].tobytes()))
+        i[0] in dropped, i[0] in fused, i[2],
+        None if producer_cfg is None else (i[3], i[1], producer_cfg[i[0]].tobytes()))
         for i in inputs)
-    return kind, cfg.shape, cfg.tobytes(), layer.name in dropped, key, outputs
+    return (kind, cfg.shape, cfg.tobytes(), layer.name in dropped, layer.name in fused, layer.name in narrow, key,
+            outputs)
 
 
 def activation_bytes(graph: Graph, configs: Mapping[str, np.ndarray], bytes_per_element: int, index_bytes: int = 4,
                      *, producer_blocks: bool = False, dropped: frozenset = frozenset(),
-                     checkpoints: Mapping[str, str] | None = None) -> dict[str, np.ndarray]:
+                     checkpoints: Mapping[str, str] | None = None, fused: frozenset = frozenset(),
+                     narrow: frozenset = frozenset()) -> dict[str, np.ndarray]:
     """Bytes each layer keeps for its backward pass, per configuration (layer name -> ``(K,)``).
 
     With no options this is :class:`MemoryModel`'s count. The options are
@@ -348,6 +357,12 @@ def activation_bytes(graph: Graph, configs: Mapping[str, np.ndarray], bytes_per_
     * ``dropped``: layers whose products are recomputed, not kept (selective
       recomputation of the attention core): their extras, their outputs and
       their consumers' copies of them;
+    * ``fused``: layers that run as fused kernels (flash attention's cores,
+      :mod:`pase.model.attention`): what they pass among themselves is not
+      kept, nor their extras (the probabilities, a dropout's mask); what
+      enters and leaves them is;
+    * ``narrow``: layers that keep their activation inputs at one byte an
+      element (FP8 products keep the FP8 copy they multiplied);
     * ``checkpoints`` (layer name -> block name): full recomputation of the
       blocks. Of a block's layers, only the tensors entering the block are
       kept, once each, by their first consumer in it (graph inputs stay kept
@@ -368,10 +383,10 @@ def activation_bytes(graph: Graph, configs: Mapping[str, np.ndarray], bytes_per_
         block_name = None if checkpoints is None else checkpoints.get(layer.name)
         if block_name is None:
             # Layers of repeated blocks in the same surroundings keep the same bytes: count each once.
-            key = _surroundings(structure[layer.name], layer, cfg, producer_cfg, dropped)
+            key = _surroundings(structure[layer.name], layer, cfg, producer_cfg, dropped, fused, narrow)
             if key not in alike:
                 alike[key] = _activation_bytes(graph, layer, cfg, keeps, bytes_per_element, index_bytes,
-                                               producer_cfg, dropped)
+                                               producer_cfg, dropped, fused, narrow)
             out[layer.name] = alike[key]
             continue
         total = np.zeros(len(cfg))

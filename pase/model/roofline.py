@@ -24,6 +24,19 @@ gathers, not its table. Assumptions of the ops, as frameworks run them: the
 pointwise ops an op fuses (bias, activation) run inside its kernel; layers
 that move no data and compute nothing (reshapes, views) take no time.
 
+A product's backward kernels run on the calibration's input-gradient and
+weight-gradient curves where it has them. Training in FP8 (Transformer
+Engine's recipes, delayed or current scaling, and MXFP8 alike), a product
+with weights runs its forward and both backward products at the cluster's
+FP8 peak times the FP8 curve (``fp8_matmul_curve``; the BF16 curve's
+fractions where the calibration has none) and casts what it multiplies to
+FP8: forward its activation inputs and its weights, backward its output
+gradient, each a memory-bound kernel reading BF16 and writing FP8 with its
+scaling factor's amax taken in the same pass (``FP8_CAST_BYTES`` per
+element). Products of two activations (unfused attention) stay in BF16, as
+Transformer Engine runs attention; so do normalisations and the other
+vector kernels.
+
 Fusion of element-wise chains (:func:`fused_chains`, :func:`fused_times_s`;
 a documented assumption, applied where the cost model is asked to,
 ``build_cost_model(fuse_elementwise=True)``, on calibrated clusters only): an
@@ -49,21 +62,29 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from pase.hardware.efficiency import Efficiency
+from pase.hardware.efficiency import Efficiency, curve_fraction
 from pase.ir.graph import Graph, Layer
 from pase.ops import OPS, block_elements, saved_tensors
 
-__all__ = ["ELEMENTWISE_OPS", "MATRIX_OPS", "fused_chains", "fused_times_s", "layer_times_s"]
+__all__ = ["ELEMENTWISE_OPS", "MATRIX_OPS", "FP8_CAST_BYTES", "fused_chains", "fused_times_s", "layer_times_s"]
 
 MATRIX_OPS = frozenset({"FullyConnected", "Einsum", "Conv2D", "GroupedConv2D", "LSTM", "MoEExperts"})
 # Ops whose every output element depends only on the inputs' elements at the same index: they fuse into chains.
 ELEMENTWISE_OPS = frozenset({"Elementwise", "Dropout", "Gelu"})
 # Backward bytes of a non-matrix kernel relative to its forward's.
 VECTOR_BACKWARD_BYTES = 1.5
+# An FP8 cast reads a BF16 element and writes an FP8 one (its amax reduced in the same pass).
+FP8_CAST_BYTES = 3
 
 
-def _kernel_s(flops: np.ndarray, nbytes: np.ndarray, matrix: bool, peak: float, eff: Efficiency) -> np.ndarray:
-    rate = peak * eff.matmul_fraction(flops) if matrix else eff.vector_flops
+def _kernel_s(flops: np.ndarray, nbytes: np.ndarray, matrix: bool, peak: float, eff: Efficiency,
+              product: str = "forward", fp8_peak: float | None = None) -> np.ndarray:
+    if not matrix:
+        rate = eff.vector_flops
+    elif fp8_peak is not None:
+        rate = fp8_peak * curve_fraction(eff.fp8_matmul_curve or eff.matmul_curve, flops)
+    else:
+        rate = peak * eff.matmul_fraction(flops, product)
     compute, memory = flops / rate, nbytes / eff.memory_Bps
     busy = np.maximum(compute, memory) + (1.0 - eff.memory_overlap) * np.minimum(compute, memory)
     # A product's kernel with no FLOPs does not exist (no weights: no weight gradient).
@@ -72,11 +93,14 @@ def _kernel_s(flops: np.ndarray, nbytes: np.ndarray, matrix: bool, peak: float, 
 
 
 def layer_times_s(layer: Layer, configs: np.ndarray, peak_flops: float, efficiency: Efficiency,
-                  bytes_per_element: int, needs_gradient=None) -> tuple[np.ndarray, np.ndarray]:
+                  bytes_per_element: int, needs_gradient=None, *,
+                  fp8_peak_flops: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Forward and backward seconds of ``layer`` on one device under each configuration (rows of ``configs``).
 
     ``needs_gradient[i]`` False leaves out input ``i``'s gradient kernel (a
-    graph input), as the cost model's FLOP count does.
+    graph input), as the cost model's FLOP count does. ``fp8_peak_flops``
+    (training in FP8): a product with weights runs its three products at that
+    peak on the FP8 curve and pays its quantisation (module docstring).
     """
     cfg = np.asarray(configs, dtype=float)
     flops = OPS[layer.op].flops(layer, np.asarray(layer.sizes, dtype=float) / cfg)
@@ -87,15 +111,30 @@ def layer_times_s(layer: Layer, configs: np.ndarray, peak_flops: float, efficien
     if matrix:
         elements = elements + sum((block_elements(layer, w, cfg) for w in layer.weights), np.zeros(len(cfg)))
     nbytes = elements * bytes_per_element
-    forward = _kernel_s(flops.forward, nbytes, matrix, peak_flops, efficiency)
+    fp8 = fp8_peak_flops if matrix and layer.weights else None
+    forward = _kernel_s(flops.forward, nbytes, matrix, peak_flops, efficiency, fp8_peak=fp8)
     gradients = [g for i, g in enumerate(flops.inputs) if needs_gradient is None or needs_gradient[i]]
     if matrix:
-        backward = sum((_kernel_s(g, nbytes, True, peak_flops, efficiency) for g in (flops.backward, *gradients)),
-                       np.zeros(len(cfg)))
+        backward = _kernel_s(flops.backward, nbytes, True, peak_flops, efficiency, "wgrad", fp8) + sum(
+            (_kernel_s(g, nbytes, True, peak_flops, efficiency, "dgrad", fp8) for g in gradients), np.zeros(len(cfg)))
+        if fp8 is not None:
+            forward, backward = _quantised(layer, cfg, efficiency, forward, backward)
     else:
         work = flops.backward + sum(gradients, np.zeros(len(cfg)))
         backward = _kernel_s(work, VECTOR_BACKWARD_BYTES * nbytes, False, peak_flops, efficiency)
     return forward, backward
+
+
+def _quantised(layer: Layer, cfg: np.ndarray, eff: Efficiency, forward: np.ndarray,
+               backward: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``forward`` and ``backward`` of an FP8 product with its casts added (the module docstring): forward its
+    activation inputs and weights, backward its output gradient, each read in BF16 and written in FP8
+    (:data:`FP8_CAST_BYTES` per element) by a memory-bound kernel of its own."""
+    def cast(tensors) -> np.ndarray:
+        elements = sum((block_elements(layer, t, cfg) for t in tensors), np.zeros(len(cfg)))
+        return elements * FP8_CAST_BYTES / eff.memory_Bps + len(tensors) * eff.kernel_overhead_s
+
+    return forward + cast((*layer.inputs, *layer.weights)), backward + cast(layer.outputs)
 
 
 def _works(layer: Layer, cfg: np.ndarray) -> bool:

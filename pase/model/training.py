@@ -95,10 +95,12 @@ from pase.hardware.cluster import Cluster
 from pase.hardware.mesh import DeviceMesh
 from pase.ir.configs import ConfigOptions
 from pase.ir.graph import Graph, Layer
-from pase.model.cost import build_cost_model
+from pase.model.attention import attention_core, attention_units, lse_bytes, masked_model_flops
+from pase.model.cost import attention_kind, build_cost_model
 from pase.model.memory import MemoryOptions, activation_bytes, buffer_elements
 from pase.model.pipeline import SCHEDULES, ScheduleResult, in_flight, simulate
 from pase.model.repeats import PeriodicCore, periodic_core
+from pase.model.roofline import MATRIX_OPS
 from pase.ops import OPS, block_elements
 
 __all__ = ["RECOMPUTE", "Parallelism", "StageReport", "TrainingPlan", "LayerTimes", "evaluate_training",
@@ -109,6 +111,9 @@ RECOMPUTE = ("none", "selective", "full")
 # Mixed-precision Adam's update touches, per parameter: fp32 master, first and second moments read and
 # written (24 bytes), the fp16 gradient read and the fp16 weight written (4).
 OPTIMIZER_BYTES_PER_PARAMETER = 28
+# Training in FP8, Transformer Engine keeps each FP8 product's weight as an FP8 copy and its transpose (Hopper's
+# FP8 products take only one operand layout), besides the BF16 weight.
+FP8_COPY_BYTES_PER_PARAMETER = 2
 
 GraphSource = Callable[[int], Graph] | Graph
 
@@ -287,22 +292,6 @@ def group_cluster(cluster: Cluster, par: Parallelism) -> Cluster:
     return replace(cluster, devices=math.prod(extents), mesh_axes=axes, devices_per_node=None, inter_bandwidth_Bps=None)
 
 
-def attention_core(graph: Graph) -> frozenset[str]:
-    """Layers of the attention core: products of two activations whose output outgrows both, and the
-    non-contraction layers fed only by the core (the softmax and dropout before the context product)."""
-    core: set[str] = set()
-    for layer in graph.layers:
-        feeds = [e.src for e in graph.in_edges(layer.name)]
-        spec = OPS[layer.op]
-        if spec.contraction:
-            out = max(t.size for t in layer.outputs)
-            if not layer.weights and len(layer.inputs) >= 2 and all(out > t.size for t in layer.inputs):
-                core.add(layer.name)
-        elif feeds and all(src in core for src in feeds):
-            core.add(layer.name)
-    return frozenset(core)
-
-
 def blocks(graph: Graph) -> dict[str, str]:
     """Layer name -> its block for full recomputation: the name up to its first numbered part
     (``h.3`` for ``h.3.attn.q``), as frameworks checkpoint each transformer layer. Layers without
@@ -390,6 +379,7 @@ class StageReport:
     activation_bytes: float
     transient_bytes: float
     memory_bytes: float
+    fp8_bytes: float = 0.0
 
     def to_dict(self) -> dict:
         """Plain types for JSON."""
@@ -398,7 +388,8 @@ class StageReport:
                 "reduce_s": self.reduce_s, "optimizer_s": self.optimizer_s, "in_flight_microbatches": self.in_flight,
                 "weights_bytes": self.weights_bytes, "gradient_bytes": self.gradient_bytes,
                 "optimizer_bytes": self.optimizer_bytes, "activation_bytes": self.activation_bytes,
-                "transient_bytes": self.transient_bytes, "memory_bytes": self.memory_bytes}
+                "fp8_bytes": self.fp8_bytes, "transient_bytes": self.transient_bytes,
+                "memory_bytes": self.memory_bytes}
 
 
 @dataclass(frozen=True)
@@ -532,6 +523,7 @@ class LayerTimes:
     recompute_s: np.ndarray  # extra backward seconds under the configuration's recomputation
     gradient_s: np.ndarray  # weight-gradient reductions inside the group, once a step
     params: np.ndarray  # weight elements per device
+    fp8_params: np.ndarray  # of those, the weights of FP8 products (each also held as FP8 copies)
     activations: np.ndarray  # bytes kept per microbatch
     buffers: np.ndarray
     recompute_flops: np.ndarray
@@ -590,8 +582,6 @@ def layer_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
     Raises ``ConfigurationError`` when the sizes do not tile the cluster or a
     layer's split is invalid on the group.
     """
-    from pase.analysis.throughput import model_flops  # late: pase.analysis imports the planner
-
     group = group_cluster(cluster, par)
     configs = {name: np.array([cfg]) for name, cfg in strategy.items()}
     cost = build_cost_model(graph, group, options, configs=configs, shared_reads=True, fuse_elementwise=True)
@@ -624,8 +614,21 @@ def layer_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
     edges, sizes = _edge_arrays(graph)
     bpe = group.bytes_per_element
     buffers = alike(lambda l: float(buffer_elements(l, configs[l.name])[0]) * bpe)
-    plain = activation_bytes(graph, configs, bpe, memory.index_bytes, producer_blocks=par.sequence_parallel)
-    flops = model_flops(graph, options.cost_model)
+    flash = attention_kind(options, group) == "flash"
+    units = attention_units(graph) if flash else ()
+    fused = frozenset().union(*(u.members for u in units))
+    narrow = frozenset(l.name for l in layers if l.weights and l.op in MATRIX_OPS) \
+        if options.precision == "fp8" else frozenset()
+    lse = {u.scores: float(lse_bytes(graph, u, configs[u.scores])[0]) for u in units}
+    fp8_params = np.where([l.name in narrow for l in layers], params, 0.0)
+
+    def kept(**how) -> dict[str, np.ndarray]:
+        acts = activation_bytes(graph, configs, bpe, memory.index_bytes, producer_blocks=par.sequence_parallel,
+                                fused=fused, narrow=narrow, **how)
+        return {name: a + lse.get(name, 0.0) for name, a in acts.items()}
+
+    plain = kept()
+    flops = _model_flops(graph, options, cluster)
     out = {}
     for mode in ((par.recompute,) if recompute is None else recompute):
         core = attention_core(graph) if mode == "selective" else frozenset()
@@ -633,20 +636,18 @@ def layer_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
         transient: dict[str, float] = {}
         if mode == "full":
             recompute_flops, recompute_s = fwd_flops.copy(), forward.copy()
-            acts = activation_bytes(graph, configs, bpe, memory.index_bytes, producer_blocks=par.sequence_parallel,
-                                    checkpoints=block_of)
+            acts = kept(checkpoints=block_of)
             for l in layers:
                 if l.name in block_of:
                     transient[block_of[l.name]] = transient.get(block_of[l.name], 0.0) + float(plain[l.name][0])
         else:
             in_core = np.array([l.name in core for l in layers], dtype=bool)
             recompute_flops, recompute_s = np.where(in_core, fwd_flops, 0.0), np.where(in_core, fwd_s, 0.0)
-            acts = activation_bytes(graph, configs, bpe, memory.index_bytes, producer_blocks=par.sequence_parallel,
-                                    dropped=core) if core else plain
+            acts = kept(dropped=core) if core else plain
         out[mode] = LayerTimes(
             graph=graph, layers=tuple(layers), edges=edges, tensor_elements=sizes, tied=tied,
             forward_s=forward, backward_s=backward, recompute_s=recompute_s, gradient_s=grad,
-            params=params, activations=np.array([float(acts[l.name][0]) for l in layers]),
+            params=params, fp8_params=fp8_params, activations=np.array([float(acts[l.name][0]) for l in layers]),
             buffers=buffers,
             recompute_flops=recompute_flops, block_transient=transient, block_of=block_of,
             model_flops=flops)
@@ -800,7 +801,7 @@ def cached_times(source: GraphSource, cluster: Cluster, par: Parallelism, option
             small = layer_times(core.graph, cluster, strategy, par, options, memory, recompute=RECOMPUTE)
             names = [l.name for l in core.graph.layers]
             whole = {l.name: strategy[names[r]] for l, r in zip(graph.layers, core.representative)}
-            cache[key] = {mode: _spread(lt, graph, core, whole, options) for mode, lt in small.items()}
+            cache[key] = {mode: _spread(lt, graph, core, whole, options, cluster) for mode, lt in small.items()}
     if isinstance(cache[key], str):
         raise ConfigurationError(cache[key])
     return cache[key]
@@ -811,12 +812,24 @@ _GRAPH_FIELDS = frozenset({"graph", "layers", "edges", "tensor_elements", "tied"
                            "model_flops", "memo"})
 
 
-def _spread(small: LayerTimes, graph: Graph, core: PeriodicCore, strategy: Mapping[str, tuple[int, ...]],
-            options: ConfigOptions) -> LayerTimes:
-    """The layer times of ``graph`` from those of its core (``small``, :func:`layer_times` of ``core.graph``):
-    each layer takes its representative's values; what concerns the whole graph is derived from it."""
+def _model_flops(graph: Graph, options: ConfigOptions, cluster: Cluster) -> float:
+    """The graph's model FLOPs (:func:`pase.analysis.throughput.model_flops`), with a fused attention kernel's
+    products counted as it computes them (a causal kernel half the square, as NVIDIA's "model TFLOP/s" counts
+    them; :func:`pase.model.attention.masked_model_flops`); derived once per graph and attention kind."""
     from pase.analysis.throughput import model_flops  # late: pase.analysis imports the planner
 
+    kind = attention_kind(options, cluster)
+
+    def compute() -> float:
+        flops = model_flops(graph, options.cost_model)
+        return flops - masked_model_flops(graph) if kind == "flash" else flops
+    return graph.derived(("model flops", options.cost_model, kind), compute)
+
+
+def _spread(small: LayerTimes, graph: Graph, core: PeriodicCore, strategy: Mapping[str, tuple[int, ...]],
+            options: ConfigOptions, cluster: Cluster) -> LayerTimes:
+    """The layer times of ``graph`` from those of its core (``small``, :func:`layer_times` of ``core.graph``):
+    each layer takes its representative's values; what concerns the whole graph is derived from it."""
     rep = core.representative
     layers = tuple(graph.layers)
     per_layer = {f.name: getattr(small, f.name)[rep] for f in fields(LayerTimes) if f.name not in _GRAPH_FIELDS}
@@ -828,8 +841,7 @@ def _spread(small: LayerTimes, graph: Graph, core: PeriodicCore, strategy: Mappi
         graph=graph, layers=layers, edges=edges, tensor_elements=sizes,
         tied=_tied(layers, {l.name: np.array([strategy[l.name]]) for l in layers}),
         block_transient=transient, block_of=block_of,
-        model_flops=graph.derived(("model flops", options.cost_model), lambda: model_flops(graph, options.cost_model)),
-        **per_layer)
+        model_flops=_model_flops(graph, options, cluster), **per_layer)
 
 
 def _step_lower_bound(fq: Sequence[float], bq: Sequence[float], send: Sequence[float], S: int, m: int,
@@ -1035,6 +1047,7 @@ def _placement(lt: "LayerTimes", cluster: Cluster, cuts: tuple[int, ...], S: int
     lt.memo[key] = placed = {
         "bounds": bounds, "send": send, "params": params, "reduce": reduce, "transient": transient,
         "gathered": gathered, "activations": np.bincount(layer_dev, lt.activations, S),
+        "fp8 copies": np.bincount(layer_dev, lt.fp8_params, S) * FP8_COPY_BYTES_PER_PARAMETER,
         "counts": np.bincount(layer_dev, minlength=S), "data-parallel reduce": {}}
     return placed
 
@@ -1088,7 +1101,9 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
     fdev, bdev = np.bincount(chunk_dev, fq, S), np.bincount(chunk_dev, bq, S)
     sdev = np.bincount(chunk_dev[:Q - 1], placed["send"], S) if Q > 1 else np.zeros(S)
     states = {k: params * per_param[k] / shard[k] for k in ("weights", "gradients", "optimizer")}
-    total = states["weights"] + states["gradients"] + states["optimizer"] + acts + transient + memory.reserved_bytes
+    fp8 = placed["fp8 copies"]
+    total = (states["weights"] + states["gradients"] + states["optimizer"] + fp8 + acts + transient
+             + memory.reserved_bytes)
     if rejected is not None and capacity is not None and total.max() > capacity:
         rejected(float(total.max()))
         return None
@@ -1104,6 +1119,7 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
         weights_bytes=float(states["weights"][s]),
         gradient_bytes=float(states["gradients"][s]), optimizer_bytes=float(states["optimizer"][s]),
         activation_bytes=float(acts[s]), transient_bytes=float(transient[s]), memory_bytes=float(total[s]),
+        fp8_bytes=float(fp8[s]),
     ) for s in range(S))
     result = simulate(par.schedule, fq.tolist(), bq.tolist(), m, chunks=v, send_s=placed["send"].tolist(),
                       reduce_s=reduce, overlap=par.overlap, record=record)

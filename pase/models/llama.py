@@ -152,7 +152,7 @@ def add_vertex(g: Graph, layer: Layer, *inputs: str | tuple[str, int]) -> str:
 
 
 def gqa_attention(g: Graph, prefix: str, x: str, *, batch: int, seq: int, hidden: int, kv_heads: int, group: int,
-                  head_dim: int, qkv_bias: bool = False, out_bias: bool = False) -> str:
+                  head_dim: int, qkv_bias: bool = False, out_bias: bool = False, window: int = 0) -> str:
     """Add the attention half of a pre-norm block at ``prefix`` to ``g``, fed by ``x``; the residual sum's name.
 
     Nine vertices, those of :func:`llama`'s blocks: ``{prefix}.attn_norm``
@@ -162,8 +162,9 @@ def gqa_attention(g: Graph, prefix: str, x: str, *, batch: int, seq: int, hidden
     ``attn.scores`` (``bshrc,bkhc->bhrsk``); ``attn.softmax`` over ``k``;
     ``attn.context`` (``bhrsk,bkhc->bshrc``); ``attn.out``
     (``bshrc,hrcd->bsd``); ``add1`` (``x`` plus the attention). Biases on
-    q, k and v with ``qkv_bias``, on out with ``out_bias``. The sizes are
-    the caller's to check (:func:`llama`, :func:`pase.models.moe.moe_decoder`).
+    q, k and v with ``qkv_bias``, on out with ``out_bias``. The attention is
+    causal (a decoder), over a sliding ``window`` of positions when it is not
+    0 (Mistral's). The sizes are the caller's to check (:func:`llama`, :func:`pase.models.moe.moe_decoder`).
     """
     b, s, d, h, r, c = batch, seq, hidden, kv_heads, group, head_dim
     q_sizes = dict(b=b, s=s, d=d, h=h, r=r, c=c)
@@ -174,8 +175,8 @@ def gqa_attention(g: Graph, prefix: str, x: str, *, batch: int, seq: int, hidden
     v = add_vertex(g, L.einsum(f"{prefix}.attn.v", "bsd,hcd->bshc", kv_sizes, weights=(1,), bias=qkv_bias), y)
     scores = add_vertex(g, L.einsum(f"{prefix}.attn.scores", "bshrc,bkhc->bhrsk", dict(b=b, s=s, h=h, r=r, c=c, k=s)),
                   q, k)
-    probs = add_vertex(g, L.softmax(f"{prefix}.attn.softmax", (b, h, r, s, s), ("b", "h", "r", "s", "k"), axis="k"),
-                 scores)
+    probs = add_vertex(g, L.softmax(f"{prefix}.attn.softmax", (b, h, r, s, s), ("b", "h", "r", "s", "k"), axis="k",
+                                    mask="causal", window=window), scores)
     context = add_vertex(g, L.einsum(f"{prefix}.attn.context", "bhrsk,bkhc->bshrc", dict(b=b, h=h, r=r, s=s, k=s, c=c)),
                    probs, v)
     y = add_vertex(g, L.einsum(f"{prefix}.attn.out", "bshrc,hrcd->bsd", q_sizes, weights=(1,), bias=out_bias), context)

@@ -98,7 +98,7 @@ def megatron_gpt(name: str, layers: int, hidden: int, heads: int, *, batch: int 
         q, k, v = (net.add(L.einsum(f"{p}.attn.{t}", "bsd,hcd->bshc", proj, weights=(1,), bias=True), y) for t in "qkv")
         scores = net.add(L.einsum(f"{p}.attn.scores", "bshc,bkhc->bhsk", dict(b=b, s=s, h=h, c=c, k=s)), q, k)
         attn_dims = ("b", "h", "s", "k")
-        probs = net.add(L.softmax(f"{p}.attn.softmax", (b, h, s, s), attn_dims, axis="k"), scores)
+        probs = net.add(L.softmax(f"{p}.attn.softmax", (b, h, s, s), attn_dims, axis="k", mask="causal"), scores)
         probs = net.add(L.dropout(f"{p}.attn.dropout", (b, h, s, s), attn_dims), probs)
         context = net.add(L.einsum(f"{p}.attn.context", "bhsk,bkhc->bshc", dict(b=b, h=h, s=s, k=s, c=c)), probs, v)
         y = net.add(L.einsum(f"{p}.attn.out", "bshc,hcd->bsd", proj, weights=(1,), bias=True), context)

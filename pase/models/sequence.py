@@ -75,11 +75,13 @@ class _Stack:
         return layer.name
 
     def attention(self, name: str, x: str, memory: str | None = None, *, bias: bool = True,
-                  dropout: bool = False) -> str:
+                  dropout: bool = False, causal: bool = False) -> str:
         """Multi-head attention of queries from ``x`` over keys and values from ``memory`` (default ``x``).
 
         ``bias``: the four projections have biases; ``dropout``: a Dropout
-        vertex ``{name}.dropout`` on the attention probabilities (BERT's).
+        vertex ``{name}.dropout`` on the attention probabilities (BERT's);
+        ``causal``: each query sees its own and earlier positions (a
+        decoder's self-attention; the softmax's ``mask``).
         """
         memory = x if memory is None else memory
         b, s, d, h, c = self.b, self.s, self.d, self.h, self.c
@@ -87,7 +89,8 @@ class _Stack:
         q, k, v = (self.add(L.einsum(f"{name}.{t}", "bsd,hcd->bshc", proj, weights=(1,), bias=bias), src)
                    for t, src in (("q", x), ("k", memory), ("v", memory)))
         scores = self.add(L.einsum(f"{name}.scores", "bshc,bkhc->bhsk", dict(b=b, s=s, h=h, c=c, k=s)), q, k)
-        probs = self.add(L.softmax(f"{name}.softmax", (b, h, s, s), ("b", "h", "s", "k"), axis="k"), scores)
+        probs = self.add(L.softmax(f"{name}.softmax", (b, h, s, s), ("b", "h", "s", "k"), axis="k",
+                                   mask="causal" if causal else "none"), scores)
         if dropout:
             probs = self.add(L.dropout(f"{name}.dropout", (b, h, s, s), ("b", "h", "s", "k")), probs)
         context = self.add(L.einsum(f"{name}.context", "bhsk,bkhc->bshc", dict(b=b, h=h, s=s, k=s, c=c)), probs, v)
@@ -163,7 +166,7 @@ def transformer(batch: int = 64, seq: int = 256, d_model: int = 512, heads: int 
     y = net.embedding("decoder.embedding", vocab)
     for i in range(decoder_layers):
         p = f"decoder.{i}"
-        y = net.norm(f"{p}.norm1", net.residual(f"{p}.add1", y, net.attention(f"{p}.self_attn", y)))
+        y = net.norm(f"{p}.norm1", net.residual(f"{p}.add1", y, net.attention(f"{p}.self_attn", y, causal=True)))
         y = net.norm(f"{p}.norm2", net.residual(f"{p}.add2", y, net.attention(f"{p}.cross_attn", y, memory)))
         y = net.norm(f"{p}.norm3", net.residual(f"{p}.add3", y, net.feed_forward(p, y)))
     return net.loss(y, vocab)
@@ -240,10 +243,11 @@ def gpt(batch: int = 32, seq: int = 1024, d_model: int = 1024, layers: int = 24,
     for i in range(layers):
         p = f"h.{i}"
         if parallel_residual:
-            attn = net.attention(f"{p}.attn", net.norm(f"{p}.ln1", x), bias=attention_bias)
+            attn = net.attention(f"{p}.attn", net.norm(f"{p}.ln1", x), bias=attention_bias, causal=True)
             x = net.residual(f"{p}.add", x, attn, net.feed_forward(p, net.norm(f"{p}.ln2", x)))
             continue
-        x = net.residual(f"{p}.add1", x, net.attention(f"{p}.attn", net.norm(f"{p}.ln1", x), bias=attention_bias))
+        x = net.residual(f"{p}.add1", x, net.attention(f"{p}.attn", net.norm(f"{p}.ln1", x), bias=attention_bias,
+                                                       causal=True))
         x = net.residual(f"{p}.add2", x, net.feed_forward(p, net.norm(f"{p}.ln2", x)))
     return net.loss(net.norm("ln_f", x), vocab, tied=table)
 

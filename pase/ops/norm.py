@@ -263,24 +263,42 @@ def _softmax_collectives(layer, cfg, blk, options=CollectiveOptions()):
     return [_stats(layer, cfg, (layer.param_dict["axis"],), 2, 1)]
 
 
+MASKS = ("none", "causal")
+
+
 @register("Softmax", _softmax_flops, _softmax_collectives, contraction=False,
           saved=lambda layer: (frozenset(), frozenset({0})), onnx=("Softmax", "LogSoftmax"))
-def softmax(name: str, shape: Sequence[int], dims: Sequence[str], axis: str | None = None) -> Layer:
+def softmax(name: str, shape: Sequence[int], dims: Sequence[str], axis: str | None = None, mask: str = "none",
+            window: int = 0) -> Layer:
     """Softmax along dimension ``axis`` (default the last).
 
     FLOPs: ``SOFTMAX_FLOPS_PER_ELEMENT`` per element. Communication: splitting
     ``axis`` all-reduces the row maximum and sum forward and one sum backward.
+
+    ``mask`` says which scores attention keeps, for a softmax over attention
+    scores (``"none"``: every pair; ``"causal"``: a query sees its own and
+    earlier positions, as a decoder does), ``window`` (positions, 0 for none)
+    the sliding window a query sees. The softmax itself computes every
+    element whatever the mask, as unfused attention does; a fused (flash)
+    attention kernel skips the masked blocks (:mod:`pase.model.attention`).
+
+    Raises ``GraphError`` for an unknown mask or a negative window.
     """
     shape = tuple(shape)
     dims = check_letters(name, dims, shape)
     axis = dims[-1] if axis is None else axis
     if axis not in dims:
         raise GraphError(f"layer {name!r}: softmax axis {axis!r} is not one of {dims}")
+    if mask not in MASKS:
+        raise GraphError(f"layer {name!r}: unknown attention mask {mask!r}; choose one of {', '.join(MASKS)}")
+    if isinstance(window, bool) or not isinstance(window, int) or window < 0:
+        raise GraphError(f"layer {name!r}: window must be a whole number of positions >= 0 (0: none), got {window!r}")
+    masking = ({"mask": mask} if mask != "none" else {}) | ({"window": window} if window else {})
     return Layer(
         name, "Softmax", dims, shape,
         inputs=(TensorSpec(shape, dims, "x"),),
         outputs=(TensorSpec(shape, dims, "y"),),
-        params=params(shape=shape, dims=dims, axis=axis),
+        params=params(shape=shape, dims=dims, axis=axis, **masking),
     )
 
 

@@ -1,0 +1,205 @@
+"""Attention as kernels run it: unfused (2021-22 Megatron, eager PyTorch) or fused (FlashAttention).
+
+A graph spells attention out as the layers of its *core*
+(:func:`attention_core`): the score product ``q k^T``, the softmax (and a
+dropout) over the ``s x k`` scores, and the context product ``p v``. Unfused
+attention runs them as those kernels: the ``s x k`` scores and probabilities
+go through memory and are kept for the backward, as the graph counts them.
+
+A fused kernel (FlashAttention 2 and 3, cuDNN's fused attention; ``"flash"``)
+runs a core as one kernel (:class:`AttentionUnit`): it streams blocks of keys
+past blocks of queries, so no ``s x k`` tensor is written to memory or kept
+for the backward; the backward recomputes the scores inside its kernel. It
+keeps ``q``, ``k``, ``v``, the output and the softmax's log-sum-exp per
+query row (fp32, :data:`LSE_BYTES`). It skips the blocks a mask hides: a
+causal kernel computes the pairs at or below the diagonal, a sliding window
+those within the window (:func:`computed_fraction`).
+
+Its FLOPs (:func:`flash_flops`): the two products' ``4 b s k h c`` (``h``
+every query head) times the computed fraction forward, and 2.5 times that
+backward (the backward's five products against the forward's two: the
+scores recomputed, and the gradients of the probabilities, ``q``, ``k`` and
+``v``), as FlashAttention's authors count them. Its time
+(:func:`flash_times_s`) is that of a kernel on the calibration's attention
+curves (:attr:`~pase.hardware.efficiency.Efficiency.attention_curve`,
+measured per kernel as a function of the FLOPs it does), bounded below by its
+bytes (``q``, ``k``, ``v``, the output, read and written once forward, twice
+backward) at the memory bandwidth.
+
+Which kind of attention a cost model prices is :attr:`ConfigOptions.attention
+<pase.ir.configs.ConfigOptions.attention>`: the calibrated model takes flash
+by default, the paper's peak-rate model unfused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pase.hardware.efficiency import Efficiency, curve_fraction
+from pase.ir.graph import Graph, Layer
+from pase.ops import OPS
+
+__all__ = ["ATTENTION", "LSE_BYTES", "FLASH_BACKWARD_RATIO", "AttentionUnit", "attention_core", "attention_units",
+           "computed_fraction", "flash_flops", "flash_times_s", "lse_bytes", "masked_model_flops"]
+
+ATTENTION = ("flash", "unfused")
+# The log-sum-exp a fused kernel keeps per query row for its backward: fp32.
+LSE_BYTES = 4
+# A fused backward's FLOPs over its forward's: five products against two (FlashAttention-2, section 3.1).
+FLASH_BACKWARD_RATIO = 2.5
+
+
+def attention_core(graph: Graph) -> frozenset[str]:
+    """Layers of the attention core: products of two activations whose output outgrows both, and the
+    non-contraction layers fed only by the core (the softmax and dropout before the context product)."""
+    core: set[str] = set()
+    for layer in graph.layers:
+        feeds = [e.src for e in graph.in_edges(layer.name)]
+        spec = OPS[layer.op]
+        if spec.contraction:
+            out = max(t.size for t in layer.outputs)
+            if not layer.weights and len(layer.inputs) >= 2 and all(out > t.size for t in layer.inputs):
+                core.add(layer.name)
+        elif feeds and all(src in core for src in feeds):
+            core.add(layer.name)
+    return frozenset(core)
+
+
+@dataclass(frozen=True)
+class AttentionUnit:
+    """One attention core as a fused kernel runs it.
+
+    ``scores`` (the ``q k^T`` product, which carries the kernel's time),
+    ``context`` (the ``p v`` product, whose output leaves the kernel),
+    ``members`` every layer of the core (the softmax and dropouts between
+    them too), ``mask`` and ``window`` the softmax's (:func:`pase.ops.norm.softmax`).
+    """
+
+    scores: str
+    context: str
+    members: frozenset[str]
+    mask: str = "none"
+    window: int = 0
+
+
+def attention_units(graph: Graph) -> tuple[AttentionUnit, ...]:
+    """The attention cores of ``graph`` that a fused kernel runs, in graph order (derived once per graph).
+
+    A unit is a score product of the core, the non-contraction layers of the
+    core it feeds in a chain (the softmax, a dropout), and the product of two
+    activations that reads the chain's end (the context product, with ``v``). Cores of another shape (none in pase's models)
+    are left to run unfused.
+    """
+    return graph.derived("attention units", lambda: _units(graph))
+
+
+def _units(graph: Graph) -> tuple[AttentionUnit, ...]:
+    core = attention_core(graph)
+    units = []
+    for layer in graph.layers:
+        if layer.name not in core or not OPS[layer.op].contraction:
+            continue
+        readers = [e.dst for e in graph.out_edges(layer.name)]
+        chain, mask, window = [layer.name], "none", 0
+        while len(readers) == 1 and readers[0] in core and not OPS[graph.layer(readers[0]).op].contraction:
+            step = graph.layer(readers[0])
+            params = dict(step.params)
+            if step.op == "Softmax":
+                mask, window = params.get("mask", "none"), params.get("window", 0)
+            chain.append(step.name)
+            readers = [e.dst for e in graph.out_edges(step.name)]
+        if len(chain) < 2 or len(readers) != 1:
+            continue
+        context = graph.layer(readers[0])
+        if not OPS[context.op].contraction or context.weights or len(context.inputs) != 2:
+            continue
+        units.append(AttentionUnit(layer.name, context.name, frozenset((*chain, context.name)), mask, window))
+    return tuple(units)
+
+
+def computed_fraction(queries: int, keys: int, mask: str = "none", window: int = 0) -> float:
+    """Fraction of the ``queries x keys`` score pairs a fused kernel computes under ``mask`` and ``window``.
+
+    Query ``i`` (of ``queries``, aligned with the last of ``keys``: the
+    newest positions) sees the keys up to its own position under a causal
+    mask, and at most ``window`` of them (its own included) with a sliding
+    window. ``"none"`` without a window: every pair, 1.
+    """
+    offset = keys - queries  # query i sits at key position offset + i
+    i = np.arange(queries, dtype=float)
+    seen = np.full(queries, float(keys)) if mask == "none" else np.clip(offset + i + 1, 0, keys)
+    if window:
+        seen = np.minimum(seen, window)
+    return float(seen.sum() / (queries * keys))
+
+
+def _fraction(unit: AttentionUnit, graph: Graph) -> float:
+    size = graph.layer(unit.scores).size_of
+    return computed_fraction(size["s"], size["k"], unit.mask, unit.window) if {"s", "k"} <= size.keys() else 1.0
+
+
+def flash_flops(graph: Graph, unit: AttentionUnit, configs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Forward and backward FLOPs of ``unit``'s fused kernel on one device, per configuration of its score
+    product (rows of ``configs``, ``(K, ndims)``): the score and context products' forward FLOPs on that
+    device's block times :func:`computed_fraction`, and :data:`FLASH_BACKWARD_RATIO` times that."""
+    scores = graph.layer(unit.scores)
+    block = np.asarray(scores.sizes, dtype=float) / np.asarray(configs, dtype=float)
+    # The context product has the score product's iteration space (b s k h c), so its FLOPs equal the scores'.
+    forward = 2.0 * OPS[scores.op].flops(scores, block).forward * _fraction(unit, graph)
+    return forward, FLASH_BACKWARD_RATIO * forward
+
+
+def masked_model_flops(graph: Graph) -> float:
+    """Training FLOPs of ``graph``'s attention products that a fused kernel skips (the masked pairs): per unit,
+    the score and context products' forward and their two input gradients each, times the share of pairs the
+    mask hides. The model FLOPs of flash attention are the graph's less these."""
+    total = 0.0
+    for unit in attention_units(graph):
+        scores = graph.layer(unit.scores)
+        one = float(OPS[scores.op].flops(scores, np.asarray([scores.sizes], dtype=float)).forward[0])
+        total += 2 * 3 * one * (1.0 - _fraction(unit, graph))
+    return total
+
+
+def _io_elements(graph: Graph, unit: AttentionUnit, configs: np.ndarray) -> np.ndarray:
+    """Elements of ``q``, ``k``, ``v`` and the output on one device per configuration: what the kernel reads
+    and writes."""
+    from pase.ops import block_elements
+
+    scores = graph.layer(unit.scores)
+    q, k = (block_elements(scores, t, np.asarray(configs, dtype=float)) for t in scores.inputs)
+    return q * 2 + k * 2  # q and the output have q's elements; k and v have k's
+
+
+def flash_times_s(graph: Graph, unit: AttentionUnit, configs: np.ndarray, peak_flops: float,
+                  efficiency: Efficiency, bytes_per_element: int) -> tuple[np.ndarray, np.ndarray]:
+    """Forward and backward seconds of ``unit``'s fused kernel on one device per configuration of its score
+    product (the module docstring): FLOPs at the peak times the attention curves' fraction (the matrix
+    curve's where the calibration has none), at least its bytes at the memory bandwidth, plus the kernel
+    overhead."""
+    forward, backward = flash_flops(graph, unit, configs)
+    nbytes = _io_elements(graph, unit, configs) * bytes_per_element
+    out = []
+    for flops, curve, moved in ((forward, efficiency.attention_curve, nbytes),
+                                (backward, efficiency.attention_backward_curve, 2 * nbytes)):
+        fraction = efficiency.matmul_fraction(flops) if curve is None else curve_fraction(curve, flops)
+        busy = np.maximum(flops / (peak_flops * fraction), moved / efficiency.memory_Bps)
+        out.append(np.where(flops > 0, busy + efficiency.kernel_overhead_s, 0.0))
+    return out[0], out[1]
+
+
+def lse_bytes(graph: Graph, unit: AttentionUnit, configs: np.ndarray) -> np.ndarray:
+    """Bytes of the log-sum-exp a fused kernel keeps for its backward, one fp32 per query row and head, on one
+    device per configuration of its score product."""
+    scores = graph.layer(unit.scores)
+    block = np.asarray(scores.sizes, dtype=float) / np.asarray(configs, dtype=float)
+    rows = np.prod(block, axis=1) / block[:, scores.dims.index("k")] / block[:, _head_width(scores)]
+    return rows * LSE_BYTES
+
+
+def _head_width(scores: Layer) -> int:
+    """Index of the score product's head-width dimension: the one its output lacks (the contraction)."""
+    out = set(scores.outputs[0].axes)
+    return next(i for i, d in enumerate(scores.dims) if d not in out)
