@@ -37,7 +37,7 @@ def run(rows: int) -> tuple[str, float]:
     start = time.perf_counter()
     lines = []
     for name, layers, hidden, t, p, gpus, batch, measured, mb, v, overlap in TABLE1[:rows]:
-        build, cluster = batch_builder(name), preset("dgx-a100", gpus)
+        build, cluster = batch_builder(name), preset("dgx-a100", gpus, calibrated=False)
         theirs = evaluate_training(build, cluster, table1_config(layers, t, p, gpus, batch, mb, v, overlap))
         began = time.perf_counter()
         try:

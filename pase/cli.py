@@ -26,10 +26,10 @@ from pathlib import Path
 from pase.analysis.baselines import applicable_baselines, evaluate_strategy
 from pase.analysis.throughput import throughput
 from pase.errors import ClusterError, ConfigurationError, FormatError, GraphError, PaseError
-from pase.hardware.cluster import CALIBRATIONS, PRESETS, Cluster
+from pase.hardware.cluster import CALIBRATIONS, PRESETS, Cluster, calibrated_by_default
 from pase.io.hf_config import DEFAULT_BATCH, from_hf_config, hf_batch_builder, is_hf_config, is_moe_config
 from pase.io.strategy_json import load_strategy
-from pase.ir.configs import COST_MODELS, SPLIT_SPACES, ConfigOptions, config_counts
+from pase.ir.configs import ATTENTION_KINDS, COST_MODELS, PRECISIONS, SPLIT_SPACES, ConfigOptions, config_counts
 from pase.ir.graph import Graph
 from pase.limits import (
     MAX_BANDWIDTH_BPS, MAX_BATCH, MAX_DEVICES, MAX_DIM, MAX_INSTANCE_BYTES, MAX_MEMORY_BYTES, MAX_PEAK_FLOPS,
@@ -216,6 +216,15 @@ def _add_model_options(p: argparse.ArgumentParser, *, many_devices: bool = False
                         "paper: the paper's equation 1 and its prototype's edge rule")
     p.add_argument("--sync-batchnorm", action=argparse.BooleanOptionalAction, default=None,
                    help="all-reduce BatchNorm statistics over a split batch (default: only under --cost-model paper)")
+    p.add_argument("--attention", choices=ATTENTION_KINDS, default=ConfigOptions().attention,
+                   help="flash: each attention core one fused kernel (FlashAttention, cuDNN), no s x s tensor kept "
+                        "or moved through memory, a causal mask halving its work; unfused: its products, softmax "
+                        "and dropout as kernels of their own (2021-22 Megatron-LM, eager PyTorch); auto (default): "
+                        "flash under the calibrated model, unfused at peak rates")
+    p.add_argument("--precision", choices=PRECISIONS, default=ConfigOptions().precision,
+                   help="bf16 (default) or fp8: the products of layers with weights at the GPU's FP8 rate, as "
+                        "Transformer Engine's recipes run them (H100, H200, B200; calibrated model); MFU is "
+                        "still reported against the BF16 dense peak, as NVIDIA's tables do")
 
 
 def _add_cluster_options(p: argparse.ArgumentParser) -> None:
@@ -241,10 +250,14 @@ def _add_cluster_options(p: argparse.ArgumentParser) -> None:
                    help=f"link bandwidth inside a node in GB/s per device, {gbps} (same as --bandwidth)")
     p.add_argument("--inter-bandwidth", type=_GBPS,
                    help=f"network bandwidth between nodes in GB/s per device, {gbps} (overrides the preset)")
-    p.add_argument("--calibrated", action="store_true",
-                   help="price compute by the roofline and links at their achievable efficiency and latency, with "
-                        f"the preset's calibration ({', '.join(CALIBRATIONS)}; pase.hardware.efficiency, each "
-                        "figure with its source); default: peak rates and nominal bandwidths (the paper's)")
+    model = p.add_mutually_exclusive_group()
+    model.add_argument("--calibrated", action="store_true",
+                       help="price compute by the roofline and links at their achievable efficiency and latency, "
+                            f"with the preset's calibration ({', '.join(CALIBRATIONS)}; pase.hardware.efficiency, "
+                            "each figure with its source); the default on the DGX presets")
+    model.add_argument("--peak-rates", action="store_true",
+                       help="the paper's model: every FLOP at the peak and every byte at the nominal bandwidth "
+                            "(the default on the paper-* presets and on hardware without a calibration)")
 
 
 def _load_model(args) -> Graph:
@@ -271,7 +284,7 @@ def _load_model(args) -> Graph:
 def _options(args) -> ConfigOptions:
     return ConfigOptions(powers_of_two=args.powers_of_two, min_shard=args.min_shard, spatial_split=args.spatial_split,
                          cost_model=args.cost_model, sync_batchnorm=args.sync_batchnorm,
-                         split_space=args.split_space)
+                         split_space=args.split_space, attention=args.attention, precision=args.precision)
 
 
 def _cluster(args) -> Cluster:
@@ -301,7 +314,8 @@ def _cluster(args) -> Cluster:
         changes["devices_per_node"] = per_node
     if len(changes) > 1:
         changes["name"] = "custom"
-    if getattr(args, "calibrated", False):
+    if getattr(args, "calibrated", False) or (calibrated_by_default(args.cluster)
+                                               and not getattr(args, "peak_rates", False)):
         if args.cluster not in CALIBRATIONS:
             raise ClusterError(f"--calibrated: preset {args.cluster!r} has no calibration; calibrated presets: "
                                f"{', '.join(CALIBRATIONS)}")

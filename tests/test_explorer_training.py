@@ -139,7 +139,7 @@ def test_the_search_shared_out_over_workers_finds_what_one_search_finds(model, d
     from ui.graphview import training_search_with_group_plan
     from ui.state import merge_training, training_shares
 
-    cluster = preset("dgx-h100" if model.startswith("llama") else "dgx-a100", devices)
+    cluster = preset("dgx-h100" if model.startswith("llama") else "dgx-a100", devices, calibrated=False)
     if memory_gb is not None:
         cluster = dataclasses.replace(cluster, memory_bytes=memory_gb * 1e9)
     one, one_plan = training_search_with_group_plan(model, (), cluster, batch)
@@ -168,7 +168,7 @@ def test_when_no_share_fits_the_error_gives_the_least_memory_of_all():
     from ui.graphview import training_search_with_group_plan
     from ui.state import merge_training, training_shares
 
-    cluster = dataclasses.replace(preset("dgx-h100", 8), memory_bytes=16e9)
+    cluster = dataclasses.replace(preset("dgx-h100", 8, calibrated=False), memory_bytes=16e9)
     with pytest.raises(InsufficientMemoryError) as whole:
         training_search_with_group_plan("llama3-8b", (), cluster, 64)
     parts = []

@@ -31,7 +31,7 @@ def run(capsys, *argv):
 
 
 def training_plan(capsys, *args, devices=16) -> dict:
-    code, out, err = run(capsys, "evaluate", "megatron-1.7b", "--devices", str(devices), "--cluster", "dgx-a100",
+    code, out, err = run(capsys, "evaluate", "megatron-1.7b", "--devices", str(devices), "--cluster", "dgx-a100", "--peak-rates",
                          "--json", *args)
     assert code == 0, err
     return json.loads(out)
@@ -139,7 +139,7 @@ def test_the_mesh_is_cut_only_where_layers_tell_devices_apart(mlp_plans):
 @pytest.fixture(scope="module")
 def transformer_plan():
     g = sample("transformer")
-    return g, pase.plan(g, pase.preset("dgx-a100", devices=16)).to_dict()
+    return g, pase.plan(g, pase.preset("dgx-a100", devices=16, calibrated=False)).to_dict()
 
 
 def test_partition_specs_name_mesh_axes_once_and_split_as_the_plan(transformer_plan):
@@ -269,7 +269,7 @@ def test_a_megatron_shaped_per_layer_plan_exports_its_global_flags():
     g = sample("transformer")
     rule = tensor_parallel_strategy(g, 4)
     strategy = {l.name: tuple(2 if d == "b" else f for d, f in zip(l.dims, rule[l.name])) for l in g}
-    data = pase.evaluate(g, pase.preset("dgx-a100", devices=8), strategy).to_dict()
+    data = pase.evaluate(g, pase.preset("dgx-a100", devices=8, calibrated=False), strategy).to_dict()
     world, m = parse_megatron(export_plan(data, "megatron"))
     assert (world, m.tensor_model_parallel_size, m.pipeline_model_parallel_size) == (8, 4, 1)
     assert (m.micro_batch_size, m.global_batch_size) == (32, 64) and not m.sequence_parallel
@@ -277,7 +277,7 @@ def test_a_megatron_shaped_per_layer_plan_exports_its_global_flags():
         export_plan(data, "torchtitan")
     rule = tensor_parallel_strategy(g, 4, sequence_parallel=True)
     strategy = {l.name: tuple(2 if d == "b" else f for d, f in zip(l.dims, rule[l.name])) for l in g}
-    data = pase.evaluate(g, pase.preset("dgx-a100", devices=8), strategy).to_dict()
+    data = pase.evaluate(g, pase.preset("dgx-a100", devices=8, calibrated=False), strategy).to_dict()
     _, m = parse_megatron(export_plan(data, "megatron"))
     assert m.sequence_parallel
     par = tomllib.loads(export_plan(data, "torchtitan"))["parallelism"]
@@ -293,7 +293,7 @@ def test_per_layer_plans_that_split_otherwise_name_the_layers():
     strategy = {l.name: tuple(2 if d == "b" else f for d, f in zip(l.dims, rule[l.name])) for l in g}
     strategy["encoder.1.ff1"] = (8, 1, 1, 1)  # data parallel, where Megatron-LM splits e
     strategy["encoder.2.ff2"] = (2, 1, 1, 4)  # a split output, where Megatron-LM splits the reduction e
-    data = pase.evaluate(g, pase.preset("dgx-a100", devices=8), strategy).to_dict()
+    data = pase.evaluate(g, pase.preset("dgx-a100", devices=8, calibrated=False), strategy).to_dict()
     for fmt in ("megatron", "torchtitan", "deepspeed"):
         with pytest.raises(NotExpressibleError) as err:
             export_plan(data, fmt)
@@ -387,7 +387,7 @@ def test_deepspeed_batch_arithmetic_holds(capsys, args):
 
 
 def test_cli_exports_what_solve_wrote(capsys, tmp_path):
-    code, out, _ = run(capsys, "solve", "megatron-1.7b", "--devices", "8", "--cluster", "dgx-a100", "--json")
+    code, out, _ = run(capsys, "solve", "megatron-1.7b", "--devices", "8", "--cluster", "dgx-a100", "--peak-rates", "--json")
     assert code == 0
     plan = tmp_path / "plan.json"
     plan.write_text(out)
@@ -424,24 +424,24 @@ def test_evaluate_re_costs_a_training_plan_on_other_hardware(capsys, tmp_path):
                       "--microbatch-size", "1")
     plan = tmp_path / "training.json"
     plan.write_text(json.dumps(d))
-    code, out, err = run(capsys, "evaluate", "megatron-1.7b", "--devices", "16", "--cluster", "dgx-a100",
+    code, out, err = run(capsys, "evaluate", "megatron-1.7b", "--devices", "16", "--cluster", "dgx-a100", "--peak-rates",
                          "--plan", str(plan), "--json")
     assert code == 0, err
     same = json.loads(out)
     # The same configuration on the same cluster: the same step, stage cuts and all.
     assert same["step_time_s"] == pytest.approx(d["step_time_s"], rel=1e-12)
     assert same["pipeline"]["stage_cuts"] == d["pipeline"]["stage_cuts"]
-    code, out, err = run(capsys, "evaluate", "megatron-1.7b", "--devices", "16", "--cluster", "dgx-h100",
+    code, out, err = run(capsys, "evaluate", "megatron-1.7b", "--devices", "16", "--cluster", "dgx-h100", "--peak-rates",
                          "--plan", str(plan), "--json")
     assert code == 0, err
     other = json.loads(out)
     keys = ("tensor_parallel", "pipeline_parallel", "data_parallel", "sequence_parallel", "recompute", "zero_stage")
     assert {k: other[k] for k in keys} == {k: d[k] for k in keys}
     assert other["cluster"] == "dgx-h100" and other["step_time_s"] < d["step_time_s"]
-    code, _, err = run(capsys, "evaluate", "megatron-1.7b", "--devices", "32", "--cluster", "dgx-a100",
+    code, _, err = run(capsys, "evaluate", "megatron-1.7b", "--devices", "32", "--cluster", "dgx-a100", "--peak-rates",
                        "--plan", str(plan))
     assert code == 2 and "training.json:" in err and "the cluster has 32" in err
-    code, _, err = run(capsys, "evaluate", "megatron-3.6b", "--devices", "16", "--cluster", "dgx-a100",
+    code, _, err = run(capsys, "evaluate", "megatron-3.6b", "--devices", "16", "--cluster", "dgx-a100", "--peak-rates",
                        "--plan", str(plan))
     assert code == 2 and "is a plan for 'megatron-1.7b'" in err
 

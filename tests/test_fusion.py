@@ -55,7 +55,7 @@ def _kernel(flops: float, nbytes: float) -> float:
 def test_a_chain_of_elementwise_layers_is_one_kernel_reading_its_inputs_and_writing_its_outputs_once():
     g = _chain_graph()
     assert fused_chains(g, _configs(g)) == [("drop", "add", "gelu")]
-    cluster = replace(preset("dgx-a100", 1), efficiency=EFF)
+    cluster = replace(preset("dgx-a100", 1, calibrated=False), efficiency=EFF)
     fused = build_cost_model(g, cluster, configs=_configs(g), fuse_elementwise=True)
     apart = build_cost_model(g, cluster, configs=_configs(g))
     e = B * N
@@ -80,8 +80,8 @@ def test_a_chain_of_elementwise_layers_is_one_kernel_reading_its_inputs_and_writ
 
 def test_fusion_leaves_the_peak_and_the_paper_models_alone():
     g = _chain_graph()
-    calibrated = replace(preset("dgx-a100", 1), efficiency=EFF)
-    for cluster, options in ((preset("dgx-a100", 1), ConfigOptions()),
+    calibrated = replace(preset("dgx-a100", 1, calibrated=False), efficiency=EFF)
+    for cluster, options in ((preset("dgx-a100", 1, calibrated=False), ConfigOptions()),
                              (calibrated, ConfigOptions(cost_model="paper"))):
         fused = build_cost_model(g, cluster, options, configs=_configs(g), fuse_elementwise=True)
         apart = build_cost_model(g, cluster, options, configs=_configs(g))
@@ -119,7 +119,7 @@ def test_sequence_parallelism_gathers_the_norm_output_again_in_the_backward_once
     # One all-gather of the norm's output (batch 2 x sequence 128 x hidden 256, fp16) over the node's 8 GPUs.
     by_hand = 7 / 8 * (2 * 128 * 256 * 2) / (300e9 * eff.intra_efficiency) + 7 * eff.intra_latency_s
     for cluster, sp, expected in ((calibrated, True, by_hand), (calibrated, False, 0.0),
-                                  (preset("dgx-a100", 8), True, 0.0)):
+                                  (preset("dgx-a100", 8, calibrated=False), True, 0.0)):
         par = Parallelism(tensor=8, global_batch=2, microbatch_size=2, sequence_parallel=sp)
         lt = layer_times(graph, cluster, tensor_parallel_strategy(graph, 8, 1, sp), par)
         at = {l.name: i for i, l in enumerate(lt.layers)}

@@ -294,7 +294,7 @@ def tiny_llama_flops(batch: int, seq: int) -> int:
 
 
 def test_cli_solve_plans_a_config_in_3d_by_default_and_per_layer_on_request(capsys):
-    code, out, _ = run(capsys, "solve", TINY_LLAMA, "-p", "8", "--seq", "32", "--cluster", "dgx-h100", "--json")
+    code, out, _ = run(capsys, "solve", TINY_LLAMA, "-p", "8", "--seq", "32", "--cluster", "dgx-h100", "--peak-rates", "--json")
     assert code == 0
     plan = json.loads(out)
     sizes = ("tensor_parallel", "pipeline_parallel", "data_parallel", "context_parallel")
@@ -311,7 +311,7 @@ def test_cli_solve_plans_a_config_in_3d_by_default_and_per_layer_on_request(caps
 
 def test_cli_evaluate_costs_a_3d_configuration_of_a_config(capsys):
     code, out, _ = run(capsys, "evaluate", TINY_LLAMA, "-p", "8", "--tp", "2", "--pp", "2", "--seq", "32",
-                       "--global-batch", "64", "--cluster", "dgx-h100", "--json")
+                       "--global-batch", "64", "--cluster", "dgx-h100", "--peak-rates", "--json")
     assert code == 0
     plan = json.loads(out)
     assert (plan["tensor_parallel"], plan["pipeline_parallel"], plan["data_parallel"]) == (2, 2, 2)
@@ -356,7 +356,7 @@ def test_cli_plans_a_mixtral_config_with_expert_parallelism_per_layer(capsys, tm
     path.write_text(json.dumps(TINY_MIXTRAL))
     # --search auto (the default) plans a mixture of experts per layer, where the experts are split.
     code, out, _ = run(capsys, "solve", path, "-p", "4", "--batch", "8", "--seq", "64",
-                       "--cluster", "dgx-h100", "--json")
+                       "--cluster", "dgx-h100", "--peak-rates", "--json")
     assert code == 0
     layers = {layer["name"]: layer for layer in json.loads(out)["layers"]}
     experts = layers["layers.0.moe.experts"]

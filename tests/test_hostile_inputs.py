@@ -183,7 +183,7 @@ def test_every_preset_is_plausible_and_mesh_axes_are_held_to_the_same_bounds():
 
 
 @pytest.mark.parametrize("argv", [
-    ["solve", "alexnet", "-p", "4", "--cluster", "dgx-a100", "--json"],
+    ["solve", "alexnet", "-p", "4", "--cluster", "dgx-a100", "--peak-rates", "--json"],
     ["solve", "alexnet", "-p", "4", "--memory-gb", "0.5", "--json"],
     ["evaluate", "alexnet", "-p", "4", "--plan", "PLAN", "--json"],
     ["sweep", "alexnet", "-p", "2", "4", "--json"],
@@ -201,11 +201,11 @@ def test_every_json_output_is_strict_json(capsys, tmp_path, argv):
 
 
 def test_memory_gb_0_means_no_limit(capsys):
-    code, out, _ = run(capsys, "solve", "alexnet", "-p", "4", "--cluster", "dgx-a100", "--memory-gb", "0", "--json")
+    code, out, _ = run(capsys, "solve", "alexnet", "-p", "4", "--cluster", "dgx-a100", "--peak-rates", "--memory-gb", "0", "--json")
     assert code == 0
     d = strict_json(out)
     assert d["cluster"]["memory_bytes"] is None and d["memory_capacity_bytes"] is None and d["fits_memory"] is None
-    limited = strict_json(run(capsys, "solve", "alexnet", "-p", "4", "--cluster", "dgx-a100", "--json")[1])
+    limited = strict_json(run(capsys, "solve", "alexnet", "-p", "4", "--cluster", "dgx-a100", "--peak-rates", "--json")[1])
     assert limited["cluster"]["memory_bytes"] == 80e9  # the preset's memory when not overridden
     code, out, _ = run(capsys, "solve", "--help")
     assert code == 0 and "0: no limit" in " ".join(out.split())

@@ -94,7 +94,7 @@ def test_reshapes_take_no_time():
 
 
 def test_calibrated_links_run_at_their_efficiency_with_a_latency_per_step():
-    c = replace(preset("dgx-a100", 16), efficiency=EFF)
+    c = replace(preset("dgx-a100", 16, calibrated=False), efficiency=EFF)
     node, gpu = c.mesh.axes
     assert (gpu.efficiency, gpu.latency_s, node.efficiency, node.latency_s) == (0.5, 2e-6, 0.8, 8e-6)
     # Ring all-reduce over the 8 GPUs of a node: 2 (k - 1)/k bytes at 300 GB/s x 0.5, 2 (k - 1) steps.
@@ -104,7 +104,7 @@ def test_calibrated_links_run_at_their_efficiency_with_a_latency_per_step():
 
 def test_the_paper_model_ignores_the_calibration():
     g = sample("gpt", batch=4, layers=2, d_model=64, heads=4, seq=32, vocab=256)
-    plain, calibrated = preset("dgx-a100", 8), preset("dgx-a100", 8, calibrated=True)
+    plain, calibrated = preset("dgx-a100", 8, calibrated=False), preset("dgx-a100", 8, calibrated=True)
     options = PlanOptions(configs=ConfigOptions(cost_model="paper"))
     assert plan(g, plain, options).step_time_s == pytest.approx(plan(g, calibrated, options).step_time_s)
 
@@ -113,7 +113,7 @@ def test_calibration_slows_compute_down_and_the_search_still_finds_the_optimum_o
     g = Graph("mlp")
     g.add_layer(L.fully_connected("fc1", b=256, n=1024, c=1024))
     g.add_layer(L.fully_connected("fc2", b=256, n=1024, c=1024), ["fc1"])
-    plain, calibrated = preset("dgx-a100", 4), preset("dgx-a100", 4, calibrated=True)
+    plain, calibrated = preset("dgx-a100", 4, calibrated=False), preset("dgx-a100", 4, calibrated=True)
     fast, slow = plan(g, plain), plan(g, calibrated)
     assert slow.step_time_s > fast.step_time_s
     # Brute force over every pair of configurations under the calibrated model.
@@ -148,5 +148,5 @@ def test_a_calibrated_step_ends_with_the_memory_bound_optimizer_update():
         # Adam in mixed precision: 28 bytes a parameter at the calibrated memory bandwidth, over the ZeRO shard.
         assert stage.optimizer_s == pytest.approx(params / shard * 28 / cluster.efficiency.memory_Bps)
         assert got.step_time_s == pytest.approx(got.schedule.step_time_s + stage.optimizer_s)
-    plain = evaluate_training(build, preset("dgx-a100", 2), Parallelism(data=2, global_batch=4))
+    plain = evaluate_training(build, preset("dgx-a100", 2, calibrated=False), Parallelism(data=2, global_batch=4))
     assert plain.stages[0].optimizer_s == 0 and plain.step_time_s == plain.schedule.step_time_s

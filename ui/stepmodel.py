@@ -22,7 +22,7 @@ from dataclasses import replace
 
 import streamlit as st
 
-from pase.hardware.cluster import CALIBRATIONS, Cluster
+from pase.hardware.cluster import CALIBRATIONS, Cluster, calibrated_by_default
 from pase.hardware.efficiency import A100_FITTED, Efficiency
 from ui.fmt import md
 
@@ -44,9 +44,7 @@ HELP = ("Calibrated: compute priced by the roofline (matrix products at a fracti
 def default_model(preset_name: str | None) -> str:
     """The model a preset opens with: :data:`CALIBRATED` where it has a calibration, except on the paper's
     presets (``paper-*``: the paper's model for the paper's hardware), else :data:`PEAK`."""
-    if preset_name in CALIBRATIONS and not str(preset_name).startswith("paper"):
-        return CALIBRATED
-    return PEAK
+    return CALIBRATED if calibrated_by_default(preset_name) else PEAK
 
 
 def with_model(cluster: Cluster, model: str, calibration_of: str | None) -> Cluster:

@@ -32,7 +32,7 @@ from pase.limits import (
     MIN_PEAK_FLOPS,
 )
 
-__all__ = ["Cluster", "PRESETS", "CALIBRATIONS", "preset"]
+__all__ = ["Cluster", "PRESETS", "CALIBRATIONS", "preset", "calibrated_by_default"]
 
 
 def _check_count(field: str, value: object) -> None:
@@ -292,11 +292,20 @@ CALIBRATIONS: dict[str, Efficiency] = {
 }
 
 
-def preset(name: str, devices: int | None = None, *, calibrated: bool = False) -> Cluster:
+def calibrated_by_default(name: str | None) -> bool:
+    """Whether preset ``name`` is priced by its calibration unless asked otherwise: today's presets that have
+    one (the DGX A100, H100, H200 and B200); the paper's presets (``paper-*``) keep the paper's peak-rate model
+    for the paper's results, as does hardware without a calibration."""
+    return name in CALIBRATIONS and not str(name).startswith("paper")
+
+
+def preset(name: str, devices: int | None = None, *, calibrated: bool | None = None) -> Cluster:
     """The preset cluster ``name``, optionally with another device count.
 
     ``calibrated`` attaches what its kernels and links achieve
     (:data:`CALIBRATIONS`); ``paper-model`` and ``dgx1-v100`` have none.
+    ``None`` (the default): :func:`calibrated_by_default`; ``False``: the
+    paper's peak rates and nominal bandwidths.
 
     Raises
     ------
@@ -307,6 +316,8 @@ def preset(name: str, devices: int | None = None, *, calibrated: bool = False) -
         cluster = PRESETS[name]
     except KeyError:
         raise ClusterError(f"unknown cluster preset {name!r}; choose one of {', '.join(PRESETS)}") from None
+    if calibrated is None:
+        calibrated = calibrated_by_default(name)
     if calibrated:
         if name not in CALIBRATIONS:
             raise ClusterError(f"preset {name!r} has no calibration; calibrated presets: {', '.join(CALIBRATIONS)}")
