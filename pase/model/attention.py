@@ -26,6 +26,10 @@ measured per kernel as a function of the FLOPs it does), bounded below by its
 bytes (``q``, ``k``, ``v``, the output, read and written once forward, twice
 backward) at the memory bandwidth.
 
+A fused kernel runs head widths that are multiples of 8 up to 256
+(:func:`flash_units`); where flash is the default, a core it cannot run stays
+unfused.
+
 Which kind of attention a cost model prices is :attr:`ConfigOptions.attention
 <pase.ir.configs.ConfigOptions.attention>`: the calibrated model takes flash
 by default, the paper's peak-rate model unfused.
@@ -37,32 +41,34 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pase.errors import ConfigurationError
 from pase.hardware.efficiency import Efficiency, curve_fraction
 from pase.ir.graph import Graph, Layer
 from pase.ops import OPS
 
-__all__ = ["ATTENTION", "LSE_BYTES", "FLASH_BACKWARD_RATIO", "AttentionUnit", "attention_core", "attention_units",
-           "computed_fraction", "flash_flops", "flash_times_s", "lse_bytes", "masked_model_flops"]
+__all__ = ["LSE_BYTES", "MAX_FLASH_HEAD_DIM", "FLASH_BACKWARD_RATIO", "AttentionUnit", "attention_core",
+           "attention_units", "flash_units", "computed_fraction", "flash_flops", "flash_times_s", "lse_bytes",
+           "masked_model_flops"]
 
-ATTENTION = ("flash", "unfused")
 # The log-sum-exp a fused kernel keeps per query row for its backward: fp32.
 LSE_BYTES = 4
+# The widest head FlashAttention 2 and 3 take (their kernels are built for widths up to 256).
+MAX_FLASH_HEAD_DIM = 256
 # A fused backward's FLOPs over its forward's: five products against two (FlashAttention-2, section 3.1).
 FLASH_BACKWARD_RATIO = 2.5
 
 
 def attention_core(graph: Graph) -> frozenset[str]:
-    """Layers of the attention core: products of two activations whose output outgrows both, and the
-    non-contraction layers fed only by the core (the softmax and dropout before the context product)."""
+    """Layers of the attention core: each product of two activations (no weights) that a softmax reads (the
+    scores), that softmax, and the non-contraction layers fed only by the core (a dropout before the context
+    product)."""
     core: set[str] = set()
     for layer in graph.layers:
-        feeds = [e.src for e in graph.in_edges(layer.name)]
-        spec = OPS[layer.op]
-        if spec.contraction:
-            out = max(t.size for t in layer.outputs)
-            if not layer.weights and len(layer.inputs) >= 2 and all(out > t.size for t in layer.inputs):
-                core.add(layer.name)
-        elif feeds and all(src in core for src in feeds):
+        feeds = [graph.layer(e.src) for e in graph.in_edges(layer.name)]
+        if layer.op == "Softmax" and len(feeds) == 1 and OPS[feeds[0].op].contraction and not feeds[0].weights \
+                and len(feeds[0].inputs) >= 2:
+            core.update((feeds[0].name, layer.name))
+        elif feeds and not OPS[layer.op].contraction and all(f.name in core for f in feeds):
             core.add(layer.name)
     return frozenset(core)
 
@@ -119,6 +125,25 @@ def _units(graph: Graph) -> tuple[AttentionUnit, ...]:
     return tuple(units)
 
 
+def flash_units(graph: Graph, explicit: bool) -> tuple[AttentionUnit, ...]:
+    """The units of ``graph`` a fused kernel can run: FlashAttention 2 and 3 take head widths that are
+    multiples of 8 up to :data:`MAX_FLASH_HEAD_DIM`. ``explicit`` (flash asked for by name): a unit it cannot
+    run is refused; else (``"auto"``) it runs unfused.
+
+    Raises ``ConfigurationError`` naming the layer and the fix.
+    """
+    units = []
+    for unit in attention_units(graph):
+        width = graph.layer(unit.scores).sizes[_head_width(graph.layer(unit.scores))]
+        if width <= MAX_FLASH_HEAD_DIM and width % 8 == 0:
+            units.append(unit)
+        elif explicit:
+            raise ConfigurationError(
+                f"flash attention runs head widths that are multiples of 8 up to {MAX_FLASH_HEAD_DIM}, and "
+                f"{unit.scores} has {width}; use --attention unfused (ConfigOptions(attention='unfused'))")
+    return tuple(units)
+
+
 def computed_fraction(queries: int, keys: int, mask: str = "none", window: int = 0) -> float:
     """Fraction of the ``queries x keys`` score pairs a fused kernel computes under ``mask`` and ``window``.
 
@@ -151,12 +176,12 @@ def flash_flops(graph: Graph, unit: AttentionUnit, configs: np.ndarray) -> tuple
     return forward, FLASH_BACKWARD_RATIO * forward
 
 
-def masked_model_flops(graph: Graph) -> float:
-    """Training FLOPs of ``graph``'s attention products that a fused kernel skips (the masked pairs): per unit,
-    the score and context products' forward and their two input gradients each, times the share of pairs the
-    mask hides. The model FLOPs of flash attention are the graph's less these."""
+def masked_model_flops(graph: Graph, units: tuple[AttentionUnit, ...]) -> float:
+    """Training FLOPs of the attention products of ``units`` (of ``graph``) that a fused kernel skips (the
+    masked pairs): per unit, the score and context products' forward and their two input gradients each, times
+    the share of pairs the mask hides. The model FLOPs of flash attention are the graph's less these."""
     total = 0.0
-    for unit in attention_units(graph):
+    for unit in units:
         scores = graph.layer(unit.scores)
         one = float(OPS[scores.op].flops(scores, np.asarray([scores.sizes], dtype=float)).forward[0])
         total += 2 * 3 * one * (1.0 - _fraction(unit, graph))

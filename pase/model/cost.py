@@ -60,7 +60,7 @@ from pase.model.layout import (
     Placement, axis_factors, describe, paper_held, paper_placement, place, redistribute_s, tensor_layout,
 )
 from pase.ops import OPS, Collective, CollectiveOptions, collectives, partial_collectives, training_flops
-from pase.model.attention import attention_units, flash_flops, flash_times_s
+from pase.model.attention import flash_flops, flash_times_s, flash_units
 from pase.model.roofline import fused_chains, fused_times_s, layer_times_s
 from pase.search.costgraph import CostGraph
 from pase.search.exact import default_memory_budget_bytes
@@ -391,6 +391,11 @@ def build_cost_model(
     redistribution per reader, since which readers agree depends on their
     choices.
 
+    Under flash attention (:func:`attention_kind`) each attention core is
+    one kernel (:mod:`pase.model.attention`): its time on the score product,
+    none on its other layers, and, for a costed strategy, nothing on the
+    edges inside it.
+
     ``fuse_elementwise`` (likewise for a costed strategy; on a calibrated
     cluster, not under the paper's model): each chain of element-wise layers
     of one configuration each, the same, runs as one kernel
@@ -507,15 +512,19 @@ def build_cost_model(
         seconds = {name: m[3][0] + m[3][1] for name, m in mine.items()}
         if fuse_elementwise:
             _fuse_chains(graph, cluster, configs, needs_gradient, forward, seconds)
+    tables = (_shared_reads(edges, keys, configs, edge_table) if shared_reads else
+              [(e, edge_table(e, key)) for e, key in zip(edges, keys, strict=True)])
     if attention_kind(options, cluster) == "flash":
-        _fuse_attention(graph, cluster, configs, forward, seconds, paper)
+        units = flash_units(graph, explicit=options.attention == "flash")
+        _fuse_attention(graph, units, cluster, configs, forward, seconds, paper)
+        if shared_reads:
+            tables = _inside_attention_free(units, configs, tables)
     return CostModel(
         graph=graph, cluster=cluster, options=options, layers=layers, configs=configs, placements=placements,
         compute_flops=flops, forward_flops=forward_flops, compute_s=seconds, forward_compute_s=forward,
         comm_s={name: both[0] for name, both in comm.items()},
         gradient_comm_s={name: both[1] for name, both in comm.items()},
-        edge_tables=_shared_reads(edges, keys, configs, edge_table) if shared_reads else
-        [(e, edge_table(e, key)) for e, key in zip(edges, keys, strict=True)],
+        edge_tables=tables,
     )
 
 
@@ -539,14 +548,14 @@ def _fuse_chains(graph: Graph, cluster: Cluster, configs: Mapping[str, np.ndarra
         forward[chain[-1]], seconds[chain[-1]] = f, f + b
 
 
-def _fuse_attention(graph: Graph, cluster: Cluster, configs: Mapping[str, np.ndarray], forward: dict, seconds: dict,
-                    paper: bool) -> None:
-    """Set the compute seconds of every attention core's layers in ``forward`` and ``seconds`` (layer name ->
-    ``(K,)``) as one fused (flash) kernel (:mod:`pase.model.attention`): the kernel's time on the score
-    product, under each of its configurations, nothing on the core's other layers. At peak rates (no
-    calibration, or the paper's model) the kernel's FLOPs at the peak."""
+def _fuse_attention(graph: Graph, units, cluster: Cluster, configs: Mapping[str, np.ndarray], forward: dict,
+                    seconds: dict, paper: bool) -> None:
+    """Set the compute seconds of the layers of ``units`` (the attention cores that run fused) in ``forward``
+    and ``seconds`` (layer name -> ``(K,)``) as one fused (flash) kernel each (:mod:`pase.model.attention`):
+    the kernel's time on the score product, under each of its configurations, nothing on the core's other
+    layers. At peak rates (no calibration, or the paper's model) the kernel's FLOPs at the peak."""
     timed: dict = {}  # repeated blocks repeat their units: price each kind once
-    for unit in attention_units(graph):
+    for unit in units:
         rows = configs[unit.scores]
         key = (graph.kind(unit.scores), rows.shape, rows.tobytes(), unit.mask, unit.window)
         if key not in timed:
@@ -560,6 +569,16 @@ def _fuse_attention(graph: Graph, cluster: Cluster, configs: Mapping[str, np.nda
             zeros = np.zeros(len(configs[name]))
             forward[name], seconds[name] = zeros, zeros
         forward[unit.scores], seconds[unit.scores] = timed[key]
+
+
+def _inside_attention_free(units, configs: Mapping[str, np.ndarray], tables: list) -> list:
+    """Edge tables with the edges inside each fused attention kernel (between two layers of one
+    :class:`~pase.model.attention.AttentionUnit`, one configuration each) costing nothing: the kernel keeps
+    its blocks on chip, whatever layouts its layers' splits name for them. The search (several configurations
+    per layer) keeps their redistributions, so that its score and context products agree."""
+    unit_of = {name: i for i, unit in enumerate(units) for name in unit.members}
+    return [(e, np.zeros_like(table) if e.src in unit_of and unit_of[e.src] == unit_of.get(e.dst)
+             and len(configs[e.src]) == 1 and len(configs[e.dst]) == 1 else table) for e, table in tables]
 
 
 def _shared_reads(edges: list[Edge], keys: list[tuple], configs: Mapping[str, np.ndarray], edge_table) -> list:

@@ -61,7 +61,15 @@ Memory per device of a stage (the peak at the start of the first backward):
   :class:`~pase.model.memory.MemoryOptions` (mixed-precision Adam: 2 + 2 + 12
   bytes per parameter), the optimizer state sharded over the ``d`` replicas
   under ZeRO 1, the gradients too under 2, the weights too under 3
-  (Rajbhandari et al.: ``4 + 12/d``, ``2 + 14/d``, ``16/d``);
+  (Rajbhandari et al.: ``4 + 12/d``, ``2 + 14/d``, ``16/d``); the optimizer
+  state and gradients over the ``c`` context-parallel ranks as well, which
+  hold the same weights (Megatron-Core's distributed optimizer shards over
+  its data-parallel group with context parallelism); training in FP8, the
+  FP8 copy of each FP8 product's weight (``FP8_COPY_BYTES_PER_PARAMETER``);
+* attention as :mod:`pase.model.attention` runs it: under flash attention
+  no ``s x k`` tensor is kept, only each kernel's inputs and output and its
+  log-sum-exp; training in FP8, a product keeps its activation input as the
+  FP8 copy it multiplied (one byte an element);
 * activations: what each layer keeps for backward on the group
   (:func:`pase.model.memory.activation_bytes`) times the microbatches the
   schedule holds on that device (:func:`pase.model.pipeline.in_flight`).
@@ -95,7 +103,7 @@ from pase.hardware.cluster import Cluster
 from pase.hardware.mesh import DeviceMesh
 from pase.ir.configs import ConfigOptions
 from pase.ir.graph import Graph, Layer
-from pase.model.attention import attention_core, attention_units, lse_bytes, masked_model_flops
+from pase.model.attention import attention_core, flash_units, lse_bytes, masked_model_flops
 from pase.model.cost import attention_kind, build_cost_model
 from pase.model.memory import MemoryOptions, activation_bytes, buffer_elements
 from pase.model.pipeline import SCHEDULES, ScheduleResult, in_flight, simulate
@@ -111,9 +119,9 @@ RECOMPUTE = ("none", "selective", "full")
 # Mixed-precision Adam's update touches, per parameter: fp32 master, first and second moments read and
 # written (24 bytes), the fp16 gradient read and the fp16 weight written (4).
 OPTIMIZER_BYTES_PER_PARAMETER = 28
-# Training in FP8, Transformer Engine keeps each FP8 product's weight as an FP8 copy and its transpose (Hopper's
-# FP8 products take only one operand layout), besides the BF16 weight.
-FP8_COPY_BYTES_PER_PARAMETER = 2
+# Training in FP8, Transformer Engine keeps each FP8 product's weight as an FP8 copy across a step's microbatches,
+# besides the BF16 weight (the transposes its backward needs are made in the backward, transiently).
+FP8_COPY_BYTES_PER_PARAMETER = 1
 
 GraphSource = Callable[[int], Graph] | Graph
 
@@ -615,7 +623,7 @@ def layer_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
     bpe = group.bytes_per_element
     buffers = alike(lambda l: float(buffer_elements(l, configs[l.name])[0]) * bpe)
     flash = attention_kind(options, group) == "flash"
-    units = attention_units(graph) if flash else ()
+    units = flash_units(graph, explicit=options.attention == "flash") if flash else ()
     fused = frozenset().union(*(u.members for u in units))
     narrow = frozenset(l.name for l in layers if l.weights and l.op in MATRIX_OPS) \
         if options.precision == "fp8" else frozenset()
@@ -822,7 +830,9 @@ def _model_flops(graph: Graph, options: ConfigOptions, cluster: Cluster) -> floa
 
     def compute() -> float:
         flops = model_flops(graph, options.cost_model)
-        return flops - masked_model_flops(graph) if kind == "flash" else flops
+        if kind != "flash":
+            return flops
+        return flops - masked_model_flops(graph, flash_units(graph, explicit=options.attention == "flash"))
     return graph.derived(("model flops", options.cost_model, kind), compute)
 
 
@@ -1093,8 +1103,11 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
         return None
     held = in_flight(par.schedule, S, m, v)
     per_param = memory.bytes_per_parameter(bpe)
-    shard = {"weights": d if par.zero >= 3 else 1, "gradients": d if par.zero >= 2 else 1,
-             "optimizer": d if par.zero >= 1 else 1}
+    # Context-parallel ranks hold the same weights: the distributed optimizer shards its state and gradients
+    # over them too (Megatron-Core's data-parallel group with context parallelism).
+    replicas = d * par.context
+    shard = {"weights": d if par.zero >= 3 else 1, "gradients": replicas if par.zero >= 2 else 1,
+             "optimizer": replicas if par.zero >= 1 else 1}
     acts = placed["activations"] * np.array(held)
     transient = placed["transient"] + (placed["gathered"] if zero3 is not None else 0.0)
     chunk_dev = np.arange(Q) % S

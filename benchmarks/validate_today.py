@@ -1,0 +1,154 @@
+"""Today's published runs against the model: section 3 of published-measurements.md, predicted, never fitted.
+
+Every dense row of sections 3a (NeMo 24.07, DGX H100) and 3b (Megatron-Bridge 25.09, DGX H100 and
+B200) but Nemotron-8B and -22B (the table gives no architecture for them), evaluated with ``pase
+evaluate``'s model (``pase.model.training.evaluate_training``) on the preset's calibration as it
+stands: no figure of it was fitted to these step times (BENCHMARKS.md, "Today's runs against the
+model", says where each comes from). A row's measured step is GBS x sequence / (tokens/s/GPU x GPUs).
+
+How the rows ran, from the tables' own notes (published-measurements.md, section 3): Megatron-Core
+with Transformer Engine; FP8 products (3a says so; 3b's recipes are FP8 with current scaling in the
+next release, and their model TFLOP/s exceed the BF16 peak's reach); FlashAttention (cuDNN fused
+attention); the distributed optimizer (ZeRO-1; FSDP rows ZeRO-3 over their data-parallel ranks);
+the gradient reduce-scatter and parameter all-gather overlapped; tensor-parallel communication
+overlapped, with sequence parallelism wherever tensor parallelism is (Megatron-Core requires it for
+its overlap); the interleaved schedule where VP > 1; no activation recomputation (none is listed).
+Stage cuts: pase's time-balanced cuts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import time
+from dataclasses import dataclass
+
+from _report import machine, publish
+
+from pase.errors import PaseError
+from pase.hardware.cluster import preset
+from pase.ir.configs import ConfigOptions
+from pase.model.training import Parallelism, TrainingPlan, evaluate_training
+from pase.models import SAMPLES, batch_builder
+
+SECTION = "## Today's runs against the model (section 3, out of sample)"
+# The issue's goals: mean and largest absolute error of the predicted step times.
+GOALS = (0.10, 0.20)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One published run: where it is from, the sample, the cluster and its configuration, its tokens/s/GPU."""
+
+    source: str
+    label: str
+    sample: str
+    cluster: str
+    gpus: int
+    gbs: int
+    mbs: int
+    seq: int
+    tp: int
+    pp: int
+    cp: int
+    vp: int
+    fsdp: int
+    tokens_per_gpu_s: float
+
+    @property
+    def measured_step_s(self) -> float:
+        """The step the throughput implies: GBS x sequence / (tokens/s/GPU x GPUs)."""
+        return self.gbs * self.seq / (self.tokens_per_gpu_s * self.gpus)
+
+
+_3A, _3B = "3a NeMo 24.07", "3b Megatron-Bridge 25.09"
+ROWS = (
+    Row(_3A, "GPT3-5B", "gpt3-5b", "dgx-h100", 64, 2048, 4, 2048, 1, 1, 1, 1, 0, 22521),
+    Row(_3A, "GPT3-20B", "gpt3-20b", "dgx-h100", 64, 256, 2, 2048, 2, 1, 1, 1, 0, 5851),
+    Row(_3A, "GPT3-175B (128)", "gpt3-175b", "dgx-h100", 128, 256, 1, 2048, 4, 8, 1, 6, 0, 726),
+    Row(_3A, "GPT3-175B (512)", "gpt3-175b", "dgx-h100", 512, 2048, 2, 2048, 4, 8, 1, 6, 0, 782),
+    Row(_3A, "Llama 2 7B", "llama2-7b", "dgx-h100", 8, 128, 1, 4096, 1, 1, 1, 1, 0, 16847),
+    Row(_3A, "Llama 2 13B", "llama2-13b", "dgx-h100", 16, 128, 1, 4096, 1, 4, 1, 10, 0, 8646),
+    Row(_3A, "Llama 2 70B", "llama2-70b", "dgx-h100", 64, 128, 1, 4096, 4, 4, 1, 20, 0, 1707),
+    Row(_3A, "Nemotron-340B", "nemotron4-340b", "dgx-h100", 128, 32, 1, 4096, 8, 8, 1, 12, 0, 322),
+    Row(_3A, "Llama 3 8B", "llama3-8b", "dgx-h100", 8, 128, 1, 8192, 1, 1, 2, 1, 0, 12036),
+    Row(_3A, "Llama 3 70B", "llama3-70b", "dgx-h100", 64, 128, 1, 8192, 4, 4, 2, 5, 0, 1533),
+    Row(_3B, "Llama 3 8B (FSDP)", "llama3-8b", "dgx-h100", 8, 128, 1, 8192, 1, 1, 1, 1, 8, 14079),
+    Row(_3B, "Llama 3 70B", "llama3-70b", "dgx-h100", 64, 128, 1, 8192, 4, 8, 1, 5, 0, 1619),
+    Row(_3B, "Llama 3.1 405B", "llama3-405b", "dgx-h100", 1024, 512, 1, 8192, 8, 8, 2, 8, 0, 302),
+    Row(_3B, "Llama 3 8B (B200)", "llama3-8b", "dgx-b200", 8, 128, 2, 8192, 1, 1, 1, 1, 0, 29994),
+    Row(_3B, "Llama 3.1 405B (B200)", "llama3-405b", "dgx-b200", 128, 64, 1, 8192, 4, 8, 2, 8, 0, 664),
+)
+
+
+def parallelism(row: Row) -> Parallelism:
+    """The row's configuration as pase models it (the module docstring)."""
+    dp = row.gpus // (row.tp * row.pp * row.cp)
+    return Parallelism(tensor=row.tp, pipeline=row.pp, context=row.cp, data=dp, virtual_stages=row.vp,
+                       microbatch_size=row.mbs, global_batch=row.gbs, sequence_parallel=row.tp > 1,
+                       zero=3 if row.fsdp else 1, overlap=True, tp_overlap=row.tp > 1)
+
+
+def predict(row: Row, precision: str = "fp8") -> TrainingPlan:
+    """The model's plan of ``row`` on its preset's calibration (flash attention, ``precision`` products).
+
+    Raises ``PaseError`` when the row cannot be evaluated (a sample pase does not have, a split it refuses).
+    """
+    if row.sample not in SAMPLES:
+        raise PaseError(f"no sample {row.sample!r}")
+    cluster = preset(row.cluster, row.gpus, calibrated=True)
+    return evaluate_training(batch_builder(row.sample, seq=row.seq), cluster, parallelism(row),
+                             options=ConfigOptions(attention="flash", precision=precision))
+
+
+def run() -> tuple[str, str, float]:
+    """The per-row table, the summary lines and the seconds it took."""
+    start = time.perf_counter()
+    lines = ["| source | run | GPUs | TP PP CP VP | measured step (s) | model step (s) | error | memory per GPU "
+             "(GB of) | model TFLOP/s per GPU |", "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+    errors, missing = [], []
+    for row in ROWS:
+        try:
+            plan = predict(row)
+        except PaseError as exc:
+            missing.append(f"{row.label} ({exc})")
+            continue
+        error = plan.step_time_s / row.measured_step_s - 1
+        errors.append(error)
+        cap = plan.memory_capacity_bytes or 0.0
+        lines.append(
+            f"| {row.source} | {row.label} | {row.gpus:,} | {row.tp} {row.pp} {row.cp} {row.vp} | "
+            f"{row.measured_step_s:.3f} | {plan.step_time_s:.3f} | {error * 100:+.1f}% | "
+            f"{plan.memory_per_device_bytes / 1e9:.1f} ({cap / 1e9:.0f}){'' if plan.fits_memory else ' over'} | "
+            f"{plan.model_flops_per_device_per_s / 1e12:.0f} |")
+    absolute = [abs(e) for e in errors]
+    summary = [f"* {len(errors)} rows: mean absolute error {sum(absolute) / max(len(absolute), 1) * 100:.1f}%, "
+               f"largest {max(absolute, default=0.0) * 100:.1f}% (goals {GOALS[0] * 100:.0f}% and "
+               f"{GOALS[1] * 100:.0f}%); {sum(e > 0 for e in errors)} slow, {sum(e < 0 for e in errors)} fast."]
+    if missing:
+        summary.append(f"* Not evaluated: {'; '.join(missing)}.")
+    return "\n".join(lines), "\n".join(summary), time.perf_counter() - start
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-write", action="store_true", help="print the section instead of writing BENCHMARKS.md")
+    args = parser.parse_args()
+    table, summary, elapsed = run()
+    text = "\n".join([
+        SECTION, "",
+        f"`python benchmarks/validate_today.py` on {datetime.date.today().isoformat()} ({elapsed:.0f} s); "
+        f"{machine()}.", "",
+        "Every dense row of section 3 of `../shared/design/published-measurements.md` but Nemotron-8B and -22B "
+        "(no architecture given), predicted by `pase evaluate`'s model on each preset's calibration, flash "
+        "attention and FP8 products (how the rows ran and what is assumed: the script's docstring). No figure of "
+        "the calibrations was fitted to these rows: they are out of sample. The model TFLOP/s column counts "
+        "FLOPs as NVIDIA's tables do (a causal attention kernel's half of the square).", "",
+        summary, "", table, "",
+    ])
+    publish(text, args.no_write)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
