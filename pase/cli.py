@@ -701,6 +701,18 @@ def _print_training(result) -> None:
         fits = "fits" if d["fits_memory"] else "does NOT fit"
         print(f"memory per device {d['memory_per_device_bytes'] / 1e9:.2f} GB of "
               f"{d['memory_capacity_bytes'] / 1e9:.2f} GB: {fits}")
+    print(_memory_breakdown(max(result.stages, key=lambda s: s.memory_bytes)))
+    model = d["step_time_model"]
+    print(f"step-time model: {model['model']} ({model['calibration']}); attention {model['attention']}, "
+          f"precision {model['precision']}; {model['mfu_counting']}")
+
+
+def _memory_breakdown(stage) -> str:
+    """The largest stage's memory per device by what holds it, one line."""
+    parts = [("weights", stage.weights_bytes), ("gradients", stage.gradient_bytes),
+             ("optimizer state", stage.optimizer_bytes), ("FP8 weight copies", stage.fp8_bytes),
+             ("activations", stage.activation_bytes), ("communication buffers and reserve", stage.transient_bytes)]
+    return f"  stage {stage.index}: " + ", ".join(f"{name} {value / 1e9:.2f} GB" for name, value in parts if value)
 
 
 def _strategy(args) -> tuple[dict[str, tuple[int, ...]], str]:

@@ -434,6 +434,25 @@ class TrainingPlan:
     tokens_per_sample: int | None = None
     label: str = ""
     chosen: tuple[str, ...] = field(default=())
+    attention: str = "unfused"
+    precision: str = "bf16"
+
+    def step_time_model(self) -> dict:
+        """Which step-time model priced the plan, in words: ``model`` (calibrated, or the paper's peak rates),
+        ``calibration`` (where the figures come from), ``attention``, ``precision`` and how model FLOPs and MFU
+        count."""
+        e = self.cluster.efficiency
+        flops = ("model FLOPs count a causal attention kernel's half of the square (as NVIDIA's model TFLOP/s)"
+                 if self.attention == "flash" else "model FLOPs count every attention score pair (Megatron-LM's "
+                 "formula)")
+        return {
+            "model": "peak rates (the paper's)" if e is None else "calibrated",
+            "calibration": "none: every FLOP at the peak, every byte at the nominal bandwidth" if e is None
+            else e.sources.get("matmul_curve", "a calibration without sources"),
+            "attention": self.attention, "precision": self.precision,
+            "mfu_counting": f"{flops}; MFU against the BF16 dense peak of "
+                            f"{self.cluster.peak_flops / 1e12:,.0f} TFLOP/s whatever the precision",
+        }
 
     @property
     def memory_per_device_bytes(self) -> float:
@@ -500,6 +519,7 @@ class TrainingPlan:
                 "stages_detail": [s.to_dict() for s in self.stages],
             },
             "chosen_by_search": list(self.chosen),
+            "step_time_model": self.step_time_model(),
         }
 
 
@@ -538,6 +558,8 @@ class LayerTimes:
     block_transient: Mapping[str, float]
     block_of: Mapping[str, str]
     model_flops: float
+    attention: str = "unfused"  # how the attention cores ran ("flash" or "unfused")
+    precision: str = "bf16"
     memo: dict = field(default_factory=dict, compare=False)  # what assemble derived, by what it depends on
 
 
@@ -658,7 +680,7 @@ def layer_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
             params=params, fp8_params=fp8_params, activations=np.array([float(acts[l.name][0]) for l in layers]),
             buffers=buffers,
             recompute_flops=recompute_flops, block_transient=transient, block_of=block_of,
-            model_flops=flops)
+            model_flops=flops, attention="flash" if units else "unfused", precision=options.precision)
     return out[par.recompute] if recompute is None else out
 
 
@@ -817,7 +839,7 @@ def cached_times(source: GraphSource, cluster: Cluster, par: Parallelism, option
 
 # What LayerTimes holds of the whole graph; every other field holds one value per layer.
 _GRAPH_FIELDS = frozenset({"graph", "layers", "edges", "tensor_elements", "tied", "block_transient", "block_of",
-                           "model_flops", "memo"})
+                           "model_flops", "attention", "precision", "memo"})
 
 
 def _model_flops(graph: Graph, options: ConfigOptions, cluster: Cluster) -> float:
@@ -851,7 +873,8 @@ def _spread(small: LayerTimes, graph: Graph, core: PeriodicCore, strategy: Mappi
         graph=graph, layers=layers, edges=edges, tensor_elements=sizes,
         tied=_tied(layers, {l.name: np.array([strategy[l.name]]) for l in layers}),
         block_transient=transient, block_of=block_of,
-        model_flops=_model_flops(graph, options, cluster), **per_layer)
+        model_flops=_model_flops(graph, options, cluster), attention=small.attention, precision=small.precision,
+        **per_layer)
 
 
 def _step_lower_bound(fq: Sequence[float], bq: Sequence[float], send: Sequence[float], S: int, m: int,
@@ -1144,4 +1167,5 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
         stages=stages, schedule=result, model_flops_per_step=lt.model_flops * replicas,
         hardware_flops_per_step=(lt.model_flops + float(lt.recompute_flops.sum()) * par.group) * replicas,
         memory_capacity_bytes=capacity, tokens_per_sample=sequence_length(graph), label=label or par.describe(),
+        attention=lt.attention, precision=lt.precision,
     )
