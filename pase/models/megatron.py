@@ -151,7 +151,8 @@ def _sample(name: str, source: str, layers: int, hidden: int, heads: int, batch:
 
 
 _TABLE1 = "Megatron-LM (Narayanan et al. 2021, Table 1)"
-_NEMO = "NeMo's GPT-3 {} (NeMo-Framework-Launcher conf/training/gpt3/{}.yaml, as NeMo 24.07's performance summary ran it)"
+_NEMO = ("NeMo's GPT-3 {} (NeMo-Framework-Launcher conf/training/gpt3/{}.yaml, as NeMo 24.07's performance "
+         "summary ran it)")
 
 MEGATRON_SAMPLES: dict[str, Callable[..., Graph]] = {
     name: _sample(name, source, *sizes, **extra) for name, source, sizes, extra in (
