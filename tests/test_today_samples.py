@@ -137,7 +137,7 @@ def test_a_squared_relu_decoders_training_flops_are_six_per_parameter_and_token_
     assert sum(training_flops(layer) for layer in g) == pytest.approx(expected, rel=0.1)
 
 
-@pytest.mark.parametrize("option, value", [("norm", "batch"), ("mlp", "gelu"), ("norm", None)])
+@pytest.mark.parametrize("option, value", [("norm", "batch"), ("mlp", "gelu"), ("norm", None), ("mlp", ["swiglu"])])
 def test_an_unknown_norm_or_network_is_a_graph_error_naming_it(option, value):
     with pytest.raises(GraphError, match=f"{option} must be one of"):
         llama("tiny", 1, 64, 8, 2, 96, 100, batch=2, seq=16, **{option: value})

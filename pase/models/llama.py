@@ -185,9 +185,9 @@ def check_flags(name: str, **flags: object) -> None:
 
 def check_choices(name: str, *, norm: str, mlp: str) -> None:
     """``GraphError`` unless ``norm`` is a key of :data:`NORMS` and ``mlp`` one of :data:`MLPS`."""
-    if norm not in NORMS:
+    if not isinstance(norm, str) or norm not in NORMS:
         raise GraphError(f"{name}: norm must be one of {', '.join(NORMS)}, got {norm!r}")
-    if mlp not in MLPS:
+    if not isinstance(mlp, str) or mlp not in MLPS:
         raise GraphError(f"{name}: mlp must be one of {', '.join(MLPS)}, got {mlp!r}")
 
 
@@ -265,11 +265,11 @@ def squared_relu_ffn(g: Graph, prefix: str, y: str, *, batch: int, seq: int, hid
 
 def output_head(g: Graph, x: str, *, batch: int, seq: int, hidden: int, vocab: int, tied: bool = False,
                 norm: str = "rms") -> str:
-    """Add ``norm`` (RMSNorm), ``projection`` (``bsd,vd->bsv``), ``softmax`` (cross-entropy) to ``g``, fed by ``x``.
+    """Add ``norm``, ``projection`` (``bsd,vd->bsv``), ``softmax`` (cross-entropy) to ``g``, fed by ``x``.
 
     ``tied``: the projection's table is the embedding's (an ``embedding``
     vertex made with ``.with_tied(TIED_TABLE)``). ``norm``: the op of the
-    ``norm`` vertex, a key of :data:`NORMS`. The loss vertex's name.
+    ``norm`` vertex, a key of :data:`NORMS` (RMSNorm by default). The loss vertex's name.
     """
     b, s, d = batch, seq, hidden
     x = add_vertex(g, NORMS[norm]("norm", (b, s, d), BSD), x)
