@@ -31,7 +31,8 @@ def test_registry_names():
                 "megatron-146b", "megatron-310b", "megatron-530b", "megatron-1t", "megatron-22b", "gpt3-175b"}
     llama = {"llama3-8b", "llama3-70b", "llama3-405b"}  # tests/test_llama_samples.py
     moe = {"mixtral-8x7b", "deepseek-moe-16b"}  # tests/test_moe.py
-    assert set(SAMPLES) - REQUIRED == {"transformer_large"} | megatron | llama | moe  # tests/test_megatron_samples.py
+    today = {"gpt3-5b", "gpt3-20b", "llama2-7b", "llama2-13b", "llama2-70b", "nemotron4-340b"}  # test_today_samples.py
+    assert set(SAMPLES) - REQUIRED == {"transformer_large"} | megatron | llama | moe | today  # test_megatron_samples.py
 
 
 def test_unknown_sample_lists_known_names():

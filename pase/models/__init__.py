@@ -39,6 +39,12 @@ layers, batch; vertices, parameters:
   24576, 48 layers, batch 4; 823, 22,074,273,792.
 * ``gpt3-175b``: GPT-3 175B, 96 heads, hidden 12288, 96 layers, batch
   1536; 1639, 174,615,846,912.
+* ``gpt3-5b``, ``gpt3-20b``: NeMo's GPT-3 configs (NeMo-Framework-Launcher
+  ``conf/training/gpt3/5b.yaml``, ``20b.yaml``), 32, 4096, 24 and 48, 6144,
+  44, batch 2048, vocabulary GPT-2's padded to 50,304 and 50,432; 415,
+  5,047,558,144 and 755, 20,257,296,384.
+
+These take ``seq=`` (default 2,048; the position table as long).
 
 Meta's Llama 3 (:mod:`pase.models.llama`: RMSNorm, grouped-query attention
 with 8 key/value heads, SwiGLU, no biases, no dropout, untied output
@@ -49,6 +55,18 @@ vertices, parameters:
 * ``llama3-8b``: 32, 4096, 32, 14336; 484, 8,030,261,248.
 * ``llama3-70b``: 80, 8192, 64, 28672; 1204, 70,553,706,496.
 * ``llama3-405b``: 126, 16384, 128, 53248; 1894, 405,853,388,800.
+
+The same builder at other published sizes, sequence 4,096 (every Llama-style
+sample takes ``seq=``): Llama 2 (vocabulary 32,000, batch 1024, the 4M-token
+batch; 7B and 13B with as many key/value heads as heads), name: layers,
+hidden, heads, key/value heads, FFN; vertices, parameters:
+
+* ``llama2-7b``: 32, 4096, 32, 32, 11008; 484, 6,738,415,616.
+* ``llama2-13b``: 40, 5120, 40, 40, 13824; 604, 13,015,864,320.
+* ``llama2-70b``: 80, 8192, 64, 8, 28672; 1204, 68,976,648,192.
+* ``nemotron4-340b``: Nemotron-4 340B (LayerNorm, a squared-ReLU
+  feed-forward network, vocabulary 256,000, batch 2304), 96, 18432, 96, 8,
+  73728; 1348, 341,029,195,776.
 
 Mixtures of experts (:mod:`pase.models.moe`: Llama-style attention, top-k
 routed SwiGLU experts with an expert dimension ``x``), sequence 4,096, batch
@@ -108,8 +126,8 @@ SAMPLES: dict[str, Callable[..., Graph]] = {
 }
 
 # Samples planned with pipeline stages, microbatches, ZeRO and recomputation by default
-# (``pase solve --search auto``): the large language models, Megatron-LM's GPTs and Llama 3. Not the
-# mixtures of experts: the 3-D search's Megatron rule never splits experts (pase.models.moe).
+# (``pase solve --search auto``): the large language models, Megatron-LM's and NeMo's GPTs and the Llama-style
+# decoders. Not the mixtures of experts: the 3-D search's Megatron rule never splits experts (pase.models.moe).
 LANGUAGE_MODELS: tuple[str, ...] = (*MEGATRON_SAMPLES, *LLAMA_SAMPLES)
 
 

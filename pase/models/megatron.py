@@ -15,8 +15,16 @@ the embeddings, ``b s h c k`` in attention (``h`` heads, ``c`` head width,
 ``k`` key positions), ``b s d e`` in the feed-forward block.
 
 :data:`MEGATRON_SAMPLES` maps each sample name to its builder (``batch=``,
-default the published global batch); :mod:`pase.models` registers them in
-:data:`~pase.models.SAMPLES`.
+default the published global batch; ``seq=``, default 2,048, the learned
+position table as long as the sequence); :mod:`pase.models` registers them in
+:data:`~pase.models.SAMPLES`. Besides Megatron-LM's own runs they hold NeMo's
+GPT-3 configurations, ``gpt3-5b`` and ``gpt3-20b`` (NVIDIA
+NeMo-Framework-Launcher ``launcher_scripts/conf/training/gpt3/5b.yaml`` and
+``20b.yaml``, the runs of NeMo 24.07's performance summary): Megatron-core's
+GPT, learned absolute positions, LayerNorm, GeLU, biases, dropout 0.1, the
+output projection tied to the token embedding, GPT-2's 50,257-token
+vocabulary padded to a multiple of 128 times the config's tensor-parallel
+size (``make_vocab_size_divisible_by`` 128).
 """
 
 from __future__ import annotations
@@ -124,23 +132,27 @@ def megatron_parameters(layers: int, hidden: int, seq: int, vocab: int, ffn: int
 
 
 def _sample(name: str, source: str, layers: int, hidden: int, heads: int, batch: int, ffn: int | None = None,
-            seq: int = 2048, vocab: int = 51200) -> Callable[..., Graph]:
-    """A sample builder ``build(batch=...)`` of :func:`megatron_gpt` at these sizes, with its own docstring."""
-    def build(batch: int = batch) -> Graph:
+            seq: int = 2048, vocab: int = 51200, published: str = "") -> Callable[..., Graph]:
+    """A sample builder ``build(batch=..., seq=...)`` of :func:`megatron_gpt` at these sizes, with its own
+    docstring; ``published``: the published parameter count, where the source gives one apart from the name."""
+    def build(batch: int = batch, seq: int = seq) -> Graph:
         return megatron_gpt(name, layers, hidden, heads, batch=batch, seq=seq, vocab=vocab, ffn=ffn)
 
     width = 4 * hidden if ffn is None else ffn
     build.__name__ = build.__qualname__ = name.replace("-", "_")
     build.__doc__ = (
         f"{source}: :func:`megatron_gpt` with {layers} layers, hidden {hidden}, {heads} heads, FFN {width}, "
-        f"sequence {seq}, vocabulary {vocab}; default batch {batch} (the published global batch).\n\n"
+        f"vocabulary {vocab}; default sequence {seq} and batch {batch} (the published global batch).\n\n"
         f"{17 * layers + 7} vertices; parameters {megatron_parameters(layers, hidden, seq, vocab, ffn):,} "
-        "(the vocabulary projection tied to the token embedding)."
+        f"({published}the vocabulary projection tied to the token embedding; the position table grows with "
+        "the sequence)."
     )
     return build
 
 
 _TABLE1 = "Megatron-LM (Narayanan et al. 2021, Table 1)"
+_NEMO = ("NeMo's GPT-3 {} (NeMo-Framework-Launcher conf/training/gpt3/{}.yaml, as NeMo 24.07's performance "
+         "summary ran it)")
 
 MEGATRON_SAMPLES: dict[str, Callable[..., Graph]] = {
     name: _sample(name, source, *sizes, **extra) for name, source, sizes, extra in (
@@ -156,5 +168,10 @@ MEGATRON_SAMPLES: dict[str, Callable[..., Graph]] = {
         ("megatron-1t", _TABLE1, (128, 25600, 160, 3072), {}),
         ("megatron-22b", "Korthikanti et al. 2022's 22B model", (48, 6144, 64, 4), {"ffn": 24576}),
         ("gpt3-175b", "GPT-3 175B (Brown et al. 2020) as Megatron-LM trains it", (96, 12288, 96, 1536), {}),
+        # FFN 4 x hidden; the configs' global batch 2048. Vocabulary 50,257 padded at tensor-parallel size 1
+        # (5B: a multiple of 128) and 2 (20B: of 256), the configs' and the performance summary's.
+        ("gpt3-5b", _NEMO.format("5B", "5b"), (24, 4096, 32, 2048), {"vocab": 50304, "published": "published 5B; "}),
+        ("gpt3-20b", _NEMO.format("20B", "20b"), (44, 6144, 48, 2048),
+         {"vocab": 50432, "published": "published 20B; "}),
     )
 }
