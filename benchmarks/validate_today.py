@@ -86,7 +86,7 @@ def parallelism(row: Row) -> Parallelism:
     dp = row.gpus // (row.tp * row.pp * row.cp)
     return Parallelism(tensor=row.tp, pipeline=row.pp, context=row.cp, data=dp, virtual_stages=row.vp,
                        microbatch_size=row.mbs, global_batch=row.gbs, sequence_parallel=row.tp > 1,
-                       zero=3 if row.fsdp else 1, overlap=True, tp_overlap=row.tp > 1)
+                       zero=3 if row.fsdp else 1, overlap=True, tp_overlap=row.tp > 1, tp_comm_overlap=row.tp > 1)
 
 
 def predict(row: Row, precision: str = "fp8") -> TrainingPlan:

@@ -65,7 +65,7 @@ def test_every_page_loads_without_exception(page):
 
 def test_the_default_problem_shows_a_strategy_worth_finding():
     """The app opens on a Transformer on two DGX H100 nodes, where the search beats data parallelism clearly:
-    under the calibrated model it opens with (hybrid layers throughout, 1.79x), and at peak rates (a mix of data,
+    under the calibrated model it opens with (flash attention; a mix of kinds), and at peak rates (a mix of data,
     hybrid and parameter parallelism, 1.6x)."""
     at = new_app()
     assert at.selectbox(key="in_sample").value == "transformer"
@@ -75,9 +75,9 @@ def test_the_default_problem_shows_a_strategy_worth_finding():
     solve(at)
     assert not at.error, [e.value for e in at.error]
     speedup = float(at.metric[1].value.rstrip("×"))
-    assert speedup > 1.6, speedup  # 1.79x at this writing; margin for refits of the calibration
+    assert speedup > 1.6, speedup  # about 2x at this writing; margin for refits of the calibration
     kinds = set(at.dataframe[0].value["parallelism"])
-    assert {"hybrid", "parameter"} <= kinds, kinds
+    assert "parameter" in kinds and len(kinds - {"replicated"}) >= 2, kinds
     at.radio(key="in_model").set_value("peak").run()
     solve(at)
     speedup = float(at.metric[1].value.rstrip("×"))

@@ -164,6 +164,13 @@ class Parallelism:
         cluster): a product reduces its input gradient while it computes its
         weight gradient, and re-gathers a sequence-parallel input while it
         computes its input gradient (:func:`layer_times`).
+    tp_comm_overlap : bool
+        Transformer Engine's tensor-parallel communication overlap
+        (Megatron-Core's ``--tp-comm-overlap``, userbuffers; on a calibrated
+        cluster): in the forward, the all-gather feeding a product and the
+        reduce-scatter of a product's partial sums run in chunks pipelined
+        with the product (:func:`_forward_overlap`). With ``tp_overlap`` for
+        the backward, as Megatron-Core runs both.
 
     Raises
     ------
@@ -187,6 +194,7 @@ class Parallelism:
     stage_cuts: tuple[int, ...] | None = None
     overlap: bool = False
     tp_overlap: bool = False
+    tp_comm_overlap: bool = False
 
     def __post_init__(self):
         for name in ("tensor", "pipeline", "data", "context", "virtual_stages", "microbatch_size", "global_batch"):
@@ -242,7 +250,8 @@ class Parallelism:
         parts.append(f"v{self.virtual_stages}" if self.virtual_stages > 1 else self.schedule)
         parts += (["sp"] if self.sequence_parallel else []) + (
             [f"recompute {self.recompute}"] if self.recompute != "none" else []) + (
-            [f"zero{self.zero}"] if self.zero else []) + (["tp-overlap"] if self.tp_overlap else [])
+            [f"zero{self.zero}"] if self.zero else []) + (["tp-overlap"] if self.tp_overlap else []) + (
+            ["tp-comm-overlap"] if self.tp_comm_overlap else [])
         return " ".join(parts)
 
 
@@ -639,6 +648,8 @@ def layer_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
         # A product's backward is its input-gradient and its weight-gradient products, of equal FLOPs.
         half = np.where(products, (total_s - fwd_s) / 2, 0.0)
         backward = backward + _backward_collectives(graph, cost, configs, group, par, half)
+    if cost.cluster.efficiency is not None and par.tp_comm_overlap:
+        forward = forward - _forward_overlap(graph, cost, fwd_s)
     params = alike(lambda l: float(sum(block_elements(l, w, configs[l.name])[0] for w in l.weights)))
     tied = _tied(layers, configs)
     edges, sizes = _edge_arrays(graph)
@@ -682,6 +693,33 @@ def layer_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
             recompute_flops=recompute_flops, block_transient=transient, block_of=block_of,
             model_flops=flops, attention="flash" if units else "unfused", precision=options.precision)
     return out[par.recompute] if recompute is None else out
+
+
+def _forward_overlap(graph: Graph, cost, compute_s: np.ndarray) -> np.ndarray:
+    """Per layer, the forward seconds of tensor-parallel collectives hidden behind the products they feed or
+    come from, as Transformer Engine's userbuffers overlap runs them (``Parallelism.tp_comm_overlap``).
+
+    An edge's forward seconds are half its table (forward and backward move the same volumes), charged to its
+    consumer. A redistribution of one producer output into products (the all-gather before a column-parallel
+    product; several products reading it in one layout, as the fused QKV product does, share it) hides up to
+    those products' forward compute (``compute_s``); a product's output redistributed into another layer (the
+    reduce-scatter of a row-parallel product's partial sums) hides up to the product's own forward compute.
+    """
+    index = {l.name: i for i, l in enumerate(cost.layers)}
+    product = {l.name: bool(l.weights) and l.op in MATRIX_OPS for l in cost.layers}
+    gathers: dict = {}  # producer output -> [forward seconds, compute of the products reading it]
+    hidden = np.zeros(len(cost.layers))
+    for e, table in cost.edge_tables:
+        seconds = float(table[0, 0]) / 2
+        if product[e.dst]:
+            entry = gathers.setdefault((e.src, e.src_output), [0.0, 0.0, index[e.dst]])
+            entry[0] += seconds
+            entry[1] += float(compute_s[index[e.dst]])
+        elif product[e.src] and seconds > 0:
+            hidden[index[e.dst]] += min(seconds, float(compute_s[index[e.src]]))
+    for seconds, compute, first in gathers.values():
+        hidden[first] += min(seconds, compute)
+    return hidden
 
 
 def _backward_collectives(graph: Graph, cost, configs: Mapping[str, np.ndarray], group: Cluster, par: Parallelism,
@@ -811,7 +849,7 @@ def cached_times(source: GraphSource, cluster: Cluster, par: Parallelism, option
     from pase.strategies.baselines import tensor_parallel_strategy
 
     b = par.microbatch_size
-    key = ("times", b, par.tensor, par.context, par.sequence_parallel, par.tp_overlap)
+    key = ("times", b, par.tensor, par.context, par.sequence_parallel, par.tp_overlap, par.tp_comm_overlap)
     if key not in cache:
         graph = cached_graph(source, b, cache)
         core = graph.derived("periodic core", lambda: periodic_core(graph, blocks(graph)))
