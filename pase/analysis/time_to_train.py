@@ -243,44 +243,55 @@ class CheckpointSize:
     held_per_device_bytes: float
 
 
-def checkpoint_size(plan) -> CheckpointSize:
+def checkpoint_size(plan, parameters: int | None = None, memory=None) -> CheckpointSize:
     """The weights and optimizer state a checkpoint of ``plan`` holds, as the plan shards them.
 
     A 3-D plan (:class:`pase.model.training.TrainingPlan`): per pipeline
     position, a device holds ``weights_bytes + optimizer_bytes``
-    (:class:`~pase.model.training.StageReport`); its weights are split over the
-    ``t`` tensor ranks (Megatron's rule) and replicated over the ``c`` context
-    ranks and, below ZeRO 3, the ``d`` data-parallel replicas; its optimizer
-    state likewise, sharded over ``d`` from ZeRO 1. Each position's distinct
-    state is written once, shared evenly by its ``t c d`` devices. A
-    per-layer plan (:class:`pase.planner.Plan`): the graph's parameters
-    (tied weights once) times the bytes per parameter of weights and
-    optimizer state its memory report holds, shared evenly by all devices.
+    (:class:`~pase.model.training.StageReport`: the weights replicated over the
+    ``c`` context ranks and, below ZeRO 3, the ``d`` data-parallel replicas;
+    the optimizer state sharded over ``d`` from ZeRO 1). Each position's
+    distinct state is written once, shared evenly by its ``t c d`` devices.
+    Its distinct state counts the weights as split over the ``t`` tensor ranks
+    (Megatron's rule); given the graph's ``parameters`` (tied weights once),
+    the total is exactly ``parameters`` times the bytes per parameter of
+    weights and optimizer state (``memory``, a
+    :class:`~pase.model.memory.MemoryOptions`, default the default's; what
+    the tensor ranks replicate, such as norm scales, is then written once),
+    spread over the positions in those proportions.
 
-    A weight shared by the first and last stage (a tied embedding) counts
-    once per stage holding it; a group strategy other than Megatron's that
-    replicates weights inside the tensor group is counted as split.
+    A per-layer plan (:class:`pase.planner.Plan`): the graph's parameters
+    times those bytes per parameter, shared evenly by all devices.
+
+    Raises
+    ------
+    ThroughputError
+        ``parameters`` is not a positive whole number.
     """
+    from pase.model.memory import MemoryOptions  # late: pase.model imports widely
+
+    per_param = (memory or MemoryOptions()).bytes_per_parameter(plan.cluster.bytes_per_element)
+    state_per_param = per_param["weights"] + per_param["optimizer"]
     stages = getattr(plan, "stages", None)
     if stages is None:
-        return _layer_plan_checkpoint(plan)
+        return _layer_plan_checkpoint(plan, state_per_param)
     par = plan.parallelism
     group = par.tensor * par.context * par.data  # devices per pipeline position
     weights_copies = par.context * (1 if par.zero >= 3 else par.data)
     optimizer_copies = par.context * (1 if par.zero >= 1 else par.data)
     distinct = [s.weights_bytes * group / weights_copies + s.optimizer_bytes * group / optimizer_copies
                 for s in stages]
+    held = max(s.weights_bytes + s.optimizer_bytes for s in stages)
+    if parameters is not None:
+        total = _positive("the parameter count", parameters, "give the graph's parameter_count") * state_per_param
+        distinct = [x * total / sum(distinct) for x in distinct]
     return CheckpointSize(total_bytes=float(sum(distinct)), per_device_bytes=max(distinct) / group,
-                          held_per_device_bytes=max(s.weights_bytes + s.optimizer_bytes for s in stages))
+                          held_per_device_bytes=held)
 
 
-def _layer_plan_checkpoint(plan) -> CheckpointSize:
-    """:func:`checkpoint_size` of a per-layer plan (its memory report, else the cluster's element size)."""
-    from pase.model.memory import MemoryOptions  # late: pase.model imports widely
-
-    params = plan.graph.parameter_count
-    per_param = MemoryOptions().bytes_per_parameter(plan.cluster.bytes_per_element)
-    total = float(params * (per_param["weights"] + per_param["optimizer"]))
+def _layer_plan_checkpoint(plan, state_per_param: int) -> CheckpointSize:
+    """:func:`checkpoint_size` of a per-layer plan: what its memory report holds per device, if it has one."""
+    total = float(plan.graph.parameter_count * state_per_param)
     held = total if plan.memory is None else float(
         sum(r.weights_bytes + r.optimizer_bytes for r in plan.memory.layers))
     return CheckpointSize(total_bytes=total, per_device_bytes=total / plan.cluster.devices, held_per_device_bytes=held)
@@ -433,9 +444,10 @@ class TimeToTrain:
 
 def time_to_train(plan, *, tokens: float | None = None, samples: float | None = None,
                   failures: FailureModel = FailureModel(), power: PowerModel = PowerModel(),
-                  price_per_gpu_hour: float | None = None) -> TimeToTrain:
+                  price_per_gpu_hour: float | None = None, parameters: int | None = None) -> TimeToTrain:
     """:func:`time_to_train_job` of ``plan`` (a per-layer :class:`~pase.planner.Plan` or a 3-D
-    :class:`~pase.model.training.TrainingPlan`) on ``tokens`` or ``samples``.
+    :class:`~pase.model.training.TrainingPlan`) on ``tokens`` or ``samples``; ``parameters``: the graph's
+    parameter count, for the exact checkpoint size of a 3-D plan (:func:`checkpoint_size`).
 
     Raises
     ------
@@ -460,7 +472,7 @@ def time_to_train(plan, *, tokens: float | None = None, samples: float | None = 
     per_step = samples_per_step * (seq if tokens is not None else 1)
     unit, amount = ("tokens", tokens) if tokens is not None else ("samples", samples)
     return time_to_train_job(
-        plan.step_time_s, per_step, devices, checkpoint_size(plan), amount=amount, unit=unit,
+        plan.step_time_s, per_step, devices, checkpoint_size(plan, parameters), amount=amount, unit=unit,
         cluster_name=plan.cluster.name, devices_per_node=plan.cluster.devices_per_node,
         failures=failures, power=power, price_per_gpu_hour=price_per_gpu_hour)
 
@@ -577,7 +589,7 @@ def time_to_train_job(step_time_s: float, per_step: float, devices: int, checkpo
         expected_interruptions=interruptions, interruptions_per_day=interruptions / (wall_s / 86400.0),
         mtbf_s=mtbf_s, checkpoint_bytes=checkpoint.total_bytes,
         checkpoint_bytes_per_device=checkpoint.per_device_bytes, checkpoint_write_s=write_s,
-        checkpoint_pause_s=pause_s, recovery_s=restart_s, checkpoint_interval_s=interval_s,
+        checkpoint_pause_s=pause_s, recovery_s=recovery_s, checkpoint_interval_s=interval_s,
         checkpoint_interval_steps=k, young_daly_interval_s=young_daly_interval(pause_s, mtbf_s)
         if pause_s > 0 else 0.0,
         energy_MWh=energy_MWh, average_power_MW=None if watts is None else watts / 1e6,
