@@ -79,7 +79,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from numbers import Real
 
-from pase.analysis.throughput import ThroughputError, batch_size, sequence_length, throughput
+from pase.analysis.throughput import ThroughputError, batch_size, sequence_length
 
 # Plans are taken as pase.planner.Plan or pase.model.training.TrainingPlan without importing them (duck typed:
 # a TrainingPlan has ``stages``), so that this module stays below both.
@@ -442,35 +442,35 @@ class TimeToTrain:
         return d
 
 
-def time_to_train(plan, *, tokens: float | None = None, samples: float | None = None,
+def time_to_train(plan, *, tokens: float | None = None, samples: float | None = None, steps: float | None = None,
                   failures: FailureModel = FailureModel(), power: PowerModel = PowerModel(),
                   price_per_gpu_hour: float | None = None, parameters: int | None = None) -> TimeToTrain:
     """:func:`time_to_train_job` of ``plan`` (a per-layer :class:`~pase.planner.Plan` or a 3-D
-    :class:`~pase.model.training.TrainingPlan`) on ``tokens`` or ``samples``; ``parameters``: the graph's
-    parameter count, for the exact checkpoint size of a 3-D plan (:func:`checkpoint_size`).
+    :class:`~pase.model.training.TrainingPlan`) on ``tokens``, ``samples`` or ``steps``; ``parameters``: the
+    graph's parameter count, for the exact checkpoint size of a 3-D plan (:func:`checkpoint_size`).
 
     Raises
     ------
     ThroughputError
-        Neither or both amounts, a non-positive amount, a plan whose step
-        takes 0 s, tokens for a model without a sequence (or either without a
-        batch), a bad price, or the errors of :func:`time_to_train_job`.
+        Not exactly one amount, a non-positive amount, a plan whose step
+        takes 0 s, tokens for a model without a sequence (or tokens or
+        samples without a batch), a bad price, or the errors of
+        :func:`time_to_train_job`.
     """
-    if (tokens is None) == (samples is None):
-        raise _Error("give exactly one of tokens or samples to train on")
-    if getattr(plan, "stages", None) is not None:
-        samples_per_step, seq = plan.parallelism.global_batch, plan.tokens_per_sample
-        devices = plan.parallelism.devices
-    else:
-        samples_per_step, seq = batch_size(plan.graph), sequence_length(plan.graph)
-        devices = plan.cluster.devices
-        if samples_per_step is None:
-            raise _Error(f"{plan.graph.name!r} has no batch dimension 'b': samples per step are unknown")
-    if tokens is not None and seq is None:
-        raise _Error(f"{plan.graph_name if hasattr(plan, 'graph_name') else plan.graph.name!r} has no sequence "
-                     "dimension 's': train on samples instead")
-    per_step = samples_per_step * (seq if tokens is not None else 1)
-    unit, amount = ("tokens", tokens) if tokens is not None else ("samples", samples)
+    given = [(u, a) for u, a in (("tokens", tokens), ("samples", samples), ("steps", steps)) if a is not None]
+    if len(given) != 1:
+        raise _Error("give exactly one of tokens, samples or steps to train on")
+    (unit, amount), = given
+    training = getattr(plan, "stages", None) is not None
+    name = plan.graph_name if training else plan.graph.name
+    samples_per_step = plan.parallelism.global_batch if training else batch_size(plan.graph)
+    seq = plan.tokens_per_sample if training else sequence_length(plan.graph)
+    devices = plan.parallelism.devices if training else plan.cluster.devices
+    if unit != "steps" and samples_per_step is None:
+        raise _Error(f"{name!r} has no batch dimension 'b': samples per step are unknown; train for steps instead")
+    if unit == "tokens" and seq is None:
+        raise _Error(f"{name!r} has no sequence dimension 's': train on samples instead")
+    per_step = {"tokens": (samples_per_step or 0) * (seq or 0), "samples": samples_per_step, "steps": 1}[unit]
     return time_to_train_job(
         plan.step_time_s, per_step, devices, checkpoint_size(plan, parameters), amount=amount, unit=unit,
         cluster_name=plan.cluster.name, devices_per_node=plan.cluster.devices_per_node,
