@@ -826,6 +826,11 @@ def _add_sweep(sub) -> None:
                         "published figures (calibrated with --calibrated; options that override a figure are "
                         f"refused); choose from {', '.join(sorted(PRESETS))}")
     p.add_argument("--json", action="store_true", help="print the records as a JSON list")
+    p.add_argument("--search", choices=("layers", "3d"), default="layers",
+                   help="layers (default): PaSE and the baselines at each point; 3d: the 3-D search at each device "
+                        "count (sample language models and Hugging Face configs) with its time to train, failures "
+                        "included (give --train-tokens)")
+    p.add_argument("--global-batch", type=_BATCH, help="samples per step for --search 3d (default: the sample's)")
     _add_time_to_train_options(p)
     p.set_defaults(func=_sweep)
 
@@ -842,6 +847,11 @@ def _working(graph: Graph) -> Graph:
 def _sweep(args) -> int:
     from pase.analysis.sweep import batch_sweep, sweep
 
+    if _time_to_train_asked(args) and args.search == "3d":
+        return _sweep_training(args)
+    if args.search == "3d" or args.global_batch is not None:
+        raise GraphError("--search 3d sweeps the time to train: give --train-tokens N (or --train-steps N); "
+                         "--global-batch applies to --search 3d")
     names = list(dict.fromkeys(args.clusters)) if args.clusters else [args.cluster]
     cluster = [_cluster(argparse.Namespace(**{**vars(args), "cluster": name, "devices": args.devices[0]}))
                for name in names]
@@ -870,6 +880,15 @@ def _sweep(args) -> int:
                              "batch size")
         records = batch_sweep(lambda batch: _working(_load_model(argparse.Namespace(**{**vars(args), "batch": batch}))),
                               args.batches, args.devices, cluster, per_device=args.per_device_batch, **grid)
+    if _time_to_train_asked(args):
+        from pase.analysis.time_to_train import with_time_to_train
+        from pase.cli_time_to_train import models
+
+        failures, power = models(args)
+        parameters = _load_model(argparse.Namespace(**{**vars(args), "batch": (args.batches or [args.batch])[0]})
+                                 ).parameter_count
+        records = with_time_to_train(records, parameters, cluster, tokens=args.train_tokens, steps=args.train_steps,
+                                     failures=failures, power=power, price_per_gpu_hour=args.price_per_gpu_hour)
     if args.json:
         _print_json(records)
         return 0
@@ -881,6 +900,41 @@ def _sweep(args) -> int:
         rows.append(([r["cluster"]] if by_cluster else []) + ([str(r["batch"])] if by_batch else []) + [
             str(r["devices"]), f"{r['bandwidth_Bps'] / 1e9:g}", f"{r['peak_flops'] / 1e12:g}", r["label"],
             f"{r['step_time_s'] * 1e3:.2f}", f"{r['speedup_over_dp']:.2f}", str(r["idle_devices"])])
+    if "goodput" in records[0]:
+        rows[0] += ["days to train", "goodput"]
+        for row, r in zip(rows[1:], records):
+            row += ["-", "-"] if r["goodput"] is None else [f"{r['wall_days']:.3g}", f"{r['goodput']:.3f}"]
+    print(_table(rows))
+    return 0
+
+
+def _sweep_training(args) -> int:
+    """``pase sweep --search 3d --train-tokens N``: the 3-D search and its time to train at each device count."""
+    from pase.analysis.time_to_train import scale_sweep
+    from pase.cli_time_to_train import models
+
+    if args.clusters or args.batches or args.bandwidths or args.tflops_list or args.per_device_batch:
+        raise GraphError("--search 3d sweeps device counts on one --cluster: drop --clusters, --batches, "
+                         "--bandwidths, --tflops-list and --per-device-batch")
+    failures, power = models(args)
+    cluster = _cluster(argparse.Namespace(**{**vars(args), "devices": args.devices[0]}))
+    progress = None if args.json else lambda done, total: print(f"  searched {done}/{total}", file=sys.stderr)
+    records = scale_sweep(_builder(args), cluster, args.devices, _global_batch(args), tokens=args.train_tokens,
+                          steps=args.train_steps, failures=failures, power=power,
+                          price_per_gpu_hour=args.price_per_gpu_hour, options=_options(args), progress=progress)
+    if args.json:
+        _print_json(records)
+        return 0
+    rows = [["devices", "plan", "step (s)", "days without failures", "days", "goodput", "interruptions a day",
+             "GPU-hours", "MWh"] + (["cost"] if args.price_per_gpu_hour is not None else [])]
+    for r in records:
+        if r["goodput"] is None:
+            rows.append([f"{r['devices']:,}", r["label"]] + ["-"] * (len(rows[0]) - 2))
+            continue
+        rows.append([f"{r['devices']:,}", r["label"], f"{r['step_time_s']:.3g}", f"{r['failure_free_days']:.3g}",
+                     f"{r['wall_days']:.3g}", f"{r['goodput']:.3f}", f"{r['interruptions_per_day']:.3g}",
+                     f"{r['wall_gpu_hours']:,.0f}", "-" if r["energy_MWh"] is None else f"{r['energy_MWh']:,.0f}"]
+                    + ([f"{r['wall_cost']:,.0f}"] if args.price_per_gpu_hour is not None else []))
     print(_table(rows))
     return 0
 

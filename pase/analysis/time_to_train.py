@@ -88,7 +88,7 @@ __all__ = [
     "LLAMA3_INTERRUPTIONS_PER_GPU_HOUR", "DEFAULT_RESTART_S", "DEFAULT_STORAGE_BPS", "DEFAULT_STORAGE_PER_DEVICE_BPS",
     "GPU_SPECS", "GpuSpec", "FailureModel", "PowerModel", "CheckpointSize", "TimeToTrain",
     "checkpoint_size", "time_to_train", "time_to_train_job", "expected_segment_s", "goodput",
-    "optimal_interval", "young_daly_interval",
+    "optimal_interval", "young_daly_interval", "SWEEP_FIELDS", "with_time_to_train", "scale_sweep",
 ]
 
 # Llama 3 (Meta 2024, section 3.3.4, Table 5): 419 unexpected interruptions in a 54-day snapshot of pre-training
@@ -596,3 +596,118 @@ def time_to_train_job(step_time_s: float, per_step: float, devices: int, checkpo
         cost=None if price_per_gpu_hour is None else gpu_hours * price_per_gpu_hour,
         price_per_gpu_hour=price_per_gpu_hour, assumptions=assumptions, notes=tuple(notes),
     )
+
+
+# Fields :func:`with_time_to_train` adds to a sweep record.
+SWEEP_FIELDS = ("wall_days", "goodput", "expected_interruptions", "interruptions_per_day", "checkpoint_interval_s",
+                "wall_gpu_hours", "energy_MWh", "wall_cost")
+
+
+def with_time_to_train(records, parameters: int, clusters, *, tokens: float | None = None,
+                       steps: float | None = None, failures: FailureModel = FailureModel(),
+                       power: PowerModel = PowerModel(), price_per_gpu_hour: float | None = None) -> list[dict]:
+    """Sweep records (:func:`pase.analysis.sweep.sweep`), each with its time to train, failures included.
+
+    ``parameters``: the graph's parameter count (its checkpoint is that times
+    the bytes per parameter of weights and optimizer state, shared evenly by
+    the devices); ``clusters``: the swept clusters (their element size, node
+    size and GPU figures, found by the record's ``cluster`` name). Adds
+    :data:`SWEEP_FIELDS`: ``wall_days``, ``goodput``,
+    ``expected_interruptions``, ``interruptions_per_day``,
+    ``checkpoint_interval_s``, ``wall_gpu_hours``, ``energy_MWh`` and
+    ``wall_cost`` (None without a price, an energy figure or at a 0 s step).
+    The records given are not changed.
+
+    Raises
+    ------
+    ThroughputError
+        Not exactly one of ``tokens`` and ``steps``; tokens for a record
+        without a sequence; the errors of :func:`time_to_train_job`.
+    """
+    from pase.model.memory import MemoryOptions  # late: pase.model imports widely
+
+    if (tokens is None) == (steps is None):
+        raise _Error("give exactly one of tokens or steps to train on")
+    by_name = {c.name: c for c in clusters}
+    out = []
+    for r in records:
+        cluster = by_name[r["cluster"]]
+        empty = dict.fromkeys(SWEEP_FIELDS)
+        if not r["step_time_s"] > 0:
+            out.append({**r, **empty})
+            continue
+        if tokens is not None and r.get("tokens_per_s") is None:
+            raise _Error(f"{r.get('label', 'a record')!r} has no tokens per second (no sequence dimension): "
+                         "train for steps instead")
+        per_param = MemoryOptions().bytes_per_parameter(cluster.bytes_per_element)
+        total = float(parameters * (per_param["weights"] + per_param["optimizer"]))
+        per_device = total / r["devices"]
+        t = time_to_train_job(
+            r["step_time_s"], 1.0 if tokens is None else r["tokens_per_s"] * r["step_time_s"], r["devices"],
+            CheckpointSize(total, per_device, per_device), amount=steps if tokens is None else tokens,
+            unit="steps" if tokens is None else "tokens", cluster_name=cluster.name,
+            devices_per_node=cluster.devices_per_node, failures=failures, power=power,
+            price_per_gpu_hour=price_per_gpu_hour)
+        out.append({**r, "wall_days": t.wall_days, "goodput": t.goodput,
+                    "expected_interruptions": t.expected_interruptions,
+                    "interruptions_per_day": t.interruptions_per_day, "checkpoint_interval_s": t.checkpoint_interval_s,
+                    "wall_gpu_hours": t.gpu_hours, "energy_MWh": t.energy_MWh, "wall_cost": t.cost})
+    return out
+
+
+def scale_sweep(build, cluster, devices, global_batch: int, *, tokens: float | None = None,
+                steps: float | None = None, failures: FailureModel = FailureModel(),
+                power: PowerModel = PowerModel(), price_per_gpu_hour: float | None = None, options=None,
+                progress=None) -> list[dict]:
+    """The 3-D search (:func:`pase.search.stages.search_training`) at each device count, with its time to train.
+
+    ``build(batch)`` builds the model (``pase.models.batch_builder``);
+    ``cluster`` is re-sized to each of ``devices``; the global batch stays
+    ``global_batch`` (strong scaling, as a pre-training run keeps its batch).
+    One record per device count: ``cluster``, ``devices``, ``label``,
+    ``step_time_s``, ``tokens_per_s``, ``mfu``, ``memory_per_device_bytes``,
+    ``fits_memory``, ``failure_free_days``, ``checkpoint_bytes`` and
+    :data:`SWEEP_FIELDS`. Where no configuration fits memory, ``fits_memory``
+    is False and the rest None (only plans that fit are priced).
+    ``progress(done, total)`` is called after each count.
+
+    Raises
+    ------
+    ThroughputError
+        Not exactly one of ``tokens`` and ``steps``, or the errors of :func:`time_to_train_job`.
+    ConfigurationError
+        As :func:`~pase.search.stages.search_training` (the batch does not split...).
+    """
+    from pase.ir.configs import ConfigOptions  # late: the search imports the cost model
+    from pase.model.memory import InsufficientMemoryError
+    from pase.search.stages import search_training
+
+    if (tokens is None) == (steps is None):
+        raise _Error("give exactly one of tokens or steps to train on")
+    parameters = build(1).parameter_count
+    cache: dict = {}
+    records = []
+    for i, p in enumerate(devices):
+        point = cluster.with_devices(int(p))
+        try:
+            plan = search_training(build, point, global_batch, options=options or ConfigOptions(), cache=cache).best
+        except InsufficientMemoryError:
+            records.append({"cluster": point.name, "devices": int(p), "label": "nothing fits memory",
+                            "step_time_s": None, "tokens_per_s": None, "mfu": None, "memory_per_device_bytes": None,
+                            "fits_memory": False, "failure_free_days": None, "checkpoint_bytes": None,
+                            **dict.fromkeys(SWEEP_FIELDS)})
+        else:
+            t = time_to_train(plan, tokens=tokens, steps=steps, failures=failures, power=power,
+                              price_per_gpu_hour=price_per_gpu_hour, parameters=parameters)
+            d = plan.to_dict()
+            records.append({
+                "cluster": point.name, "devices": int(p), "label": plan.label, "step_time_s": plan.step_time_s,
+                "tokens_per_s": d["tokens_per_s"], "mfu": plan.mfu,
+                "memory_per_device_bytes": plan.memory_per_device_bytes, "fits_memory": plan.fits_memory,
+                "failure_free_days": t.failure_free_s / 86400, "checkpoint_bytes": t.checkpoint_bytes,
+                "wall_days": t.wall_days, "goodput": t.goodput, "expected_interruptions": t.expected_interruptions,
+                "interruptions_per_day": t.interruptions_per_day, "checkpoint_interval_s": t.checkpoint_interval_s,
+                "wall_gpu_hours": t.gpu_hours, "energy_MWh": t.energy_MWh, "wall_cost": t.cost})
+        if progress is not None:
+            progress(i + 1, len(devices))
+    return records
