@@ -604,7 +604,7 @@ SWEEP_FIELDS = ("wall_days", "goodput", "expected_interruptions", "interruptions
 
 
 def with_time_to_train(records, parameters: int, clusters, *, tokens: float | None = None,
-                       steps: float | None = None, failures: FailureModel = FailureModel(),
+                       samples: float | None = None, steps: float | None = None, failures: FailureModel = FailureModel(),
                        power: PowerModel = PowerModel(), price_per_gpu_hour: float | None = None) -> list[dict]:
     """Sweep records (:func:`pase.analysis.sweep.sweep`), each with its time to train, failures included.
 
@@ -621,13 +621,16 @@ def with_time_to_train(records, parameters: int, clusters, *, tokens: float | No
     Raises
     ------
     ThroughputError
-        Not exactly one of ``tokens`` and ``steps``; tokens for a record
-        without a sequence; the errors of :func:`time_to_train_job`.
+        Not exactly one of ``tokens``, ``samples`` and ``steps``; tokens for
+        a record without a sequence, samples for one without a batch; the
+        errors of :func:`time_to_train_job`.
     """
     from pase.model.memory import MemoryOptions  # late: pase.model imports widely
 
-    if (tokens is None) == (steps is None):
-        raise _Error("give exactly one of tokens or steps to train on")
+    given = [(u, a) for u, a in (("tokens", tokens), ("samples", samples), ("steps", steps)) if a is not None]
+    if len(given) != 1:
+        raise _Error("give exactly one of tokens, samples or steps to train on")
+    (unit, amount), = given
     by_name = {c.name: c for c in clusters}
     out = []
     for r in records:
@@ -636,16 +639,19 @@ def with_time_to_train(records, parameters: int, clusters, *, tokens: float | No
         if not r["step_time_s"] > 0:
             out.append({**r, **empty})
             continue
-        if tokens is not None and r.get("tokens_per_s") is None:
+        if unit == "tokens" and r.get("tokens_per_s") is None:
             raise _Error(f"{r.get('label', 'a record')!r} has no tokens per second (no sequence dimension): "
-                         "train for steps instead")
+                         "train on samples or steps instead")
+        if unit == "samples" and not r.get("global_batch"):
+            raise _Error(f"{r.get('label', 'a record')!r} has no batch: train for steps instead")
+        per_step = {"tokens": (r.get("tokens_per_s") or 0) * r["step_time_s"], "samples": r.get("global_batch"),
+                    "steps": 1.0}[unit]
         per_param = MemoryOptions().bytes_per_parameter(cluster.bytes_per_element)
         total = float(parameters * (per_param["weights"] + per_param["optimizer"]))
         per_device = total / r["devices"]
         t = time_to_train_job(
-            r["step_time_s"], 1.0 if tokens is None else r["tokens_per_s"] * r["step_time_s"], r["devices"],
-            CheckpointSize(total, per_device, per_device), amount=steps if tokens is None else tokens,
-            unit="steps" if tokens is None else "tokens", cluster_name=cluster.name,
+            r["step_time_s"], per_step, r["devices"], CheckpointSize(total, per_device, per_device), amount=amount,
+            unit=unit, cluster_name=cluster.name,
             devices_per_node=cluster.devices_per_node, failures=failures, power=power,
             price_per_gpu_hour=price_per_gpu_hour)
         out.append({**r, "wall_days": t.wall_days, "goodput": t.goodput,
