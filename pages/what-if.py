@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import streamlit as st
 
+from pase.analysis import time_to_train as ttt
 from pase.analysis.sweep import records_csv, with_training_estimates
 from pase.analysis.throughput import sequence_length
 from pase.errors import PaseError
@@ -20,6 +21,7 @@ from ui.graphview import auto_group_depth, group_key
 from ui.fmt import md
 from ui.pagekit import require_problem, routed
 from ui.stepmodel import CALIBRATED, PEAK, show_model, with_model
+from ui.time_to_train_figures import time_to_train_figure
 
 routed()  # first of all: run under app.py's router (see ui.pagekit.routed)
 
@@ -384,6 +386,55 @@ if estimated:
     st.caption(f"PaSE's strategy at each device count{'' if vary is None else f', at {vary_label} = {first_value / unit[0]:g}'}: "
                f"time = N / {unit_name} per second, GPU-hours = time x devices / 3600 (idle devices are paid for "
                f"too), cost = GPU-hours x price. {MODELLED}")
+if estimated:
+    st.subheader("With failures and checkpoints")
+    failures_set = None
+    with st.expander("Failure, checkpoint and power assumptions (editable)", expanded=True,
+                     icon=":material/tune:"):
+        f1, f2, f3, f4 = st.columns(4)
+        rate_text = f1.text_input(
+            "Interruptions per GPU-hour", value=f"{ttt.LLAMA3_INTERRUPTIONS_PER_GPU_HOUR:.3g}", key="wi_fail_rate",
+            help="Failures per device per hour of running. Default: Llama 3's 419 unexpected interruptions in a "
+                 "54-day snapshot on 16,384 H100s (Meta 2024, section 3.3.4).")
+        restart_text = f2.text_input(
+            "Restart (minutes)", value=f"{ttt.DEFAULT_RESTART_S / 60:g}", key="wi_restart",
+            help="From a failure to training again, reading the checkpoint aside. Default: an assumption "
+                 "consistent with Llama 3's >90% effective training time.")
+        storage_text = f3.text_input(
+            "Storage (GB/s, whole job)", value=f"{ttt.DEFAULT_STORAGE_BPS / 1e9:g}", key="wi_storage",
+            help="The file system's aggregate write and read rate. Default: Llama 3's Tectonic, 2 TB/s sustained "
+                 "(section 3.3.1); each device also writes at most 12.5 GB/s (a DGX H100's storage ports over "
+                 "its 8 GPUs).")
+        asynchronous = f4.toggle("Asynchronous checkpoints", key="wi_async",
+                                 help="Training stops only to copy each device's share to host memory; the write "
+                                      "runs in the background (a failure during it loses one more interval).")
+        try:
+            failures_set = ttt.FailureModel(
+                interruptions_per_gpu_hour=float(rate_text), restart_s=float(restart_text) * 60,
+                storage_Bps=float(storage_text) * 1e9, async_checkpoint=asynchronous)
+        except ValueError as exc:
+            st.error(f"Cannot model failures: {md(exc) if isinstance(exc, PaseError) else 'type numbers'} (the "
+                     "interruption rate and storage bandwidth numbers > 0, the restart minutes >= 0).")
+        st.caption("Checkpoints hold the weights and optimizer state (14 bytes a parameter in mixed-precision "
+                   "Adam), written once and shared by every device; the interval is the one that maximises "
+                   "goodput. Energy: each GPU at its published board power plus the DGX node overhead. "
+                   "Failures are taken as independent and memoryless (see pase.analysis.time_to_train for where "
+                   "that and Young-Daly's interval break).")
+    if failures_set is not None:
+        fit = [r for r in estimated if r["strategy"] in shown and r["fits_memory"] is not False]
+        try:
+            timed = ttt.with_time_to_train(fit, graph.parameter_count, clusters, **{unit_name: amount},
+                                           failures=failures_set, price_per_gpu_hour=price)
+        except PaseError as exc:
+            timed = None
+            st.error(f"Cannot estimate the time to train: {md(exc)}")
+        if timed:
+            st.plotly_chart(time_to_train_figure([{**r, "series": series_name(r)} for r in timed]),
+                            key="wi_time_to_train")
+            st.caption("Only plans that fit in memory. Goodput falls as jobs grow (more devices, more failures a "
+                       "day); where the days stop falling, adding GPUs no longer shortens the run. "
+                       + ("" if price is not None else "No price given: no cost (pase has no default price). ")
+                       + MODELLED)
 st.download_button("Sweep records (CSV)", records_csv(estimated or records), file_name=f"{graph.name}-sweep.csv",
                    mime="text/csv", key="wi_csv", icon=":material/download:",
                    help="Every point and strategy: GPU type, batch mode, global and per-device batch, step time, "

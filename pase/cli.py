@@ -356,6 +356,7 @@ def _add_solve(sub) -> None:
                         "costed once per kind (repeated blocks), blocks folded into min-plus chains and their "
                         "tables, tables built, peak memory (under \"stats\" "
                         "with --json)")
+    _add_time_to_train_options(p)
     p.set_defaults(func=_solve)
 
 
@@ -409,6 +410,37 @@ def _stat(key: str, value) -> str:
     return f"{key.replace('_', ' ')} {value:,}"
 
 
+def _add_time_to_train_options(p: argparse.ArgumentParser) -> None:
+    from pase.cli_time_to_train import add_options
+
+    add_options(p)
+
+
+def _time_to_train_asked(args) -> bool:
+    """Whether ``--train-tokens`` (or ``--train-steps``) asks for a time to train; its figures are checked here,
+    before any search, so that bad ones fail at once."""
+    from pase.cli_time_to_train import asked, models
+
+    if not asked(args):
+        return False
+    models(args)
+    return True
+
+
+def _time_to_train(plan, args, parameters: int | None = None):
+    """The time to train ``plan`` as ``args`` ask (:mod:`pase.cli_time_to_train`), or None when not asked."""
+    from pase.cli_time_to_train import estimate
+
+    return estimate(plan, args, parameters) if _time_to_train_asked(args) else None
+
+
+def _print_time_to_train(estimate) -> None:
+    from pase.cli_time_to_train import lines
+
+    if estimate is not None:
+        print("\n".join(lines(estimate)))
+
+
 def _solve_training(args) -> int:
     """``pase solve --search 3d``: the joint search of :mod:`pase.search.stages`."""
     from pase.search.stages import search_training, training_baselines
@@ -425,10 +457,13 @@ def _solve_training(args) -> int:
                                    cache=cache)
     stats = _training_search_stats(found, cache) if args.stats else None
     best = found.best.step_time_s
+    trained = _time_to_train(found.best, args, build(1).parameter_count)
     if args.json:
         out = found.to_dict()
         if stats is not None:
             out["stats"] = stats
+        if trained is not None:
+            out["time_to_train"] = trained.to_dict()
         out["baselines"] = {
             name: {"label": b.label, "step_time_s": b.step_time_s, "speedup": b.step_time_s / best if best else None,
                    "memory_per_device_bytes": b.memory_per_device_bytes, "fits_memory": b.fits_memory}
@@ -445,6 +480,7 @@ def _solve_training(args) -> int:
         fits = "" if b.fits_memory is not False else ", does NOT fit memory"
         print(f"  vs {name} ({b.label}): {b.step_time_s:.3f} s{fits}, "
               f"{b.step_time_s / best:.2f}x the searched step")
+    _print_time_to_train(trained)
     if stats is not None:
         _print_stats(stats)
     return 0
@@ -496,17 +532,22 @@ def _solve(args) -> int:
     # mixture of experts: the 3-D search's Megatron rule never splits the experts, the per-layer search does.
     hf_3d = is_hf_config(args.model) and not is_moe_config(args.model)
     if args.search == "3d" or (args.search == "auto" and (args.model in LANGUAGE_MODELS or hf_3d)):
+        _time_to_train_asked(args)
         return _solve_training(args)
     if args.global_batch is not None or args.intra_search or args.tp_overlap:
         raise GraphError("--global-batch, --intra-search and --tp-overlap apply to --search 3d")
     graph, cluster, options = _load_model(args), _cluster(args), _options(args)
+    _time_to_train_asked(args)
     result = plan(graph, cluster, PlanOptions(configs=options, ordering=args.ordering))
     stats = _layer_search_stats(graph, result, options) if args.stats else None
     baselines = applicable_baselines(graph, cluster, options)
+    trained = _time_to_train(result, args)
     if args.json:
         out = result.to_dict()
         if stats is not None:
             out["stats"] = stats
+        if trained is not None:
+            out["time_to_train"] = trained.to_dict()
         out["baselines"] = {
             name: {"label": b.label, "cost": b.cost, "step_time_s": b.step_time_s, "speedup": _speedup(result, b),
                    "memory_per_device_bytes": b.memory_per_device_bytes, "fits_memory": b.fits_memory}
@@ -529,6 +570,7 @@ def _solve(args) -> int:
         speedup = _speedup(result, b)
         faster = "PaSE takes no time" if speedup is None else f"PaSE is {speedup:.2f}x faster"
         print(f"  vs {b.label}: {b.step_time_s * 1e3:.2f} ms{fits}, {faster}")
+    _print_time_to_train(trained)
     if stats is not None:
         _print_stats(stats)
     return 0
@@ -548,6 +590,7 @@ def _add_evaluate(sub) -> None:
                    help="strategy file: a plan (pase solve --json, the app's download) or {layer: [factors...]}")
     _add_training_options(p)
     p.add_argument("--json", action="store_true", help="print the evaluated plan as one JSON object")
+    _add_time_to_train_options(p)
     p.set_defaults(func=_evaluate)
 
 
@@ -674,10 +717,12 @@ def _evaluate_training(args) -> int:
     if best is None:
         raise error
     result = replace(best[1], chosen=tuple(chosen))
+    trained = _time_to_train(result, args, build(1).parameter_count)
     if args.json:
-        _print_json(result.to_dict())
+        _print_json(result.to_dict() if trained is None else {**result.to_dict(), "time_to_train": trained.to_dict()})
         return 0
     _print_training(result)
+    _print_time_to_train(trained)
     return 0
 
 
@@ -724,6 +769,7 @@ def _strategy(args) -> tuple[dict[str, tuple[int, ...]], str]:
 def _evaluate(args) -> int:
     from pase.io.export import is_training_plan, load_plan_document
 
+    _time_to_train_asked(args)
     if _training_asked(args):
         if args.plan is not None:
             raise GraphError("give either --plan PLAN.json or a 3-D configuration (--tp, --pp, --dp...), not both")
@@ -743,14 +789,16 @@ def _evaluate(args) -> int:
         result = evaluate_strategy(graph, cluster, strategy, options=options, label=label)
     except (GraphError, ConfigurationError) as exc:
         raise type(exc)(f"{label}: {exc}") from None
+    trained = _time_to_train(result, args)
     if args.json:
-        _print_json(result.to_dict())
+        _print_json(result.to_dict() if trained is None else {**result.to_dict(), "time_to_train": trained.to_dict()})
         return 0
     _print_layers(result)
     given = sum(1 for layer in graph if layer.name in strategy)
     print(f"{given} of {len(graph)} layers configured by {_printable(label)}" +
           ("" if given == len(graph) else f"; the other {len(graph) - given} data parallel"))
     _print_memory(result)
+    _print_time_to_train(trained)
     return 0
 
 
@@ -777,10 +825,12 @@ def _evaluate_training_plan(args, document: dict) -> int:
         result = evaluate_training(build, cluster, par, options=_options(args), label=f"{label}: {par.describe()}")
     except (GraphError, ConfigurationError) as exc:
         raise type(exc)(f"{label}: {exc}") from None
+    trained = _time_to_train(result, args, build(1).parameter_count)
     if args.json:
-        _print_json(result.to_dict())
+        _print_json(result.to_dict() if trained is None else {**result.to_dict(), "time_to_train": trained.to_dict()})
         return 0
     _print_training(result)
+    _print_time_to_train(trained)
     return 0
 
 
@@ -802,6 +852,12 @@ def _add_sweep(sub) -> None:
                         "published figures (calibrated with --calibrated; options that override a figure are "
                         f"refused); choose from {', '.join(sorted(PRESETS))}")
     p.add_argument("--json", action="store_true", help="print the records as a JSON list")
+    p.add_argument("--search", choices=("layers", "3d"), default="layers",
+                   help="layers (default): PaSE and the baselines at each point; 3d: the 3-D search at each device "
+                        "count (sample language models and Hugging Face configs) with its time to train, failures "
+                        "included (give --train-tokens)")
+    p.add_argument("--global-batch", type=_BATCH, help="samples per step for --search 3d (default: the sample's)")
+    _add_time_to_train_options(p)
     p.set_defaults(func=_sweep)
 
 
@@ -817,6 +873,11 @@ def _working(graph: Graph) -> Graph:
 def _sweep(args) -> int:
     from pase.analysis.sweep import batch_sweep, sweep
 
+    if _time_to_train_asked(args) and args.search == "3d":
+        return _sweep_training(args)
+    if args.search == "3d" or args.global_batch is not None:
+        raise GraphError("--search 3d sweeps the time to train: give --train-tokens N (or --train-steps N); "
+                         "--global-batch applies to --search 3d")
     names = list(dict.fromkeys(args.clusters)) if args.clusters else [args.cluster]
     cluster = [_cluster(argparse.Namespace(**{**vars(args), "cluster": name, "devices": args.devices[0]}))
                for name in names]
@@ -845,6 +906,15 @@ def _sweep(args) -> int:
                              "batch size")
         records = batch_sweep(lambda batch: _working(_load_model(argparse.Namespace(**{**vars(args), "batch": batch}))),
                               args.batches, args.devices, cluster, per_device=args.per_device_batch, **grid)
+    if _time_to_train_asked(args):
+        from pase.analysis.time_to_train import with_time_to_train
+        from pase.cli_time_to_train import models
+
+        failures, power = models(args)
+        parameters = _load_model(argparse.Namespace(**{**vars(args), "batch": (args.batches or [args.batch])[0]})
+                                 ).parameter_count
+        records = with_time_to_train(records, parameters, cluster, tokens=args.train_tokens, steps=args.train_steps,
+                                     failures=failures, power=power, price_per_gpu_hour=args.price_per_gpu_hour)
     if args.json:
         _print_json(records)
         return 0
@@ -856,6 +926,41 @@ def _sweep(args) -> int:
         rows.append(([r["cluster"]] if by_cluster else []) + ([str(r["batch"])] if by_batch else []) + [
             str(r["devices"]), f"{r['bandwidth_Bps'] / 1e9:g}", f"{r['peak_flops'] / 1e12:g}", r["label"],
             f"{r['step_time_s'] * 1e3:.2f}", f"{r['speedup_over_dp']:.2f}", str(r["idle_devices"])])
+    if "goodput" in records[0]:
+        rows[0] += ["days to train", "goodput"]
+        for row, r in zip(rows[1:], records):
+            row += ["-", "-"] if r["goodput"] is None else [f"{r['wall_days']:.3g}", f"{r['goodput']:.3f}"]
+    print(_table(rows))
+    return 0
+
+
+def _sweep_training(args) -> int:
+    """``pase sweep --search 3d --train-tokens N``: the 3-D search and its time to train at each device count."""
+    from pase.analysis.time_to_train import scale_sweep
+    from pase.cli_time_to_train import models
+
+    if args.clusters or args.batches or args.bandwidths or args.tflops_list or args.per_device_batch:
+        raise GraphError("--search 3d sweeps device counts on one --cluster: drop --clusters, --batches, "
+                         "--bandwidths, --tflops-list and --per-device-batch")
+    failures, power = models(args)
+    cluster = _cluster(argparse.Namespace(**{**vars(args), "devices": args.devices[0]}))
+    progress = None if args.json else lambda done, total: print(f"  searched {done}/{total}", file=sys.stderr)
+    records = scale_sweep(_builder(args), cluster, args.devices, _global_batch(args), tokens=args.train_tokens,
+                          steps=args.train_steps, failures=failures, power=power,
+                          price_per_gpu_hour=args.price_per_gpu_hour, options=_options(args), progress=progress)
+    if args.json:
+        _print_json(records)
+        return 0
+    rows = [["devices", "plan", "step (s)", "days without failures", "days", "goodput", "interruptions a day",
+             "GPU-hours", "MWh"] + (["cost"] if args.price_per_gpu_hour is not None else [])]
+    for r in records:
+        if r["goodput"] is None:
+            rows.append([f"{r['devices']:,}", r["label"]] + ["-"] * (len(rows[0]) - 2))
+            continue
+        rows.append([f"{r['devices']:,}", r["label"], f"{r['step_time_s']:.3g}", f"{r['failure_free_days']:.3g}",
+                     f"{r['wall_days']:.3g}", f"{r['goodput']:.3f}", f"{r['interruptions_per_day']:.3g}",
+                     f"{r['wall_gpu_hours']:,.0f}", "-" if r["energy_MWh"] is None else f"{r['energy_MWh']:,.0f}"]
+                    + ([f"{r['wall_cost']:,.0f}"] if args.price_per_gpu_hour is not None else []))
     print(_table(rows))
     return 0
 
