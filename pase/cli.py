@@ -349,6 +349,9 @@ def _add_solve(sub) -> None:
     p.add_argument("--tp-overlap", action="store_true",
                    help="with --search 3d on a --calibrated cluster, plan for Megatron-LM's asynchronous "
                         "tensor-parallel backward (see pase evaluate --help)")
+    p.add_argument("--tp-comm-overlap", action="store_true",
+                   help="with --search 3d on a calibrated cluster, plan for Transformer Engine's tensor-parallel "
+                        "communication overlap (the forward gathers and reduce-scatters pipelined with the products)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object (a baseline's speedup is null where PaSE takes 0 s and it does not)")
     p.add_argument("--stats", action="store_true",
@@ -452,9 +455,10 @@ def _solve_training(args) -> int:
                                                                  "sizes", file=sys.stderr)
     cache: dict = {}  # the baselines reuse the search's graphs and layer times
     found = search_training(build, cluster, batch, options=_options(args), intra_search=args.intra_search,
-                            tp_overlap=args.tp_overlap, progress=progress, cache=cache)
+                            tp_overlap=args.tp_overlap, tp_comm_overlap=args.tp_comm_overlap, progress=progress,
+                            cache=cache)
     baselines = training_baselines(build, cluster, batch, options=_options(args), tp_overlap=args.tp_overlap,
-                                   cache=cache)
+                                   tp_comm_overlap=args.tp_comm_overlap, cache=cache)
     stats = _training_search_stats(found, cache) if args.stats else None
     best = found.best.step_time_s
     trained = _time_to_train(found.best, args, build(1).parameter_count)
@@ -534,7 +538,7 @@ def _solve(args) -> int:
     if args.search == "3d" or (args.search == "auto" and (args.model in LANGUAGE_MODELS or hf_3d)):
         _time_to_train_asked(args)
         return _solve_training(args)
-    if args.global_batch is not None or args.intra_search or args.tp_overlap:
+    if args.global_batch is not None or args.intra_search or args.tp_overlap or args.tp_comm_overlap:
         raise GraphError("--global-batch, --intra-search and --tp-overlap apply to --search 3d")
     graph, cluster, options = _load_model(args), _cluster(args), _options(args)
     _time_to_train_asked(args)
@@ -622,6 +626,10 @@ def _add_training_options(p: argparse.ArgumentParser) -> None:
                    help="Megatron-LM's asynchronous tensor-parallel backward (a --calibrated cluster): each product "
                         "reduces its input gradient while it computes its weight gradient, and re-gathers a "
                         "sequence-parallel input while it computes its input gradient (default: exposed)")
+    g.add_argument("--tp-comm-overlap", action="store_true",
+                   help="Transformer Engine's tensor-parallel communication overlap (Megatron-Core's "
+                        "--tp-comm-overlap; a calibrated cluster): the forward all-gathers and reduce-scatters "
+                        "pipelined with the products they feed or come from (default: exposed)")
 
 
 _TRAINING_FLAGS = ("tp", "pp", "dp", "cp", "vp", "microbatch_size", "global_batch", "seq", "recompute", "zero",
@@ -630,7 +638,7 @@ _TRAINING_FLAGS = ("tp", "pp", "dp", "cp", "vp", "microbatch_size", "global_batc
 
 def _training_asked(args) -> bool:
     given = any(getattr(args, f, None) is not None for f in _TRAINING_FLAGS + ("overlap",))
-    return given or args.sp or args.tp_overlap
+    return given or args.sp or args.tp_overlap or args.tp_comm_overlap
 
 
 def _builder(args):
@@ -663,10 +671,12 @@ def _global_batch(args) -> int:
 
 
 def _check_tp_overlap(args, cluster) -> None:
-    """Refuse ``--tp-overlap`` where it would change nothing: the paper's model prices no overlap."""
-    if args.tp_overlap and cluster.efficiency is None:
-        raise ConfigurationError("--tp-overlap is priced on a calibrated cluster (the paper's model keeps every "
-                                 "collective exposed); add --calibrated")
+    """Refuse ``--tp-overlap`` and ``--tp-comm-overlap`` where they would change nothing: the paper's model
+    prices no overlap."""
+    for flag in ("tp_overlap", "tp_comm_overlap"):
+        if getattr(args, flag, False) and cluster.efficiency is None:
+            raise ConfigurationError(f"--{flag.replace('_', '-')} is priced on a calibrated cluster (the paper's "
+                                     "model keeps every collective exposed); drop --peak-rates")
 
 
 def _evaluate_training(args) -> int:
@@ -704,6 +714,7 @@ def _evaluate_training(args) -> int:
                 par = Parallelism(tensor=t, pipeline=pp, data=dp, context=cp, virtual_stages=v, microbatch_size=b,
                                   global_batch=batch, sequence_parallel=args.sp, recompute=args.recompute or "none",
                                   zero=args.zero or 0, schedule=schedule, tp_overlap=args.tp_overlap,
+                                  tp_comm_overlap=args.tp_comm_overlap,
                                   overlap=cluster.efficiency is not None if args.overlap is None else args.overlap)
                 got = evaluate_training(build, cluster, par, options=_options(args))
             except ConfigurationError as exc:

@@ -122,7 +122,7 @@ def test_solve_plans_for_the_tensor_parallel_overlap_when_asked(capsys):
     assert overlapped["tensor_parallel"] == 1 or "tp-overlap" in overlapped["label"]
     assert "tp-overlap" in overlapped["baselines"]["Megatron"]["label"]
     code, _, err = run(capsys, "solve", "megatron-18b", "--devices", "16", "--cluster", "dgx-a100", "--peak-rates", "--tp-overlap")
-    assert code == 2 and "add --calibrated" in err
+    assert code == 2 and "drop --peak-rates" in err
     code, _, err = run(capsys, "solve", "alexnet", "--devices", "4", "--tp-overlap")
     assert code == 2 and "apply to --search 3d" in err
 

@@ -140,6 +140,7 @@ def search_training(
     sequence_parallel: Sequence[bool] = (False, True),
     intra_search: bool = False,
     tp_overlap: bool = False,
+    tp_comm_overlap: bool = False,
     runners_up: int = 5,
     progress: Callable[[int, int], None] | None = None,
     cache: dict | None = None,
@@ -150,8 +151,8 @@ def search_training(
     ``pipeline``, ``context`` and ``microbatch_sizes`` restrict those sizes
     (default: all that tile the mesh; microbatches up to ``max_microbatch``);
     the other sequences restrict their knob. ``tp_overlap`` plans for
-    Megatron-LM's asynchronous tensor-parallel backward
-    (:class:`~pase.model.training.Parallelism`). ``memory_limit_bytes`` defaults to
+    Megatron-LM's asynchronous tensor-parallel backward, ``tp_comm_overlap``
+    for Transformer Engine's forward overlap (:class:`~pase.model.training.Parallelism`). ``memory_limit_bytes`` defaults to
     the cluster's memory. ``progress(done, total)`` counts (microbatch, group) pairs.
     ``cache`` (a dict, :func:`~pase.model.training.cached_times`) shares the
     graphs and layer times with later calls for the same model, cluster and
@@ -194,7 +195,7 @@ def search_training(
                 continue
             m = global_batch // (d * b)
             base = Parallelism(tensor=t, pipeline=p, data=d, context=c, microbatch_size=b, global_batch=global_batch,
-                               overlap=overlap, tp_overlap=tp_overlap)
+                               overlap=overlap, tp_overlap=tp_overlap, tp_comm_overlap=tp_comm_overlap)
             candidates = []
             for sp in sequence_parallel:
                 if sp and t == 1:
@@ -289,6 +290,7 @@ def _intra_search(graph: Graph, cluster: Cluster, par: Parallelism, microbatches
 def training_baselines(build: Callable[[int], Graph], cluster: Cluster, global_batch: int, *,
                        options: ConfigOptions = ConfigOptions(), memory: MemoryOptions = MemoryOptions(),
                        memory_limit_bytes: float | None = None, tp_overlap: bool = False,
+                       tp_comm_overlap: bool = False,
                        cache: dict | None = None) -> dict[str, TrainingPlan]:
     """What practitioners would run, in the same model, each at its best microbatch (1 to 8) that fits.
 
@@ -300,7 +302,7 @@ def training_baselines(build: Callable[[int], Graph], cluster: Cluster, global_b
 
     A baseline none of whose variants fits reports its smallest-memory variant
     (``fits_memory`` False); one that cannot be placed at all is left out.
-    ``tp_overlap`` and ``cache`` as for :func:`search_training`.
+    ``tp_overlap``, ``tp_comm_overlap`` and ``cache`` as for :func:`search_training`.
     """
     cache = {} if cache is None else cache
     capacity = cluster.memory_bytes if memory_limit_bytes is None else memory_limit_bytes
@@ -337,7 +339,8 @@ def training_baselines(build: Callable[[int], Graph], cluster: Cluster, global_b
             m = global_batch // d
             v = 2 if p > 1 and m % p == 0 else 1
             got = best([Parallelism(tensor=t, pipeline=p, data=d, virtual_stages=v, global_batch=global_batch,
-                                    recompute="full", overlap=overlap, tp_overlap=tp_overlap)])
+                                    recompute="full", overlap=overlap, tp_overlap=tp_overlap,
+                                    tp_comm_overlap=tp_comm_overlap)])
             if got is not None:
                 plans.append(got)
                 if got.fits_memory is not False:
