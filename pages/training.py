@@ -15,6 +15,7 @@ import streamlit as st
 from pase.errors import PaseError
 from pase.io.export import FORMATS as EXPORT_FORMATS, export_plan, file_name
 from pase.hardware.cluster import PRESETS, preset
+from pase.ir.configs import ATTENTION_KINDS, PRECISIONS, ConfigOptions
 from pase.limits import MAX_BATCH, MAX_DEVICES
 from pase.model.pipeline import SCHEDULES
 from pase.model.training import RECOMPUTE, Parallelism, evaluate_training
@@ -121,6 +122,17 @@ try:
 except PaseError as exc:
     st.error(f"Cannot use this cluster: {md(exc)}", icon=":material/error:")
     st.stop()
+k1, k2 = st.columns(2)
+attention = kept(k1.selectbox, "attention", "auto", "Attention", list(ATTENTION_KINDS),
+                 help="flash: each attention core one fused kernel (FlashAttention, cuDNN): no s x s tensor kept, a "
+                      "causal mask halving the work; unfused: 2021-22 Megatron-LM's separate products and softmax; "
+                      "auto: flash under the calibrated model, unfused at peak rates.")
+fp8_ok = cluster.fp8_peak_flops is not None and cluster.efficiency is not None
+precision = kept(k2.selectbox, "precision", "bf16", "Precision", list(PRECISIONS), disabled=not fp8_ok,
+                 help="fp8: the products of layers with weights at the GPU's FP8 rate, as Transformer Engine's "
+                      "recipes train; MFU stays against the BF16 peak, as NVIDIA's tables report it."
+                      + ("" if fp8_ok else " Needs an H100, H200 or B200 preset and the calibrated model."))
+options = ConfigOptions(attention=attention, precision=precision if fp8_ok else "bf16")
 build = batch_builder(model)
 cap = cluster.memory_bytes
 st.markdown(f"**{md(model)}**, global batch {global_batch:,} · **{md(cluster)}**, "
@@ -149,14 +161,16 @@ def headline(plan) -> None:
     m5.metric("Memory per device (largest stage)", f"{mem / 1e9:.3g} GB",
               delta=None if fits is None else (f"fits {cap_text(plan)}" if fits else f"exceeds {cap_text(plan)}"),
               delta_color="normal" if fits else "inverse",
-              help="Weights, gradients, optimizer state, activations in flight and transient buffers of the stage "
-                   "needing most.")
+              help="Weights, gradients, optimizer state, FP8 weight copies, activations in flight and transient "
+                   "buffers of the stage needing most.")
     st.caption(f"MFU and HFU are of the cluster's peak, {peak / 1e12:g} TFLOP/s per device: "
                f"{md(peak_source(plan.cluster.name, plan.cluster.bytes_per_element))}. "
                + ("Step times at peak rates (the paper's model), so real runs are slower. "
                   if plan.cluster.efficiency is None else "Step times by the calibrated model (above, with its "
                                                           "sources). ")
-               + f"Bubble: {plan.schedule.bubble_fraction:.1%} of the busiest device's step. {md(plan.label)}.")
+               + f"Bubble: {plan.schedule.bubble_fraction:.1%} of the busiest device's step. {md(plan.label)}. "
+               + f"Attention {plan.attention}, precision {plan.precision}: "
+               + md(plan.step_time_model()["mfu_counting"]) + ".")
     if fits is False:
         st.warning(f"This plan needs {mem / 1e9:.3g} GB on a device of its largest stage, more than the "
                    f"{cap_text(plan)} it has: it would not run.", icon=":material/warning:")
@@ -224,19 +238,22 @@ store = state.stores()["misc"]
 # -- search ------------------------------------------------------------------------------------------
 
 if mode == MODES[0]:
-    key = ("training-search", model, cluster, global_batch)
+    key = ("training-search", model, cluster, global_batch, options)
     found = store.get(key)
     clicked = st.button("Search", type="primary", key="tr_search", icon=":material/play_arrow:",
                         help="Model every configuration that tiles the mesh and keep the fastest that fits.")
     if clicked and found is None:
         try:
             with Work("Searching...") as work:
-                search = work.run(search_training, build, cluster, global_batch, what="the training search",
+                search = work.run(search_training, build, cluster, global_batch, options=options,
+                                  what="the training search",
                                   text="Searching...", counts="Microbatch sizes x groups modelled")
                 best = work.run(evaluate_training, build, cluster, search.best.parallelism, record=True,
+                                options=options,
                                 label=search.best.label, what="recording the best plan's schedule",
                                 text="Recording the best plan's schedule...")
-                baselines = work.run(training_baselines, build, cluster, global_batch, what="costing the baselines",
+                baselines = work.run(training_baselines, build, cluster, global_batch, options=options,
+                                     what="costing the baselines",
                                      text="Costing the baselines (data parallel, ZeRO-3, Megatron)...")
             found = (search, best, baselines)
             store.put(key, found)
@@ -318,13 +335,14 @@ try:
 except PaseError as exc:
     st.error(f"Not a valid configuration: {md(exc)}", icon=":material/error:")
     st.stop()
-key = ("training-eval", model, cluster, par)
+key = ("training-eval", model, cluster, par, options)
 plan = store.get(key)
 if st.button("Evaluate", type="primary", key="tr_evaluate", icon=":material/play_arrow:",
              help="Model this configuration's step, memory and schedule.") and plan is None:
     try:
         with Work(f"Evaluating {par.describe()}...") as work:
-            plan = work.run(evaluate_training, build, cluster, par, record=True, what="the evaluation",
+            plan = work.run(evaluate_training, build, cluster, par, record=True, options=options,
+                            what="the evaluation",
                             text=f"Evaluating {par.describe()} (building the model at the microbatch size, "
                                  "costing its layers, simulating the schedule)...")
         store.put(key, plan)

@@ -12,7 +12,7 @@ import inspect
 import streamlit as st
 
 from pase.hardware.cluster import PRESETS, Cluster
-from pase.ir.configs import ConfigOptions
+from pase.ir.configs import ATTENTION_KINDS, PRECISIONS, ConfigOptions
 from pase.errors import PaseError
 from pase.limits import (
     MAX_BANDWIDTH_BPS, MAX_BATCH, MAX_DEVICES, MAX_MEMORY_BYTES, MAX_PEAK_FLOPS, MIN_BANDWIDTH_BPS, MIN_PEAK_FLOPS,
@@ -140,7 +140,10 @@ def _cluster(sb) -> Cluster:
     if model == CALIBRATED and st.session_state["in_preset"] != base:
         sb.caption(f"Edited figures on {base}'s calibration: its fractions of peak and link efficiencies apply to "
                    "the figures above; its vector rate, memory bandwidth and latencies stay as they are.")
+    # The preset's FP8 peak, scaled with an edited BF16 peak (the same GPU, faster or slower).
+    fp8 = PRESETS[base].fp8_peak_flops if base in PRESETS else None
     cluster = Cluster(
+        fp8_peak_flops=None if fp8 is None else fp8 * float(tflops) * 1e12 / PRESETS[base].peak_flops,
         devices=devices, peak_flops=float(tflops) * 1e12, bandwidth_Bps=float(bandwidth) * 1e9,
         bytes_per_element=int(bpe), memory_bytes=float(memory) * 1e9 if memory > 0 else None,
         name=st.session_state["in_preset"],
@@ -150,7 +153,18 @@ def _cluster(sb) -> Cluster:
     return with_model(cluster, model, base)
 
 
-def _options(sb) -> ConfigOptions:
+def _options(sb, cluster: Cluster) -> ConfigOptions:
+    k1, k2 = sb.columns(2)
+    attention = k1.selectbox("Attention", list(ATTENTION_KINDS), key="in_attention",
+                             help="flash: each attention core one fused kernel (FlashAttention, cuDNN): no s x s "
+                                  "tensor kept, a causal mask halving the work; unfused: separate products and "
+                                  "softmax (2021-22 Megatron-LM, eager PyTorch); auto: flash under the calibrated "
+                                  "model, unfused at peak rates.")
+    fp8_ok = cluster.fp8_peak_flops is not None and cluster.efficiency is not None
+    precision = k2.selectbox("Precision", list(PRECISIONS), key="in_precision", disabled=not fp8_ok,
+                             help="fp8: products with weights at the GPU's FP8 rate (Transformer Engine's recipes); "
+                                  "MFU stays against the BF16 peak." + ("" if fp8_ok else " Needs an H100, H200 or "
+                                                                         "B200 preset and the calibrated model."))
     with sb.expander("Search options"):
         pow2 = st.checkbox("Powers of two only", key="in_pow2", help="Split factors 1, 2, 4, 8... only.")
         min_shard = int(st.number_input("Minimum shard", min_value=1, max_value=1024, value=ConfigOptions().min_shard,
@@ -158,7 +172,8 @@ def _options(sb) -> ConfigOptions:
                                         help="Smallest block a split may leave along a dimension."))
         spatial = st.checkbox("Split image rows/columns", key="in_spatial",
                               help="Let convolutions and pooling split h and w (paying halo exchange).")
-    return ConfigOptions(powers_of_two=pow2, min_shard=min_shard, spatial_split=spatial)
+    return ConfigOptions(powers_of_two=pow2, min_shard=min_shard, spatial_split=spatial, attention=attention,
+                         precision=precision if fp8_ok else "bf16")
 
 
 def problem_sidebar() -> Problem | None:
@@ -170,7 +185,7 @@ def problem_sidebar() -> Problem | None:
         source, data, why = _graph_source(sb)
         sb.markdown("### Cluster")
         cluster = _cluster(sb)
-        options = _options(sb)
+        options = _options(sb, cluster)
     except PaseError as exc:
         set_current_problem(None, str(exc))
         return None

@@ -140,6 +140,8 @@ def stage_memory_figure(plan: TrainingPlan) -> go.Figure:
         ("weights", MEMORY_COLORS["weights"], [s.weights_bytes for s in stages]),
         ("gradients", MEMORY_COLORS["gradients"], [s.gradient_bytes for s in stages]),
         ("optimizer state", MEMORY_COLORS["optimizer state"], [s.optimizer_bytes for s in stages]),
+        *([("FP8 weight copies", MEMORY_COLORS["FP8 weight copies"], [s.fp8_bytes for s in stages])]
+          if any(s.fp8_bytes for s in stages) else []),
         ("activations", MEMORY_COLORS["activations"], [s.activation_bytes for s in stages]),
         ("transient", MEMORY_COLORS["largest comm buffer"], [s.transient_bytes for s in stages]),
     ]
@@ -197,7 +199,7 @@ def memory_timeline_figure(plan: TrainingPlan) -> go.Figure:
         events[o.device].append((o.start_s, 1) if o.kind == "F" else (o.end_s, -1))
     fig = go.Figure()
     for st, mine in zip(plan.stages, events):
-        resident = st.weights_bytes + st.gradient_bytes + st.optimizer_bytes
+        resident = st.weights_bytes + st.gradient_bytes + st.optimizer_bytes + st.fp8_bytes
         # A held chunk-microbatch's share of activation_bytes, which holds in_flight * v of them at the peak.
         peak = st.in_flight * v
         times, counts = [0.0], [0]
@@ -223,7 +225,8 @@ def memory_timeline_figure(plan: TrainingPlan) -> go.Figure:
     if cap is not None:
         fig.add_hline(y=cap / 1e9, line=dict(color=CAPACITY_COLOR, dash="dash"),
                       annotation_text=f"capacity {cap / 1e9:.3g} GB", annotation_position="top left")
-    top = max([s.weights_bytes + s.gradient_bytes + s.optimizer_bytes + s.activation_bytes for s in plan.stages]
+    top = max([s.weights_bytes + s.gradient_bytes + s.optimizer_bytes + s.fp8_bytes + s.activation_bytes
+               for s in plan.stages]
               + [cap or 0.0]) / 1e9
     big = max(plan.stages, key=lambda s: s.transient_bytes)
     fig.update_layout(
