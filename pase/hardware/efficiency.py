@@ -189,6 +189,8 @@ CALCULON_A100 = Efficiency(
 
 A100_HBM_BPS = 2039e9  # A100 SXM 80 GB: published HBM2e bandwidth
 _FITTED = "fitted to Korthikanti Table 5 and Megatron Table 1 (benchmarks/fit_calibration.py)"
+_FA2 = ("FlashAttention-2's published A100 80 GB benchmarks (Dao, \"FlashAttention-2\", arXiv 2307.08691, "
+        "section 4.1)")
 
 # A100 SXM 80 GB fitted to the published runs (benchmarks/validate_published.py) from Calculon's
 # figures: six numbers fitted (the matrix curve's three points, the HBM fraction, NVLink's
@@ -218,7 +220,14 @@ A100_FITTED = Efficiency(
         "inter_latency_s": "assumed: 10 us per collective step between nodes (NCCL over InfiniBand)",
         "memory_overlap": f"{_FITTED}: the fraction of the shorter of a kernel's compute and memory times "
                           "hidden behind the longer (1: the roofline; Calculon's A100 file sums them, 0)",
+        "attention_curve": f"{_FA2}: the forward at 50% to 73% of the A100's peak from sequence 512 to 16k (batch "
+                           "x sequence 16k, 16 heads of 128: 68.7 GFLOP to 2.2 TFLOP per kernel); not fitted",
+        "attention_backward_curve": "the forward's fractions times 0.75, the backward-to-forward rate ratio "
+                                    "measured on one H200 (0.68 to 0.79, measurements/h200-kernels.json), carried "
+                                    "to the A100; an assumption, not measured on it",
     },
+    attention_curve=((68.7e9, 0.50), (2.2e12, 0.73)),
+    attention_backward_curve=((68.7e9, 0.50 * 0.75), (2.2e12, 0.73 * 0.75)),
 )
 
 
