@@ -31,12 +31,14 @@ __all__ = ["CALIBRATED", "PEAK", "LABELS", "default_model", "with_model", "model
 
 CALIBRATED = "calibrated"
 PEAK = "peak"
-LABELS = {CALIBRATED: "calibrated (fitted to published runs)", PEAK: "peak rates (the paper's)"}
+LABELS = {CALIBRATED: "calibrated (measured or fitted kernels and links)", PEAK: "peak rates (the paper's)"}
 HELP = ("Calibrated: compute priced by the roofline (matrix products at a fraction of the peak that grows with "
         "their size, other kernels at the vector rate, every kernel's bytes through memory) and links at their "
         "achievable efficiency and latency, from the preset's calibration (pase.hardware.cluster.CALIBRATIONS: "
-        "dgx-a100 fitted to Korthikanti et al.'s Table 5 and Megatron-LM's Table 1, the other DGX presets "
-        "carrying its fractions over; each page lists the figures and their sources); 3-D plans overlap the "
+        "dgx-a100 fitted to Korthikanti et al.'s Table 5 and Megatron-LM's Table 1, dgx-h200 fitted to kernel "
+        "timings measured on one H200, dgx-h100 the same chip with its own memory, dgx-b200 from published "
+        "figures; a calibration file from `pase calibrate` may replace any; each page lists the figures and "
+        "their sources); 3-D plans overlap the "
         "gradient reduction with the last backward and ZeRO-3's gathers with the compute. As `pase --calibrated`. Peak rates: every FLOP at the peak "
         "FLOP/s and every byte at the nominal link bandwidth, as the paper prices them; real runs are slower.")
 
@@ -127,8 +129,8 @@ def sources_list(efficiency: Efficiency) -> str:
     """A markdown list of ``efficiency``'s figures that have a source: each figure's name, value and source."""
     def value(name: str) -> str:
         v = getattr(efficiency, name, None)
-        if name == "matmul_curve":  # (FLOPs per kernel, fraction of peak) points
-            return ", ".join(f"{f / 1e9:g} GFLOP: {x:.1%}" for f, x in v)
+        if name.endswith("_curve"):  # (FLOPs per kernel, fraction of peak) points
+            return "" if v is None else ", ".join(f"{f / 1e9:.3g} GFLOP: {x:.1%}" for f, x in v)
         unit = {"vector_flops": " FLOP/s", "memory_Bps": " bytes/s"}.get(name, " s" if name.endswith("_s") else "")
         return "" if v is None else f"{v:.4g}{unit}"
 
