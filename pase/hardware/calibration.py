@@ -29,14 +29,11 @@ import os
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pase.errors import ClusterError
 from pase.hardware.efficiency import Efficiency
 from pase.limits import MAX_BANDWIDTH_BPS, MAX_LATENCY_S, MAX_MEMORY_BYTES, MAX_PEAK_FLOPS, MIN_MEMORY_BYTES, MIN_PEAK_FLOPS
-
-if TYPE_CHECKING:
-    from pase.hardware.cluster import Cluster
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "Calibration", "load_calibration", "loads_calibration", "save_calibration"]
 
@@ -94,8 +91,8 @@ class Calibration:
         where = f", {self.origin}" if self.origin else ""
         return f"measured on {self.device}, {self.date}{f' ({env})' if env else ''}{where}"
 
-    def apply(self, cluster: "Cluster") -> "Cluster":
-        """``cluster`` with this device: its peaks, memory (when recorded) and kernel figures from the file, its
+    def apply(self, cluster):
+        """``cluster`` (a :class:`~pase.hardware.cluster.Cluster`, which imports this module) with this device: its peaks, memory (when recorded) and kernel figures from the file, its
         topology kept; measured links set its link efficiencies and latencies (a bus bandwidth above the
         cluster's nominal one counts as 1), unmeasured ones keep the cluster's calibration's (or 1 and 0)."""
         base = cluster.efficiency

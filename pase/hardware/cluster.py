@@ -24,7 +24,7 @@ from math import ceil, gcd, prod
 from numbers import Real
 
 from pase.errors import ClusterError
-from pase.hardware.calibration import load_calibration
+from pase.hardware.calibration import Calibration, load_calibration
 from pase.hardware.efficiency import (
     A100_FITTED, A100_HBM_BPS, GTX1080TI_FP32, RTX2080TI_FP32, Efficiency, derated,
 )
@@ -379,16 +379,23 @@ CALIBRATIONS: dict[str, Efficiency] = {
 }
 
 
-def preset(name: str, devices: int | None = None, *, calibrated: bool = False) -> Cluster:
+def preset(name: str, devices: int | None = None, *, calibrated: bool = False, calibration=None) -> Cluster:
     """The preset cluster ``name``, optionally with another device count.
 
     ``calibrated`` attaches what its kernels and links achieve
     (:data:`CALIBRATIONS`); ``paper-model`` and ``dgx1-v100`` have none.
+    ``calibration`` (a :class:`~pase.hardware.calibration.Calibration` or the
+    path of a calibration file, ``pase calibrate``'s) replaces the device: its
+    peaks, memory and kernel figures from the file, the topology from the
+    preset, links as measured in the file or else as the preset's calibration
+    has them (:meth:`~pase.hardware.calibration.Calibration.apply`); it
+    implies ``calibrated``.
 
     Raises
     ------
     ClusterError
-        No preset has that name, or ``calibrated`` is asked of one without a calibration.
+        No preset has that name, ``calibrated`` is asked of one without a
+        calibration, or the calibration file is refused (named field).
     """
     try:
         cluster = PRESETS[name]
@@ -398,4 +405,10 @@ def preset(name: str, devices: int | None = None, *, calibrated: bool = False) -
         if name not in CALIBRATIONS:
             raise ClusterError(f"preset {name!r} has no calibration; calibrated presets: {', '.join(CALIBRATIONS)}")
         cluster = replace(cluster, efficiency=CALIBRATIONS[name])
+    if calibration is not None:
+        if cluster.efficiency is None and name in CALIBRATIONS:
+            cluster = replace(cluster, efficiency=CALIBRATIONS[name])
+        if not isinstance(calibration, Calibration):
+            calibration = load_calibration(calibration)
+        cluster = calibration.apply(cluster)
     return cluster if devices is None else cluster.with_devices(devices)
