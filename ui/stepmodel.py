@@ -22,11 +22,14 @@ from dataclasses import replace
 
 import streamlit as st
 
+from pase.errors import ClusterError
+from pase.hardware.calibration import loads_calibration
 from pase.hardware.cluster import CALIBRATIONS, Cluster
 from pase.hardware.efficiency import A100_FITTED, Efficiency
 from ui.fmt import md
 
-__all__ = ["CALIBRATED", "PEAK", "LABELS", "default_model", "with_model", "model_choice", "calibration_name",
+__all__ = ["CALIBRATED", "PEAK", "LABELS", "default_model", "with_model", "with_calibration_file", "model_choice",
+           "calibration_name",
            "model_summary", "show_model", "sources_list"]
 
 CALIBRATED = "calibrated"
@@ -56,6 +59,39 @@ def with_model(cluster: Cluster, model: str, calibration_of: str | None) -> Clus
     (none where that preset has none), without one under :data:`PEAK`."""
     efficiency = CALIBRATIONS.get(calibration_of) if model == CALIBRATED else None
     return cluster if cluster.efficiency == efficiency else replace(cluster, efficiency=efficiency)
+
+
+def with_calibration_file(cluster: Cluster, filename: str, data: bytes, calibration_of: str | None
+                          ) -> tuple[Cluster, str]:
+    """``cluster`` with the calibration file ``data`` applied (:meth:`pase.hardware.calibration.Calibration.apply`;
+    links the file did not measure from preset ``calibration_of``'s calibration, if any) and one sentence saying
+    where its figures come from; or ``cluster`` unchanged and the one-line reason the file was refused (starting
+    "Calibration file refused")."""
+    try:
+        calibration = _parsed_calibration(filename, data)
+        if cluster.efficiency is None and calibration_of in CALIBRATIONS:
+            cluster = replace(cluster, efficiency=CALIBRATIONS[calibration_of])
+        cluster = calibration.apply(cluster)
+    except ClusterError as exc:
+        return cluster, f"Calibration file refused: {md(str(exc))}"
+    return cluster, (f"Kernels from the calibration file {md(filename)}: {md(calibration.source)}; the device's "
+                     f"peak {calibration.peak_flops / 1e12:g} TFLOP/s"
+                     + (f" ({calibration.fp8_peak_flops / 1e12:g} FP8)" if calibration.fp8_peak_flops else "")
+                     + ", the topology from the figures above.")
+
+
+def _parsed_calibration(filename: str, data: bytes):
+    """The calibration in an uploaded file, parsed once per upload (kept in the session by its bytes)."""
+    key = ("_calibration_upload", filename, hash(data))
+    ss = st.session_state
+    if ss.get("_calibration_key") != key:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ClusterError(f"{filename}: not a text (JSON) file") from None
+        ss["_calibration_value"] = loads_calibration(text, filename)
+        ss["_calibration_key"] = key
+    return ss["_calibration_value"]
 
 
 def model_choice(where, key: str, calibration_of: str | None, memory: dict, **radio) -> str:
