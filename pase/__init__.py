@@ -31,6 +31,7 @@ import importlib
 # and the exporters unless it needs them.
 _LAZY = {
     "PRESETS": "pase.hardware.cluster", "Cluster": "pase.hardware.cluster", "preset": "pase.hardware.cluster",
+    "Calibration": "pase.hardware.calibration", "load_calibration": "pase.hardware.calibration",
     "dumps_graph": "pase.io.graph_json", "load_graph": "pase.io.graph_json", "loads_graph": "pase.io.graph_json",
     "save_graph": "pase.io.graph_json",
     "from_hf_config": "pase.io.hf_config",
@@ -53,7 +54,7 @@ __all__ = [
     "plan", "evaluate", "Plan", "PlanOptions",
     "plan_training", "evaluate_training", "Parallelism", "TrainingPlan",
     "Graph", "Layer", "TensorSpec",
-    "Cluster", "PRESETS", "preset", "ConfigOptions", "config_counts",
+    "Cluster", "PRESETS", "preset", "Calibration", "load_calibration", "ConfigOptions", "config_counts",
     "CostModel", "build_cost_model",
     "load_graph", "save_graph", "loads_graph", "dumps_graph", "from_onnx", "from_torch", "from_hf_config",
     "export_plan",

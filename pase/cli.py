@@ -258,6 +258,9 @@ def _add_cluster_options(p: argparse.ArgumentParser) -> None:
     model.add_argument("--peak-rates", action="store_true",
                        help="the paper's model: every FLOP at the peak and every byte at the nominal bandwidth "
                             "(the default on the paper-* presets and on hardware without a calibration)")
+    p.add_argument("--calibration", metavar="FILE",
+                   help="a calibration file (pase calibrate): the device's peaks, memory and kernel figures from "
+                        "the file, the topology from --cluster; implies the calibrated model")
 
 
 def _load_model(args) -> Graph:
@@ -320,7 +323,17 @@ def _cluster(args) -> Cluster:
             raise ClusterError(f"--calibrated: preset {args.cluster!r} has no calibration; calibrated presets: "
                                f"{', '.join(CALIBRATIONS)}")
         changes["efficiency"] = CALIBRATIONS[args.cluster]
-    return replace(base, **changes)
+    cluster = replace(base, **changes)
+    if getattr(args, "calibration", None) is not None:
+        from pase.hardware.calibration import load_calibration  # late: only a calibration file needs its reader
+
+        if getattr(args, "peak_rates", False):
+            raise ClusterError("--calibration prices with the file's measured figures; drop --peak-rates")
+        args.calibrated = True  # a calibration file implies the calibrated model's options (--tp-overlap...)
+        if cluster.efficiency is None and args.cluster in CALIBRATIONS:
+            cluster = replace(cluster, efficiency=CALIBRATIONS[args.cluster])  # the preset's links, unless measured
+        cluster = load_calibration(args.calibration).apply(cluster)
+    return cluster
 
 
 def _table(rows: list[list[str]]) -> str:
@@ -1103,6 +1116,15 @@ def _export(args) -> int:
     return 0
 
 
+# -- pase calibrate (pase.calibrate.command) ------------------------------------------------
+
+
+def _add_calibrate(sub) -> None:
+    from pase.calibrate.command import add_parser  # late: the other commands never load the profiler's module
+
+    add_parser(sub)
+
+
 # -- the sub-commands ------------------------------------------------------------------
 
 # Each sub-command's one-line help (pase --help lists them) and the function adding its parser.
@@ -1114,8 +1136,10 @@ _HELP = {
     "solve-instance": "solve a solver-level instance file (the ../shared/instances format)",
     "export": "write a plan as DTensor placements, JAX PartitionSpecs, Megatron-LM arguments, "
               "torchtitan or DeepSpeed settings",
+    "calibrate": "measure this machine's GPU (and its links) and write a calibration file pase plans with",
 }
 _COMMANDS = {
     "solve": _add_solve, "evaluate": _add_evaluate, "show": _add_show, "sweep": _add_sweep,
     "solve-instance": _add_solve_instance, "export": _add_export,
+    "calibrate": _add_calibrate,
 }

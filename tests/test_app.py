@@ -250,7 +250,7 @@ def test_the_step_time_model_defaults_to_calibrated_on_dgx_presets_and_to_peak_o
     assert model.value == "calibrated" and not model.disabled
     assert at.session_state["_problem"].cluster.efficiency == CALIBRATIONS["dgx-h100"]
     (caption,) = model_captions(at)
-    assert "**calibrated**, with dgx-h100's calibration" in caption and "not validated" in caption, caption
+    assert "**calibrated**, with dgx-h100's calibration" in caption and "same GH100 chip" in caption, caption
     for name in ("paper-1080ti", "paper-2080ti", "paper-model", "dgx1-v100"):
         at.selectbox(key="in_preset").set_value(name).run()
         no_exception(at)

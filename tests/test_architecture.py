@@ -54,3 +54,15 @@ def test_the_core_never_imports_the_ui():
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             for n in names:
                 assert n.split(".")[0] not in {"streamlit", "plotly", "ui"}, f"{path} imports {n}"
+
+
+def test_torch_is_imported_only_by_the_profiler_and_the_pytorch_importer():
+    # pase calibrate's profiler and pase.io.torch (from_torch) need torch; nothing else may import it, so that
+    # pase plans on machines without it (pase calibrate then says so in one line).
+    allowed = {ROOT / "calibrate" / "profile.py", ROOT / "io" / "torch.py"}
+    for path in ROOT.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            if any(n.split(".")[0] == "torch" for n in names):
+                assert path in allowed, f"{path} imports torch"

@@ -19,7 +19,7 @@ from pase.limits import (
 )
 from ui.fmt import md
 from ui.state import GraphSource, Problem, load_graph, set_current_problem
-from ui.stepmodel import CALIBRATED, model_choice, with_model
+from ui.stepmodel import CALIBRATED, model_choice, with_calibration_file, with_model
 
 __all__ = ["problem_sidebar", "sample_parameters", "DEFAULT_SAMPLE", "DEFAULT_PRESET", "BASE", "MODEL_MEMORY"]
 
@@ -150,7 +150,15 @@ def _cluster(sb) -> Cluster:
         devices_per_node=node if node > 0 else None,
         inter_bandwidth_Bps=float(network) * 1e9 if node > 0 else None,
     )
-    return with_model(cluster, model, base)
+    cluster = with_model(cluster, model, base)
+    upload = sb.file_uploader("Calibration file (pase calibrate)", type=["json"], key="in_calibration",
+                              help="A calibration file written by `pase calibrate` on your GPU: the device's peaks, "
+                                   "memory and kernel figures from the file, the topology from the figures above "
+                                   "(as `pase --calibration FILE`). It implies the calibrated model.")
+    if upload is not None:
+        cluster, message = with_calibration_file(cluster, upload.name, upload.getvalue(), base)
+        (sb.error if message.startswith("Calibration file refused") else sb.caption)(message)
+    return cluster
 
 
 def _options(sb, cluster: Cluster) -> ConfigOptions:

@@ -22,21 +22,26 @@ from dataclasses import replace
 
 import streamlit as st
 
+from pase.errors import ClusterError
+from pase.hardware.calibration import loads_calibration
 from pase.hardware.cluster import CALIBRATIONS, Cluster, calibrated_by_default
 from pase.hardware.efficiency import A100_FITTED, Efficiency
 from ui.fmt import md
 
-__all__ = ["CALIBRATED", "PEAK", "LABELS", "default_model", "with_model", "model_choice", "calibration_name",
+__all__ = ["CALIBRATED", "PEAK", "LABELS", "default_model", "with_model", "with_calibration_file", "model_choice",
+           "calibration_name",
            "model_summary", "show_model", "sources_list"]
 
 CALIBRATED = "calibrated"
 PEAK = "peak"
-LABELS = {CALIBRATED: "calibrated (fitted to published runs)", PEAK: "peak rates (the paper's)"}
+LABELS = {CALIBRATED: "calibrated (measured or fitted kernels and links)", PEAK: "peak rates (the paper's)"}
 HELP = ("Calibrated: compute priced by the roofline (matrix products at a fraction of the peak that grows with "
         "their size, other kernels at the vector rate, every kernel's bytes through memory) and links at their "
         "achievable efficiency and latency, from the preset's calibration (pase.hardware.cluster.CALIBRATIONS: "
-        "dgx-a100 fitted to Korthikanti et al.'s Table 5 and Megatron-LM's Table 1, the other DGX presets "
-        "carrying its fractions over; each page lists the figures and their sources); 3-D plans overlap the "
+        "dgx-a100 fitted to Korthikanti et al.'s Table 5 and Megatron-LM's Table 1, dgx-h200 fitted to kernel "
+        "timings measured on one H200, dgx-h100 the same chip with its own memory, dgx-b200 from published "
+        "figures; a calibration file from `pase calibrate` may replace any; each page lists the figures and "
+        "their sources); 3-D plans overlap the "
         "gradient reduction with the last backward and ZeRO-3's gathers with the compute. As `pase --calibrated`. Peak rates: every FLOP at the peak "
         "FLOP/s and every byte at the nominal link bandwidth, as the paper prices them; real runs are slower.")
 
@@ -52,6 +57,39 @@ def with_model(cluster: Cluster, model: str, calibration_of: str | None) -> Clus
     (none where that preset has none), without one under :data:`PEAK`."""
     efficiency = CALIBRATIONS.get(calibration_of) if model == CALIBRATED else None
     return cluster if cluster.efficiency == efficiency else replace(cluster, efficiency=efficiency)
+
+
+def with_calibration_file(cluster: Cluster, filename: str, data: bytes, calibration_of: str | None
+                          ) -> tuple[Cluster, str]:
+    """``cluster`` with the calibration file ``data`` applied (:meth:`pase.hardware.calibration.Calibration.apply`;
+    links the file did not measure from preset ``calibration_of``'s calibration, if any) and one sentence saying
+    where its figures come from; or ``cluster`` unchanged and the one-line reason the file was refused (starting
+    "Calibration file refused")."""
+    try:
+        calibration = _parsed_calibration(filename, data)
+        if cluster.efficiency is None and calibration_of in CALIBRATIONS:
+            cluster = replace(cluster, efficiency=CALIBRATIONS[calibration_of])
+        cluster = calibration.apply(cluster)
+    except ClusterError as exc:
+        return cluster, f"Calibration file refused: {md(str(exc))}"
+    return cluster, (f"Kernels from the calibration file {md(filename)}: {md(calibration.source)}; the device's "
+                     f"peak {calibration.peak_flops / 1e12:g} TFLOP/s"
+                     + (f" ({calibration.fp8_peak_flops / 1e12:g} FP8)" if calibration.fp8_peak_flops else "")
+                     + ", the topology from the figures above.")
+
+
+def _parsed_calibration(filename: str, data: bytes):
+    """The calibration in an uploaded file, parsed once per upload (kept in the session by its bytes)."""
+    key = ("_calibration_upload", filename, hash(data))
+    ss = st.session_state
+    if ss.get("_calibration_key") != key:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ClusterError(f"{filename}: not a text (JSON) file") from None
+        ss["_calibration_value"] = loads_calibration(text, filename)
+        ss["_calibration_key"] = key
+    return ss["_calibration_value"]
 
 
 def model_choice(where, key: str, calibration_of: str | None, memory: dict, **radio) -> str:
@@ -125,8 +163,8 @@ def sources_list(efficiency: Efficiency) -> str:
     """A markdown list of ``efficiency``'s figures that have a source: each figure's name, value and source."""
     def value(name: str) -> str:
         v = getattr(efficiency, name, None)
-        if name == "matmul_curve":  # (FLOPs per kernel, fraction of peak) points
-            return ", ".join(f"{f / 1e9:g} GFLOP: {x:.1%}" for f, x in v)
+        if name.endswith("_curve"):  # (FLOPs per kernel, fraction of peak) points
+            return "" if v is None else ", ".join(f"{f / 1e9:.3g} GFLOP: {x:.1%}" for f, x in v)
         unit = {"vector_flops": " FLOP/s", "memory_Bps": " bytes/s"}.get(name, " s" if name.endswith("_s") else "")
         return "" if v is None else f"{v:.4g}{unit}"
 

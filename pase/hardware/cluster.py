@@ -19,10 +19,12 @@ devices. Deeper hierarchies (racks, pods) are given as explicit mesh axes
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 from math import ceil, gcd, prod
 from numbers import Real
 
 from pase.errors import ClusterError
+from pase.hardware.calibration import Calibration, load_calibration
 from pase.hardware.efficiency import (
     A100_FITTED, A100_HBM_BPS, GTX1080TI_FP32, RTX2080TI_FP32, Efficiency, derated,
 )
@@ -271,22 +273,107 @@ PRESETS: dict[str, Cluster] = {
 }
 
 
-# What the modern presets' kernels and links achieve (pase.hardware.efficiency). The A100's is
-# A100_FITTED: Calculon's published figures with six of them fitted to Korthikanti Table 5 and
-# Megatron Table 1 (benchmarks/fit_calibration.py). The others carry its fractions over (the
-# matrix curve, link efficiencies, latencies and compute/memory overlap as fitted on the A100,
-# the vector rate scaled by the peak, memory at the A100's fitted fraction of each GPU's published
-# HBM bandwidth): not validated against measurements of those GPUs. The paper's fp32 nodes have their
-# own: GTX1080TI_FP32's matrix curve and PCIe ring are DeepBench's published 1080 Ti measurements,
-# RTX2080TI_FP32 carries them to the 2080 Ti with its own peak, memory and a host-staged link latency;
-# both take the rest from the A100 fit (each figure's source in pase.hardware.efficiency).
-_HBM = A100_FITTED.memory_Bps / A100_HBM_BPS
+# What the presets' kernels and links achieve (pase.hardware.efficiency; every figure's source in its
+# Efficiency.sources). The A100's is A100_FITTED: Calculon's published figures with six of them fitted to
+# Korthikanti Table 5 and Megatron Table 1 (benchmarks/fit_calibration.py); the 40 GB A100 the same chip
+# with its own HBM. The H200's kernels are fitted to kernel timings measured on one H200
+# (data/dgx-h200.json, written by benchmarks/fit_h200.py from data/h200-kernels.json); the H100 is the same
+# GH100 chip at the same clocks with its own HBM; the B200's are published figures and stated assumptions.
+# Links from published NCCL figures (below). The paper's fp32 nodes have their own: GTX1080TI_FP32's matrix
+# curve and PCIe ring are DeepBench's published 1080 Ti measurements, RTX2080TI_FP32 carries them to the
+# 2080 Ti with its own peak, memory and a host-staged link latency.
+_DATA = Path(__file__).with_name("data")
+H200_MEASURED = load_calibration(_DATA / "dgx-h200.json")
+_H200 = H200_MEASURED.efficiency
+_H200_HBM_BPS = 4800e9  # H200 SXM datasheet: 4.8 TB/s HBM3e
+_HBM_FRACTION = _H200.memory_Bps / _H200_HBM_BPS
+
+# Link efficiencies: the bus bandwidth NCCL reaches as a fraction of a GPU's nominal per-direction bandwidth.
+# NVLink 4 (H100, H200: 18 links, 450 GB/s a direction) and NVLink 5 (B200: 18 links, 900 GB/s): NCCL models
+# 20.6 and 40.1 GB/s a link (src/graph/topo.h, SM90_NVLINK_BW and SM100_NVLINK_BW), 370.8 and 721.8 GB/s.
+_NCCL_TOPO = "NCCL's link model (NVIDIA/nccl src/graph/topo.h"
+_NVLINK4 = {
+    "intra_efficiency": (18 * 20.6e9 / 450e9,
+                         f"published: {_NCCL_TOPO}, SM90_NVLINK_BW 20.6 GB/s x 18 links = 370.8 GB/s of NVLink 4's "
+                         "450); NCCL's maintainers give ~370 GB/s as the busBw of ring and non-all-reduce "
+                         "collectives on 8 H100 (NVIDIA/nccl-tests#212; all-reduce over NVLink SHARP reaches ~480 "
+                         "GB/s busBw, 475 measured on 8 H200 in NVIDIA/nccl-tests#272: not modelled)"),
+}
+_NVLINK5 = {
+    "intra_efficiency": (18 * 40.1e9 / 900e9,
+                         f"published: {_NCCL_TOPO}, SM100_NVLINK_BW 40.1 GB/s x 18 links = 721.8 GB/s of NVLink "
+                         "5's 900; all-reduce over NVLink SHARP measures 830+ GB/s busBw on 8 B200 "
+                         "(NVIDIA/nccl#1807: not modelled)"),
+}
+_NDR = {
+    "inter_efficiency": (47e9 / 50e9,
+                         "published: 46-48 GB/s of nccl-tests busBw per NDR 400 Gb/s (50 GB/s) adapter, NCCL's "
+                         "maintainers in NVIDIA/nccl-tests#290 (47 taken)"),
+}
+_LATENCY = {
+    "intra_latency_s": (5e-6, "assumed: 5 us per collective step inside a node, as on the A100 (not measured)"),
+    "inter_latency_s": (10e-6, "assumed: 10 us per collective step between nodes, as on the A100 (not measured)"),
+}
+
+
+def _with(efficiency: Efficiency, *figures: dict) -> Efficiency:
+    """``efficiency`` with the (value, source) ``figures`` set."""
+    merged = {k: v for f in figures for k, v in f.items()}
+    return replace(efficiency, sources={**efficiency.sources, **{k: s for k, (_, s) in merged.items()}},
+                   **{k: v for k, (v, _) in merged.items()})
+
+
+_SAME_CHIP = ("the H200's (same GH100 chip, 132 SMs, 1,980 MHz boost as the H100 SXM; H200 and H100 datasheets): "
+              "{}")
+H200_CALIBRATION = _with(_H200, _NVLINK4, _NDR, _LATENCY)
+H100_CALIBRATION = _with(
+    _H200, _NVLINK4, _NDR, _LATENCY,
+    {name: (getattr(_H200, name), _SAME_CHIP.format(_H200.sources[name]))
+     for name in ("matmul_curve", "matmul_dgrad_curve", "matmul_wgrad_curve", "fp8_matmul_curve", "attention_curve",
+                  "attention_backward_curve", "vector_flops", "kernel_overhead_s", "memory_overlap")},
+    {"memory_Bps": (3350e9 * _HBM_FRACTION,
+                    f"the H100 SXM's published 3.35 TB/s HBM3 at the fraction the H200's copies reach of its "
+                    f"4.8 TB/s ({_HBM_FRACTION:.3f}; {_H200.sources['memory_Bps']})")},
+)
+
+# B200: no measurements. Its curves are the H200's with the FLOP anchors scaled by the peak ratio: a kernel
+# reaches the fraction of its peak that an H200 kernel of the same duration reaches (launch-bound small kernels
+# stay launch-bound; large ones at the H200's fraction); not measured on a B200.
+_B200_BF16, _B200_FP8, _B200_FP32, _HOPPER_FP32 = 2250e12, 4500e12, 80e12, 66.9e12
+
+
+def _scaled(curve, ratio: float):
+    return tuple((f * ratio, e) for f, e in curve)
+
+
+_B200_ASSUMED = ("assumed: the H200's fitted curve with its FLOP anchors scaled by the B200's peak over the H200's "
+                 "({:.2f}x; a kernel reaches the fraction an H200 kernel of the same duration reaches), not "
+                 "measured on a B200")
+B200_CALIBRATION = _with(
+    _H200, _NVLINK5, _NDR, _LATENCY,
+    {name: (_scaled(getattr(_H200, name), (_B200_FP8 / 1979e12) if name.startswith("fp8") else _B200_BF16 / 989e12),
+            _B200_ASSUMED.format((_B200_FP8 / 1979e12) if name.startswith("fp8") else _B200_BF16 / 989e12))
+     for name in ("matmul_curve", "matmul_dgrad_curve", "matmul_wgrad_curve", "fp8_matmul_curve", "attention_curve",
+                  "attention_backward_curve")},
+    {"vector_flops": (_H200.vector_flops * _B200_FP32 / _HOPPER_FP32,
+                      "assumed: the H200's fitted normalisation rate scaled by the CUDA cores' published FP32 peaks, "
+                      "80 TFLOP/s on the HGX B200 against 66.9 on the H100/H200 SXM (NVIDIA datasheets, as "
+                      "tabulated at glennklockwood.com/garden/processors/B200 and /h100)"),
+     "memory_Bps": (8000e9 * _HBM_FRACTION,
+                    f"the B200's published 8 TB/s HBM3e at the fraction the H200's copies reach of its 4.8 TB/s "
+                    f"({_HBM_FRACTION:.3f}); assumed, not measured on a B200"),
+     "kernel_overhead_s": (_H200.kernel_overhead_s,
+                           f"assumed: the H200's ({_H200.sources['kernel_overhead_s']})"),
+     "memory_overlap": (_H200.memory_overlap, _H200.sources["memory_overlap"])},
+)
+
+_A100_HBM = A100_FITTED.memory_Bps / A100_HBM_BPS
 CALIBRATIONS: dict[str, Efficiency] = {
     "dgx-a100": A100_FITTED,
-    "dgx-a100-40gb": derated(A100_FITTED, 312e12, 312e12, 1555e9 * _HBM, "A100 40 GB HBM2, 1,555 GB/s"),
-    "dgx-h100": derated(A100_FITTED, 989e12, 312e12, 3350e9 * _HBM, "H100 SXM HBM3, 3.35 TB/s"),
-    "dgx-h200": derated(A100_FITTED, 989e12, 312e12, 4800e9 * _HBM, "H200 HBM3e, 4.8 TB/s"),
-    "dgx-b200": derated(A100_FITTED, 2250e12, 312e12, 8000e9 * _HBM, "B200 HBM3e, 8 TB/s"),
+    "dgx-a100-40gb": derated(A100_FITTED, 1555e9 * _A100_HBM, "A100 40 GB HBM2, 1,555 GB/s"),
+    "dgx-h100": H100_CALIBRATION,
+    "dgx-h200": H200_CALIBRATION,
+    "dgx-b200": B200_CALIBRATION,
     "paper-1080ti": GTX1080TI_FP32,
     "paper-2080ti": RTX2080TI_FP32,
 }
@@ -299,18 +386,25 @@ def calibrated_by_default(name: str | None) -> bool:
     return name in CALIBRATIONS and not str(name).startswith("paper")
 
 
-def preset(name: str, devices: int | None = None, *, calibrated: bool | None = None) -> Cluster:
+def preset(name: str, devices: int | None = None, *, calibrated: bool | None = None, calibration=None) -> Cluster:
     """The preset cluster ``name``, optionally with another device count.
 
     ``calibrated`` attaches what its kernels and links achieve
     (:data:`CALIBRATIONS`); ``paper-model`` and ``dgx1-v100`` have none.
     ``None`` (the default): :func:`calibrated_by_default`; ``False``: the
     paper's peak rates and nominal bandwidths.
+    ``calibration`` (a :class:`~pase.hardware.calibration.Calibration` or the
+    path of a calibration file, ``pase calibrate``'s) replaces the device: its
+    peaks, memory and kernel figures from the file, the topology from the
+    preset, links as measured in the file or else as the preset's calibration
+    has them (:meth:`~pase.hardware.calibration.Calibration.apply`); it
+    implies ``calibrated``.
 
     Raises
     ------
     ClusterError
-        No preset has that name, or ``calibrated`` is asked of one without a calibration.
+        No preset has that name, ``calibrated`` is asked of one without a
+        calibration, or the calibration file is refused (named field).
     """
     try:
         cluster = PRESETS[name]
@@ -322,4 +416,10 @@ def preset(name: str, devices: int | None = None, *, calibrated: bool | None = N
         if name not in CALIBRATIONS:
             raise ClusterError(f"preset {name!r} has no calibration; calibrated presets: {', '.join(CALIBRATIONS)}")
         cluster = replace(cluster, efficiency=CALIBRATIONS[name])
+    if calibration is not None:
+        if cluster.efficiency is None and name in CALIBRATIONS:
+            cluster = replace(cluster, efficiency=CALIBRATIONS[name])
+        if not isinstance(calibration, Calibration):
+            calibration = load_calibration(calibration)
+        cluster = calibration.apply(cluster)
     return cluster if devices is None else cluster.with_devices(devices)

@@ -126,6 +126,43 @@ class Efficiency:
         out["sources"] = dict(self.sources)
         return out
 
+    @classmethod
+    def from_dict(cls, data) -> "Efficiency":
+        """The calibration :meth:`to_dict` wrote.
+
+        Raises
+        ------
+        ClusterError
+            Not an object, an unknown or missing field, a value of the wrong
+            type, or one this class refuses (a fraction above 1, a rate that
+            is not positive...), each naming the field.
+        """
+        if not isinstance(data, dict):
+            raise ClusterError(f"an efficiency must be an object of fields, got {type(data).__name__}")
+        known = {"matmul_curve", "vector_flops", "memory_Bps", "kernel_overhead_s", "intra_efficiency",
+                 "inter_efficiency", "intra_latency_s", "inter_latency_s", "memory_overlap", "sources",
+                 *_OPTIONAL_CURVES}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ClusterError(f"unknown efficiency field {unknown[0]!r}; known: {', '.join(sorted(known))}")
+        for name in ("matmul_curve", "vector_flops", "memory_Bps"):
+            if name not in data:
+                raise ClusterError(f"efficiency field {name!r} is missing")
+        values = {}
+        for name, value in data.items():
+            if name == "sources":
+                if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                          for k, v in value.items()):
+                    raise ClusterError("efficiency field 'sources' must map field names to words")
+                values[name] = dict(value)
+            elif name == "matmul_curve" or name in _OPTIONAL_CURVES:
+                values[name] = value  # checked by _check_curve, naming the field
+            elif isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ClusterError(f"efficiency field {name!r} must be a number, got {value!r}")
+            else:
+                values[name] = float(value)
+        return cls(**values)
+
 
 _OPTIONAL_CURVES = ("fp8_matmul_curve", "matmul_dgrad_curve", "matmul_wgrad_curve", "attention_curve", "attention_backward_curve")
 
@@ -152,14 +189,11 @@ def curve_fraction(curve: Sequence[tuple[float, float]], flops) -> np.ndarray:
     return np.interp(f, np.log10([p for p, _ in curve]), [e for _, e in curve])
 
 
-def derated(efficiency: Efficiency, peak_flops: float, reference_peak_flops: float, memory_Bps: float,
-            source: str) -> Efficiency:
-    """``efficiency`` carried to another GPU generation: the same fractions, its vector rate scaled by the peak
-    ratio and its memory bandwidth at ``memory_Bps`` scaled by the reference's achieved fraction."""
-    scale = peak_flops / reference_peak_flops
-    sources = {**efficiency.sources, "vector_flops": f"{efficiency.sources.get('vector_flops', '')}; scaled by the "
-               f"peak ratio {scale:.2f} ({source})", "memory_Bps": f"the same achieved fraction of {source}"}
-    return replace(efficiency, vector_flops=efficiency.vector_flops * scale, memory_Bps=memory_Bps, sources=sources)
+def derated(efficiency: Efficiency, memory_Bps: float, source: str) -> Efficiency:
+    """``efficiency`` carried to another memory system of the same GPU: the same figures, its memory bandwidth at
+    ``memory_Bps`` (the reference's achieved fraction of the other's published bandwidth, ``source``)."""
+    sources = {**efficiency.sources, "memory_Bps": f"the same achieved fraction of {source}"}
+    return replace(efficiency, memory_Bps=memory_Bps, sources=sources)
 
 
 _CALCULON = "Calculon (calculon-ai/calculon) A100 system file, as summarised in published-measurements.md"

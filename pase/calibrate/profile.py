@@ -1,0 +1,337 @@
+"""``pase calibrate``: time the kernels and collectives of the GPU it runs on and write a calibration file.
+
+The only module of pase that imports torch (``pip install pase[torch]``), and only inside its functions, so that
+``pase calibrate`` on a machine without torch or without a GPU says so in one line. It times, on CUDA device
+``LOCAL_RANK`` (0 by default), each case as the median of CUDA-event timings after warm-ups:
+
+* matrix products in BF16, each shape's three products of a layer ``y = x W^T`` (forward), ``dx = dy W``
+  (input gradient) and ``dW = dy^T x`` (weight gradient); FP8 products (``torch._scaled_mm``, e4m3 with
+  per-tensor scales, BF16 out) where the GPU has them;
+* causal fused attention (``scaled_dot_product_attention``, BF16), forward and forward plus backward, over
+  sequence lengths and head counts (grouped-query where the key heads are fewer);
+* memory-bound kernels: copy, add of two tensors into a third, RMSNorm forward and forward plus backward;
+* with two or more GPUs: NCCL all-reduce, all-gather, reduce-scatter and all-to-all over message sizes among
+  the GPUs of one node (spawned here when not launched by torchrun) and, under torchrun across nodes, among
+  one GPU of each node (every GPU's rank of the same local index at once, as data-parallel groups run).
+
+The rows are those of ``pase/hardware/data/h200-kernels.json`` (:data:`pase.calibrate.fit.SECTIONS`), so
+:func:`pase.calibrate.fit.calibrate` fits them as it fits that file. The default grid takes a few minutes on
+one GPU, ``quick`` under one (by the H200's timings; not yet run on one).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+from typing import Callable
+
+from pase.errors import ClusterError
+
+__all__ = ["KNOWN_PEAKS", "require_gpu", "device_peaks", "profile_kernels", "profile_collectives", "measure"]
+
+# Dense BF16 and FP8 tensor-core peaks (FLOP/s) of GPUs whose names pase recognises, from NVIDIA's datasheets;
+# any other GPU needs --peak-tflops (and --fp8-peak-tflops for FP8). First match wins, in this order.
+KNOWN_PEAKS = (
+    ("H200", 989e12, 1979e12),
+    ("H100 PCIe", 756e12, 1513e12),
+    ("H100 NVL", 835e12, 1671e12),
+    ("H100", 989e12, 1979e12),  # the SXM5 ("NVIDIA H100 80GB HBM3")
+    ("B200", 2250e12, 4500e12),
+    ("A100", 312e12, None),
+)
+
+# (m, n, k) products: squares, and layer shapes of Llama-style models (hidden 4096 and 8192 at tensor-parallel
+# sizes 1 to 8) at 2,048 to 16,384 tokens.
+_SQUARES = (512, 1024, 2048, 4096, 8192, 16384)
+_LAYERS = tuple((m, n, k) for m in (2048, 8192, 16384)
+                for n, k in ((4096, 4096), (12288, 4096), (4096, 14336), (1792, 4096), (8192, 8192),
+                             (28672, 8192), (8192, 3584), (1280, 8192)))
+_QUICK_GEMMS = ((1024, 1024, 1024), (4096, 4096, 4096), (8192, 8192, 8192), (2048, 4096, 14336),
+                (8192, 1280, 8192))
+_ATTENTION = ((1, 32, 8, 2048, 128), (1, 32, 8, 4096, 128), (1, 32, 8, 8192, 128), (2, 32, 8, 4096, 128),
+              (1, 64, 8, 8192, 128), (1, 8, 2, 8192, 128), (4, 16, 16, 2048, 128), (1, 12, 12, 2048, 128),
+              (1, 32, 32, 1024, 128))
+_QUICK_ATTENTION = ((1, 32, 8, 2048, 128), (1, 32, 8, 8192, 128), (1, 12, 12, 2048, 128))
+_MEMORY = ((8192, 4096), (16384, 8192), (8192, 12288))
+_QUICK_MEMORY = ((8192, 4096), (16384, 8192))
+_COLLECTIVE_MB = (1, 4, 16, 64, 256, 1024)
+_QUICK_COLLECTIVE_MB = (4, 64, 512)
+_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+
+
+def _torch():
+    """torch, or ``ClusterError`` saying how to get it."""
+    try:
+        import torch
+    except ImportError:
+        raise ClusterError("pase calibrate needs PyTorch with CUDA (pip install 'pase[torch]' with a CUDA build of "
+                           "torch); it is not installed") from None
+    return torch
+
+
+def require_gpu():
+    """torch, checked to see a CUDA GPU; ``ClusterError`` (one line) otherwise."""
+    torch = _torch()
+    if not torch.cuda.is_available() or torch.cuda.device_count() < 1:
+        raise ClusterError("pase calibrate needs a CUDA GPU and sees none (torch.cuda.is_available() is False); "
+                           "run it on the GPU machine to calibrate")
+    return torch
+
+
+def device_peaks(name: str, peak_tflops: float | None = None,
+                 fp8_peak_tflops: float | None = None) -> tuple[float, float | None]:
+    """The dense BF16 and FP8 peaks (FLOP/s) of GPU ``name``: the given ones, else :data:`KNOWN_PEAKS`'s.
+
+    Raises ``ClusterError`` for an unknown GPU without ``peak_tflops``.
+    """
+    known = next(((bf16, fp8) for key, bf16, fp8 in KNOWN_PEAKS if key in name), None)
+    if peak_tflops is None and known is None:
+        raise ClusterError(f"pase does not know the {name}'s peak: give its dense BF16 tensor-core peak with "
+                           "--peak-tflops (and --fp8-peak-tflops if it has FP8), from its datasheet")
+    bf16 = peak_tflops * 1e12 if peak_tflops is not None else known[0]
+    fp8 = fp8_peak_tflops * 1e12 if fp8_peak_tflops is not None else (known[1] if known else None)
+    return bf16, fp8
+
+
+def _timer(torch, warmup: int, reps: int):
+    """A function timing ``fn()``: the median of ``reps`` CUDA-event timings after ``warmup`` calls, seconds."""
+    def time_s(fn: Callable[[], object]) -> float:
+        for _ in range(warmup):
+            fn()
+        torch.cuda.synchronize()
+        samples = []
+        for _ in range(reps):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) / 1e3)
+        return float(statistics.median(samples))
+    return time_s
+
+
+def _progress(say: Callable[[str], None], total: int):
+    """A counter printing ``[i/total] what`` through ``say``."""
+    done = [0]
+
+    def step(what: str) -> None:
+        done[0] += 1
+        say(f"[{done[0]}/{total}] {what}")
+    return step
+
+
+def profile_kernels(quick: bool = False, say: Callable[[str], None] = print, has_fp8: bool = True) -> dict:
+    """Time one GPU's kernels (the module docstring); returns the measurement sections."""
+    torch = require_gpu()
+    import torch.nn.functional as F
+
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    torch.cuda.set_device(device)
+    time_s = _timer(torch, 3 if quick else 4, 7 if quick else 15)
+    gemms = _QUICK_GEMMS if quick else tuple((s, s, s) for s in _SQUARES) + _LAYERS
+    attention = _QUICK_ATTENTION if quick else _ATTENTION
+    memory = _QUICK_MEMORY if quick else _MEMORY
+    fp8 = has_fp8 and hasattr(torch, "_scaled_mm") and hasattr(torch, "float8_e4m3fn")
+    fp8_shapes = tuple((s, s, s) for s in ((1024, 4096, 8192) if quick else (1024, 2048, 4096, 8192, 16384)))
+    step = _progress(say, len(gemms) + (len(fp8_shapes) if fp8 else 0) + len(attention) + len(memory))
+    bf16 = torch.bfloat16
+    out: dict = {}
+
+    rows = []
+    for m, n, k in gemms:
+        step(f"bf16 product m={m} n={n} k={k}")
+        x, w, dy = (torch.randn(a, b, device=device, dtype=bf16) for a, b in ((m, k), (n, k), (m, n)))
+        rows.append({"m": m, "n": n, "k": k, "flops": 2.0 * m * n * k, "fwd_s": time_s(lambda: x @ w.t()),
+                     "dgrad_s": time_s(lambda: dy @ w), "wgrad_s": time_s(lambda: dy.t() @ x)})
+        del x, w, dy
+    out["gemm_bf16"] = {"note": "y = x W^T with x (m,k), W (n,k): fwd_s; dx = dy W: dgrad_s; dW = dy^T x: wgrad_s; "
+                                "bf16 (torch.matmul); flops = 2 m n k", "rows": rows}
+
+    if fp8:
+        rows = []
+        one = torch.ones((), device=device, dtype=torch.float32)
+        for m, n, k in fp8_shapes:
+            step(f"fp8 product m={m} n={n} k={k}")
+            a = torch.randn(m, k, device=device, dtype=bf16).to(torch.float8_e4m3fn)
+            b = torch.randn(n, k, device=device, dtype=bf16).to(torch.float8_e4m3fn).t()  # column-major, as cuBLASLt wants
+            try:
+                rows.append({"m": m, "n": n, "k": k, "flops": 2.0 * m * n * k,
+                             "s": time_s(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=bf16))})
+            except (RuntimeError, TypeError) as exc:  # no FP8 tensor cores (before Ada/Hopper) or an older torch
+                say(f"  FP8 products not available here ({str(exc).splitlines()[0][:120]}); skipped")
+                rows = []
+                break
+        if rows:
+            out["gemm_fp8"] = {"note": "torch._scaled_mm, e4m3 x e4m3 with per-tensor scales, bf16 out; "
+                                       "flops = 2 m n k", "rows": rows}
+
+    rows = []
+    for b, hq, hkv, s, d in attention:
+        step(f"attention b={b} hq={hq} hkv={hkv} s={s} d={d}")
+        q = torch.randn(b, hq, s, d, device=device, dtype=bf16, requires_grad=True)
+        k, v = (torch.randn(b, hkv, s, d, device=device, dtype=bf16, requires_grad=True) for _ in range(2))
+        gqa = {"enable_gqa": True} if hkv != hq else {}
+        dout = torch.randn(b, hq, s, d, device=device, dtype=bf16)
+
+        def forward():
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa)
+
+        def forward_backward():
+            forward().backward(dout)
+
+        with torch.no_grad():
+            fwd = time_s(forward)
+        rows.append({"b": b, "hq": hq, "hkv": hkv, "s": s, "d": d, "fwd_flops": 4.0 * b * hq * s * s * d / 2,
+                     "fwd_s": fwd, "fwd_bwd_s": time_s(forward_backward)})
+        del q, k, v, dout
+    out["attention"] = {"note": "torch.nn.functional.scaled_dot_product_attention, causal, bf16, q (b, hq, s, d), k "
+                                "and v (b, hkv, s, d); fwd_flops = 4 b hq s^2 d / 2 (causal half)", "rows": rows}
+
+    rows = []
+    for m, h in memory:
+        step(f"memory-bound kernels {m} x {h}")
+        x, y, z = (torch.randn(m, h, device=device, dtype=bf16) for _ in range(3))
+        weight = torch.ones(h, device=device, dtype=bf16)
+        size = m * h * 2
+        xg = x.clone().requires_grad_(True)
+
+        def norm_fwd_bwd():
+            F.rms_norm(xg, (h,), weight).backward(y)
+
+        rows += [{"kind": "copy", "m": m, "h": h, "bytes": 2 * size, "s": time_s(lambda: z.copy_(x))},
+                 {"kind": "add", "m": m, "h": h, "bytes": 3 * size, "s": time_s(lambda: torch.add(x, y, out=z))},
+                 {"kind": "rmsnorm_fwd", "m": m, "h": h, "bytes": 2 * size,
+                  "s": time_s(lambda: F.rms_norm(x, (h,), weight))},
+                 {"kind": "rmsnorm_fwd_bwd", "m": m, "h": h, "bytes": 5 * size, "s": time_s(norm_fwd_bwd)}]
+        del x, y, z, xg
+    out["memory_bound"] = {"note": "bytes is what the kernel must read and write at least (bf16): copy 2x, add 3x "
+                                   "(three distinct tensors), RMSNorm forward 2x and forward+backward 5x the (m, h) "
+                                   "tensor's bytes", "rows": rows}
+    return out
+
+
+def _collective_rows(torch, dist, group, ranks: int, scope: str, device, quick: bool, say) -> list[dict]:
+    """Time the four collectives among ``group`` (``ranks`` ranks) over message sizes; rows for ``scope``."""
+    time_s = _timer(torch, 3 if quick else 5, 7 if quick else 15)
+    rows = []
+    for mb in (_QUICK_COLLECTIVE_MB if quick else _COLLECTIVE_MB):
+        elements = mb * 2 ** 20 // 2 // ranks * ranks  # bf16, a multiple of the ranks
+        full = torch.empty(elements, device=device, dtype=torch.bfloat16)
+        part = torch.empty(elements // ranks, device=device, dtype=torch.bfloat16)
+        other = torch.empty_like(full)
+        ops = {"all_reduce": lambda: dist.all_reduce(full, group=group),
+               "all_gather": lambda: dist.all_gather_into_tensor(full, part, group=group),
+               "reduce_scatter": lambda: dist.reduce_scatter_tensor(part, full, group=group),
+               "all_to_all": lambda: dist.all_to_all_single(other, full, group=group)}
+        for op in _COLLECTIVES:
+            say(f"{scope} {op} of {mb} MB among {ranks} GPUs")
+            rows.append({"op": op, "ranks": ranks, "scope": scope, "bytes": float(elements * 2),
+                         "s": time_s(ops[op])})
+        del full, part, other
+    return rows
+
+
+def profile_collectives(quick: bool = False, say: Callable[[str], None] = print) -> list[dict]:
+    """NCCL collectives under torchrun (``WORLD_SIZE`` set): intra-node among each node's GPUs, inter-node among
+    one GPU of each node; rank 0's rows (every rank returns its own)."""
+    torch = require_gpu()
+    import torch.distributed as dist
+
+    world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ.get("RANK", 0))
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", torch.cuda.device_count()))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    device = torch.device("cuda", local_rank)
+    torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl", device_id=device)
+    rows = []
+    nodes = world // local
+    # Every rank creates every group, in the same order, as torch.distributed requires.
+    node_groups = [dist.new_group(list(range(n * local, (n + 1) * local))) for n in range(nodes)]
+    rail_groups = [dist.new_group([n * local + i for n in range(nodes)]) for i in range(local)]
+    speak = say if rank == 0 else (lambda _: None)
+    if local > 1:
+        rows += _collective_rows(torch, dist, node_groups[rank // local], local, "intra", device, quick, speak)
+    if nodes > 1:
+        rows += _collective_rows(torch, dist, rail_groups[local_rank], nodes, "inter", device, quick, speak)
+    dist.barrier()
+    return rows
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spawned(rank: int, world: int, port: int, quick: bool, out_path: str) -> None:
+    """One process of the single-node collective run :func:`measure` spawns (rank 0 writes the rows)."""
+    os.environ.update({"WORLD_SIZE": str(world), "RANK": str(rank), "LOCAL_RANK": str(rank),
+                       "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    rows = profile_collectives(quick, say=lambda line: print(line, file=sys.stderr, flush=True))
+    if rank == 0:
+        with open(out_path, "w") as f:
+            json.dump(rows, f)
+    import torch.distributed as dist
+    dist.destroy_process_group()
+
+
+def _environment(torch) -> dict:
+    """Driver and library versions, as words (empty where unknown)."""
+    driver = ""
+    try:
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=20).stdout.split("\n")[0].strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    nccl = ""
+    try:
+        nccl = ".".join(str(p) for p in torch.cuda.nccl.version())
+    except Exception:  # noqa: BLE001 - a build without NCCL: leave it unnamed
+        pass
+    return {"driver": driver, "torch": torch.__version__, "cuda": torch.version.cuda or "", "nccl": nccl,
+            "cudnn": str(torch.backends.cudnn.version() or "")}
+
+
+def measure(quick: bool = False, say: Callable[[str], None] = print) -> tuple[dict, dict]:
+    """Everything ``pase calibrate`` times on this machine: ``(measurements, about)``, ``about`` holding
+    ``device``, ``date``, ``memory_bytes``, ``environment`` and ``is_writer`` (False on every torchrun rank
+    but 0, which alone writes the file).
+
+    Under torchrun every rank takes part in the collectives; rank 0 alone times the kernels. Without torchrun
+    and with two or more GPUs visible, the collectives among them run in processes spawned here.
+    """
+    torch = require_gpu()
+    rank = int(os.environ.get("RANK", 0))
+    props = torch.cuda.get_device_properties(int(os.environ.get("LOCAL_RANK", 0)))
+    about = {"device": props.name, "date": datetime.date.today().isoformat(),
+             "memory_bytes": float(props.total_memory), "environment": _environment(torch), "is_writer": rank == 0}
+    measurements: dict = {"what": f"Kernel timings on one {props.name} by pase calibrate{' --quick' if quick else ''}: "
+                                  "the median of CUDA-event timings after warm-ups, each kernel alone on random "
+                                  "data. Seconds per call.",
+                          "device": props.name, "torch": torch.__version__}
+    if rank == 0:
+        measurements.update(profile_kernels(quick, say, has_fp8=props.major * 10 + props.minor >= 89))
+    rows: list[dict] = []
+    if "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1:
+        rows = profile_collectives(quick, say)
+    elif torch.cuda.device_count() > 1:
+        import torch.multiprocessing as mp
+
+        world = torch.cuda.device_count()
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "collectives.json")
+            mp.spawn(_spawned, args=(world, _free_port(), quick, path), nprocs=world, join=True)
+            with open(path) as f:
+                rows = json.load(f)
+    if rows:
+        measurements["collectives"] = {"note": "torch.distributed (NCCL), bf16; bytes: the full (gathered, "
+                                               "reduced or exchanged) message", "rows": rows}
+    return measurements, about
