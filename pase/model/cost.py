@@ -61,7 +61,7 @@ from pase.model.layout import (
 )
 from pase.ops import OPS, Collective, CollectiveOptions, collectives, partial_collectives, training_flops
 from pase.model.attention import flash_flops, flash_times_s, flash_units
-from pase.model.roofline import fused_chains, fused_times_s, layer_times_s
+from pase.model.roofline import fp8_products, fused_chains, fused_times_s, layer_times_s
 from pase.search.costgraph import CostGraph
 from pase.search.exact import default_memory_budget_bytes
 
@@ -473,6 +473,7 @@ def build_cost_model(
 
     # A layer's own costs depend on what it is, its configurations and which of its inputs are
     # fed and outputs read: repeated blocks share them, so each distinct layer is costed once.
+    fp8 = fp8_products(graph) if options.precision == "fp8" else frozenset()
     placed: dict = {}
     own: dict = {}
     placements, mine = {}, {}
@@ -481,13 +482,13 @@ def build_cost_model(
         split = rows.shape, rows.tobytes()
         if split not in placed:
             placed[split] = placer(rows, mesh)
-        key = kind[l.name], split, fed[l.name], read[l.name]
+        key = kind[l.name], split, fed[l.name], read[l.name], l.name in fp8
         if key not in own:
             counted = OPS[l.op].flops(l, np.asarray(l.sizes, dtype=float) / rows)
             timed = None
             if cluster.efficiency is not None and not paper:
                 timed = layer_times_s(l, rows, cluster.peak_flops, cluster.efficiency, bpe, needs_gradient(l),
-                                      fp8_peak_flops=cluster.fp8_peak_flops if options.precision == "fp8" else None)
+                                      fp8_peak_flops=cluster.fp8_peak_flops if l.name in fp8 else None)
             own[key] = (_layer_comm_s(graph, l, rows, placed[split], cluster, options),
                         counted.total(needs_gradient(l)), counted.forward, timed)
         placements[l.name], mine[l.name] = placed[split], own[key]

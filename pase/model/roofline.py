@@ -27,7 +27,7 @@ that move no data and compute nothing (reshapes, views) take no time.
 A product's backward kernels run on the calibration's input-gradient and
 weight-gradient curves where it has them. Training in FP8 (Transformer
 Engine's recipes, delayed or current scaling, and MXFP8 alike), a product
-with weights runs its forward and both backward products at the cluster's
+with weights inside a transformer block (:func:`fp8_products`) runs its forward and both backward products at the cluster's
 FP8 peak times the FP8 curve (``fp8_matmul_curve``; the BF16 curve's
 fractions where the calibration has none) and casts what it multiplies to
 FP8: forward its activation inputs and its weights, backward its output
@@ -66,7 +66,7 @@ from pase.hardware.efficiency import Efficiency, curve_fraction
 from pase.ir.graph import Graph, Layer
 from pase.ops import OPS, block_elements, saved_tensors
 
-__all__ = ["ELEMENTWISE_OPS", "MATRIX_OPS", "FP8_CAST_BYTES", "fused_chains", "fused_times_s", "layer_times_s"]
+__all__ = ["ELEMENTWISE_OPS", "MATRIX_OPS", "FP8_CAST_BYTES", "blocks", "fp8_products", "fused_chains", "fused_times_s", "layer_times_s"]
 
 MATRIX_OPS = frozenset({"FullyConnected", "Einsum", "Conv2D", "GroupedConv2D", "LSTM", "MoEExperts"})
 # Ops whose every output element depends only on the inputs' elements at the same index: they fuse into chains.
@@ -135,6 +135,30 @@ def _quantised(layer: Layer, cfg: np.ndarray, eff: Efficiency, forward: np.ndarr
         return elements * FP8_CAST_BYTES / eff.memory_Bps + len(tensors) * eff.kernel_overhead_s
 
     return forward + cast((*layer.inputs, *layer.weights)), backward + cast(layer.outputs)
+
+
+def blocks(graph: Graph) -> dict[str, str]:
+    """Layer name -> its block: the name up to its first numbered part (``h.3`` for ``h.3.attn.q``), as
+    frameworks build, checkpoint and quantise each transformer layer. Layers without a numbered part
+    (embeddings, the output layer, the loss) are in no block and left out."""
+    out = {}
+    for layer in graph.layers:
+        parts = layer.name.split(".")
+        num = next((i for i, p in enumerate(parts) if p.isdigit()), None)
+        if num is not None and num + 1 < len(parts):
+            out[layer.name] = ".".join(parts[:num + 1])
+    return out
+
+
+def fp8_products(graph: Graph) -> frozenset[str]:
+    """The layers of ``graph`` that train in FP8 under ``precision="fp8"``: the products with weights inside
+    its blocks (:func:`blocks`), Transformer Engine's linear layers in Megatron-Core's transformer layers.
+    The embedding and the output layer (Megatron-Core's own ``ColumnParallelLinear``) stay in BF16, as
+    Transformer Engine advises for the first and last layers. Derived once per graph."""
+    def compute() -> frozenset[str]:
+        inside = blocks(graph)
+        return frozenset(l.name for l in graph.layers if l.name in inside and l.weights and l.op in MATRIX_OPS)
+    return graph.derived("fp8 products", compute)
 
 
 def _works(layer: Layer, cfg: np.ndarray) -> bool:

@@ -108,7 +108,7 @@ from pase.model.cost import attention_kind, build_cost_model
 from pase.model.memory import MemoryOptions, activation_bytes, buffer_elements
 from pase.model.pipeline import SCHEDULES, ScheduleResult, in_flight, simulate
 from pase.model.repeats import PeriodicCore, periodic_core
-from pase.model.roofline import MATRIX_OPS
+from pase.model.roofline import MATRIX_OPS, blocks, fp8_products
 from pase.ops import OPS, block_elements
 
 __all__ = ["RECOMPUTE", "Parallelism", "StageReport", "TrainingPlan", "LayerTimes", "evaluate_training",
@@ -307,19 +307,6 @@ def group_cluster(cluster: Cluster, par: Parallelism) -> Cluster:
     if not axes:
         axes = (replace(cluster.mesh.axes[-1], size=1),)
     return replace(cluster, devices=math.prod(extents), mesh_axes=axes, devices_per_node=None, inter_bandwidth_Bps=None)
-
-
-def blocks(graph: Graph) -> dict[str, str]:
-    """Layer name -> its block for full recomputation: the name up to its first numbered part
-    (``h.3`` for ``h.3.attn.q``), as frameworks checkpoint each transformer layer. Layers without
-    a numbered part (embeddings, the loss) are in no block and left out."""
-    out = {}
-    for layer in graph.layers:
-        parts = layer.name.split(".")
-        num = next((i for i, p in enumerate(parts) if p.isdigit()), None)
-        if num is not None and num + 1 < len(parts):
-            out[layer.name] = ".".join(parts[:num + 1])
-    return out
 
 
 def balanced_cuts(times: Sequence[float], pieces: int) -> tuple[int, ...]:
@@ -658,8 +645,7 @@ def layer_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
     flash = attention_kind(options, group) == "flash"
     units = flash_units(graph, explicit=options.attention == "flash") if flash else ()
     fused = frozenset().union(*(u.members for u in units))
-    narrow = frozenset(l.name for l in layers if l.weights and l.op in MATRIX_OPS) \
-        if options.precision == "fp8" else frozenset()
+    narrow = fp8_products(graph) if options.precision == "fp8" else frozenset()
     lse = {u.scores: float(lse_bytes(graph, u, configs[u.scores])[0]) for u in units}
     fp8_params = np.where([l.name in narrow for l in layers], params, 0.0)
 
