@@ -24,10 +24,10 @@ from ui.stepmodel import CALIBRATED, model_choice, with_calibration_file, with_m
 __all__ = ["problem_sidebar", "sample_parameters", "DEFAULT_SAMPLE", "DEFAULT_PRESET", "BASE", "MODEL_MEMORY"]
 
 # Where the story is: a Transformer on two DGX H100 nodes (16 GPUs). Under the calibrated step-time model the
-# app opens with, the search splits nearly every layer hybrid and is 1.79x faster than data parallelism (1.36x
-# than Megatron's dp4 x tp4; `pase solve transformer --devices 16 --cluster dgx-h100 --calibrated`); at peak
-# rates it mixes data, hybrid and parameter parallelism, 1.60x faster (1.56x than Megatron's dp8 x tp2), in a
-# fraction of a second either way.
+# app opens with (the H100's kernels measured on an H200, flash attention), the search mixes data, tensor and
+# replicated layers and is 2.04x faster than data parallelism (1.56x than Megatron's dp4 x tp4; `pase solve
+# transformer --devices 16 --cluster dgx-h100`); at peak rates it mixes data, hybrid and parameter parallelism,
+# 1.60x faster (1.56x than Megatron's dp8 x tp2), in a fraction of a second either way.
 DEFAULT_SAMPLE = "transformer"
 DEFAULT_PRESET = "dgx-h100"
 DEFAULT_DEVICES = 16
