@@ -1,15 +1,17 @@
 """Attention as kernels run it (pase.model.attention): flash against hand counts, brute force and the unfused model."""
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from pase.errors import ConfigurationError
-from pase.hardware.cluster import preset
+from pase.hardware.cluster import CALIBRATIONS, preset
 from pase.hardware.efficiency import Efficiency
 from pase.ir.configs import ConfigOptions
-from pase.model.attention import attention_units, computed_fraction, flash_flops
+from pase.model.attention import attention_units, computed_fraction, flash_flops, flash_times_s
 from pase.model.cost import build_cost_model
 from pase.model.training import Parallelism, evaluate_training, layer_times
 from pase.models import sample
@@ -170,3 +172,21 @@ def test_a_head_flash_cannot_run_is_refused_by_name_and_runs_unfused_by_default(
         evaluate_training(wide, cluster, par, options=ConfigOptions(attention="flash"))
     assert evaluate_training(wide, cluster, par).step_time_s == pytest.approx(
         evaluate_training(wide, cluster, par, options=ConfigOptions(attention="unfused")).step_time_s)
+
+
+H200_KERNELS = json.loads((Path(__file__).resolve().parents[1] / "pase" / "hardware" / "data" /
+                           "h200-kernels.json").read_text())
+
+
+@pytest.mark.parametrize("row", H200_KERNELS["attention"]["rows"], ids=lambda r: f"b{r['b']}-h{r['hq']}-s{r['s']}")
+def test_a_flash_kernel_on_the_h200_calibration_takes_the_measured_time(row):
+    # Causal flash attention measured alone on one H200 (torch's SDPA, flash backend), against the fused kernel of
+    # a decoder block of that shape on the dgx-h200 preset's calibration: forward within 10%, forward plus backward
+    # within 12%.
+    b, hq, hkv, s, d = row["b"], row["hq"], row["hkv"], row["s"], row["d"]
+    g = llama("a", layers=1, hidden=hq * d, heads=hq, kv_heads=hkv, ffn=64, vocab=64, batch=b, seq=s)
+    unit = attention_units(g)[0]
+    forward, backward = flash_times_s(g, unit, np.ones((1, len(g.layer(unit.scores).dims))), 989e12,
+                                      CALIBRATIONS["dgx-h200"], 2)
+    assert forward[0] == pytest.approx(row["fwd_s"], rel=0.10)
+    assert forward[0] + backward[0] == pytest.approx(row["fwd_bwd_s"], rel=0.12)

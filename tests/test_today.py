@@ -1,0 +1,41 @@
+"""Today's published runs (section 3 of published-measurements.md) through ``benchmarks/validate_today.py``.
+
+Every dense row but Nemotron-8B and -22B, predicted by the calibrations as they stand, none of whose figures
+was fitted to these step times (out of sample). Issue 25's goal is a mean absolute error of 10% and a
+largest of 20%; the model does not meet it yet (BENCHMARKS.md, "Today's runs against the model": about 13%
+and 23%, optimistic on all but one row). This test holds it to what it reaches, so that a change that moves
+it further from the measurements fails here, and checks that every row fits its GPU's memory, as it ran.
+"""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from validate_today import ROWS, predict  # noqa: E402
+
+MEAN, LARGEST = 0.15, 0.25
+
+
+@pytest.fixture(scope="module")
+def plans():
+    return {f"{row.source}: {row.label}": (row, predict(row)) for row in ROWS}
+
+
+def test_every_dense_row_of_section_3_is_evaluated(plans):
+    assert len(plans) == 15 and all(plan.step_time_s > 0 for _, plan in plans.values())
+
+
+def test_the_step_times_stay_within_reach_of_the_measured_ones(plans):
+    errors = {label: plan.step_time_s / row.measured_step_s - 1 for label, (row, plan) in plans.items()}
+    shown = ", ".join(f"{label} {e * 100:+.1f}%" for label, e in errors.items())
+    assert sum(abs(e) for e in errors.values()) / len(errors) <= MEAN, shown
+    assert max(abs(e) for e in errors.values()) <= LARGEST, shown
+
+
+def test_every_run_fits_the_memory_of_the_gpu_it_ran_on(plans):
+    over = {label: f"{plan.memory_per_device_bytes / 1e9:.1f} GB" for label, (_, plan) in plans.items()
+            if not plan.fits_memory}
+    assert not over, over
