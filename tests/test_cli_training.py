@@ -151,3 +151,37 @@ def test_solve_stats_count_what_the_searches_did(capsys):
     assert code == 0
     line = next(l for l in out.splitlines() if l.startswith("search statistics: "))
     assert "layer kinds 16" in line and "skipped by bound" in line and "peak memory" in line
+
+
+@pytest.mark.parametrize("argv, says", [
+    (("--cluster", "dgx-a100", "--precision", "fp8"), "has no FP8 tensor cores"),
+    (("--cluster", "dgx-h100", "--peak-rates", "--precision", "fp8"), "FP8 is priced by the calibrated"),
+    (("--cluster", "dgx-h100", "--precision", "fp4"), "invalid choice: 'fp4'"),
+    (("--cluster", "dgx-h100", "--attention", "sparse"), "invalid choice: 'sparse'"),
+])
+def test_a_precision_or_attention_pase_cannot_price_is_one_line(capsys, argv, says):
+    code, out, err = run(capsys, "evaluate", "megatron-1.7b", "--devices", "8", "--tp", "8", "--global-batch", "8",
+                         *argv)
+    assert code == 2 and out == "" and says in err and "Traceback" not in err, err
+
+
+def test_flash_attention_on_heads_it_cannot_run_is_one_line(capsys, tmp_path):
+    from pase.io.graph_json import save_graph
+    from pase.models.llama import llama
+
+    path = tmp_path / "wide.json"  # 8 heads of width 320
+    save_graph(llama("wide", layers=1, hidden=2560, heads=8, kv_heads=8, ffn=512, vocab=100, batch=1, seq=512), path)
+    code, out, err = run(capsys, "solve", str(path), "--devices", "8", "--cluster", "dgx-h100", "--attention", "flash")
+    assert code == 2 and "flash attention runs head widths" in err and "--attention unfused" in err, err
+    assert run(capsys, "solve", str(path), "--devices", "8", "--cluster", "dgx-h100")[0] == 0  # auto: unfused there
+
+
+def test_evaluate_names_its_step_time_model_attention_and_precision(capsys):
+    code, out, _ = run(capsys, "evaluate", "llama3-8b", "--devices", "8", "--cluster", "dgx-h100", "--seq", "1024",
+                       "--global-batch", "8", "--microbatch-size", "1", "--precision", "fp8", "--json")
+    model = json.loads(out)["step_time_model"]
+    assert code == 0 and model["model"] == "calibrated" and model["attention"] == "flash"
+    assert model["precision"] == "fp8" and "BF16 dense peak" in model["mfu_counting"]
+    code, out, _ = run(capsys, "evaluate", "llama3-8b", "--devices", "8", "--cluster", "dgx-h100", "--seq", "1024",
+                       "--global-batch", "8", "--microbatch-size", "1", "--peak-rates")
+    assert code == 0 and "step-time model: peak rates" in out and "attention unfused" in out
