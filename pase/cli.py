@@ -481,6 +481,7 @@ def _solve_training(args) -> int:
             out["stats"] = stats
         if trained is not None:
             out["time_to_train"] = trained.to_dict()
+        out["step_time_model"] = found.best.step_time_model()
         out["baselines"] = {
             name: {"label": b.label, "step_time_s": b.step_time_s, "speedup": b.step_time_s / best if best else None,
                    "memory_per_device_bytes": b.memory_per_device_bytes, "fits_memory": b.fits_memory}
@@ -565,6 +566,7 @@ def _solve(args) -> int:
             out["stats"] = stats
         if trained is not None:
             out["time_to_train"] = trained.to_dict()
+        out["step_time_model"] = _model_of(cluster, options)
         out["baselines"] = {
             name: {"label": b.label, "cost": b.cost, "step_time_s": b.step_time_s, "speedup": _speedup(result, b),
                    "memory_per_device_bytes": b.memory_per_device_bytes, "fits_memory": b.fits_memory}
@@ -582,6 +584,7 @@ def _solve(args) -> int:
         print("approximate: no ordering keeps the exact search in memory, so windows of layers were optimised "
               "exactly starting from every baseline (never worse than the best baseline; optimality not guaranteed)")
     _print_memory(result)
+    _print_model(_model_of(cluster, options))
     for name, b in baselines.items():
         fits = {None: "", True: ", fits memory", False: ", does NOT fit memory"}[b.fits_memory]
         speedup = _speedup(result, b)
@@ -771,7 +774,17 @@ def _print_training(result) -> None:
         print(f"memory per device {d['memory_per_device_bytes'] / 1e9:.2f} GB of "
               f"{d['memory_capacity_bytes'] / 1e9:.2f} GB: {fits}")
     print(_memory_breakdown(max(result.stages, key=lambda s: s.memory_bytes)))
-    model = d["step_time_model"]
+    _print_model(d["step_time_model"])
+
+
+def _model_of(cluster: Cluster, options: ConfigOptions) -> dict:
+    """:func:`pase.model.cost.describe_model` of what a command priced."""
+    from pase.model.cost import attention_kind, describe_model
+
+    return describe_model(cluster, attention_kind(options, cluster), options.precision)
+
+
+def _print_model(model: dict) -> None:
     print(f"step-time model: {model['model']} ({model['calibration']}); attention {model['attention']}, "
           f"precision {model['precision']}; {model['mfu_counting']}")
 

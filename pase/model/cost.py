@@ -66,7 +66,7 @@ from pase.search.costgraph import CostGraph
 from pase.search.exact import default_memory_budget_bytes
 
 __all__ = ["CostModel", "LayerCost", "build_cost_model", "collective_s", "layer_compute_flops", "attention_kind",
-           "check_precision"]
+           "check_precision", "describe_model"]
 
 # Refuse to build cost tables above this many bytes (or above the default search budget,
 # a share of the free memory, when that is less): they are the search's input.
@@ -345,6 +345,23 @@ def attention_kind(options: ConfigOptions, cluster: Cluster) -> str:
     if options.attention != "auto":
         return options.attention
     return "flash" if cluster.efficiency is not None and options.cost_model != "paper" else "unfused"
+
+
+def describe_model(cluster: Cluster, attention: str, precision: str) -> dict:
+    """Which step-time model prices ``cluster``, in words, for outputs to name: ``model`` (calibrated, or the
+    paper's peak rates), ``calibration`` (where its figures come from), ``attention`` (``"flash"`` or
+    ``"unfused"``, as :func:`attention_kind` resolved it), ``precision`` and how model FLOPs and MFU count."""
+    e = cluster.efficiency
+    flops = ("model FLOPs count a causal attention kernel's half of the square (as NVIDIA's model TFLOP/s)"
+             if attention == "flash" else "model FLOPs count every attention score pair (Megatron-LM's formula)")
+    return {
+        "model": "peak rates (the paper's)" if e is None else "calibrated",
+        "calibration": "none: every FLOP at the peak, every byte at the nominal bandwidth" if e is None
+        else e.sources.get("matmul_curve", "a calibration without sources"),
+        "attention": attention, "precision": precision,
+        "mfu_counting": f"{flops}; MFU against the BF16 dense peak of {cluster.peak_flops / 1e12:,.0f} TFLOP/s "
+                        "whatever the precision",
+    }
 
 
 def check_precision(options: ConfigOptions, cluster: Cluster) -> None:

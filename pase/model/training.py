@@ -104,7 +104,7 @@ from pase.hardware.mesh import DeviceMesh
 from pase.ir.configs import ConfigOptions
 from pase.ir.graph import Graph, Layer
 from pase.model.attention import attention_core, flash_units, lse_bytes, masked_model_flops
-from pase.model.cost import attention_kind, build_cost_model
+from pase.model.cost import attention_kind, build_cost_model, describe_model
 from pase.model.memory import MemoryOptions, activation_bytes, buffer_elements
 from pase.model.pipeline import SCHEDULES, ScheduleResult, in_flight, simulate
 from pase.model.repeats import PeriodicCore, periodic_core
@@ -434,21 +434,8 @@ class TrainingPlan:
     precision: str = "bf16"
 
     def step_time_model(self) -> dict:
-        """Which step-time model priced the plan, in words: ``model`` (calibrated, or the paper's peak rates),
-        ``calibration`` (where the figures come from), ``attention``, ``precision`` and how model FLOPs and MFU
-        count."""
-        e = self.cluster.efficiency
-        flops = ("model FLOPs count a causal attention kernel's half of the square (as NVIDIA's model TFLOP/s)"
-                 if self.attention == "flash" else "model FLOPs count every attention score pair (Megatron-LM's "
-                 "formula)")
-        return {
-            "model": "peak rates (the paper's)" if e is None else "calibrated",
-            "calibration": "none: every FLOP at the peak, every byte at the nominal bandwidth" if e is None
-            else e.sources.get("matmul_curve", "a calibration without sources"),
-            "attention": self.attention, "precision": self.precision,
-            "mfu_counting": f"{flops}; MFU against the BF16 dense peak of "
-                            f"{self.cluster.peak_flops / 1e12:,.0f} TFLOP/s whatever the precision",
-        }
+        """Which step-time model priced the plan, in words (:func:`pase.model.cost.describe_model`)."""
+        return describe_model(self.cluster, self.attention, self.precision)
 
     @property
     def memory_per_device_bytes(self) -> float:
