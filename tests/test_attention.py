@@ -190,3 +190,19 @@ def test_a_flash_kernel_on_the_h200_calibration_takes_the_measured_time(row):
                                       CALIBRATIONS["dgx-h200"], 2)
     assert forward[0] == pytest.approx(row["fwd_s"], rel=0.10)
     assert forward[0] + backward[0] == pytest.approx(row["fwd_bwd_s"], rel=0.12)
+
+
+def test_a_sliding_window_from_a_mistral_config_counts_the_pairs_it_sees(tmp_path):
+    # Mistral's sliding_window of 16 at sequence 64: queries 0..15 see 1..16 keys, the other 48 see 16 each, so
+    # the kernel computes 136 + 768 = 904 of the 4,096 pairs (hand count).
+    from pase.io.hf_config import from_hf_config
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"architectures": ["MistralForCausalLM"], "model_type": "mistral",
+                                "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 8,
+                                "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 100,
+                                "sliding_window": 16}))
+    g = from_hf_config(path, batch=1, seq=64)
+    unit = attention_units(g)[0]
+    forward, _ = flash_flops(g, unit, np.ones((1, len(g.layer(unit.scores).dims))))
+    assert unit.window == 16 and forward[0] == pytest.approx(4 * 8 * 32 * 904)

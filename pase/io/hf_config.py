@@ -37,10 +37,12 @@ model (``LlamaForCausalLM``, ``GPT2LMHeadModel``...) or BERT's masked LM; a
 config listing another head (sequence classification...) is refused, its
 parameters being others. Keys left out of a config take Hugging Face's
 defaults for the family (``num_key_value_heads``, ``tie_word_embeddings``...),
-except the sizes, which must be stated. Rotary scaling, sliding windows and
-dropout rates change neither parameters nor (in pase's model, which counts
-every query-key pair) FLOPs, and are not read; nor are the routers' options
-(jitter noise, auxiliary loss, top-k normalisation, scoring function).
+except the sizes, which must be stated. A sliding window (Mistral's
+``sliding_window``; Qwen2's where ``use_sliding_window`` is true) is read into
+the attention's softmax, which a fused kernel computes within
+(:mod:`pase.model.attention`). Rotary scaling and dropout rates change neither
+parameters nor FLOPs, and are not read; nor are the routers' options (jitter
+noise, auxiliary loss, top-k normalisation, scoring function).
 
 :data:`FAMILIES` is the dispatch table, keyed by ``model_type``.
 :func:`hf_batch_builder` is the ``build(batch)`` the 3-D search rebuilds a
@@ -158,9 +160,11 @@ def _llama_family(keys: ConfigKeys, name: str, batch: int, seq: int, *, kv_defau
         biases = dict(qkv_bias=attention_bias, out_bias=attention_bias, mlp_bias=keys.flag("mlp_bias", False))
     else:
         biases = dict(qkv_bias=qkv_bias)
+    windowed = keys.model_type == "mistral" or keys.flag("use_sliding_window", False)
+    window = keys.size("sliding_window", 0, least=0) if windowed else 0
     return llama(name, layers=keys.size("num_hidden_layers", limit=MAX_LAYERS), ffn=keys.size("intermediate_size"),
                  vocab=keys.size("vocab_size"), batch=batch, seq=seq, tied=keys.flag("tie_word_embeddings", False),
-                 **attention, **biases)
+                 window=window, **attention, **biases)
 
 
 def _gpt2(keys: ConfigKeys, name: str, batch: int, seq: int) -> Graph:

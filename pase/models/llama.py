@@ -82,7 +82,7 @@ MLPS = ("swiglu", "squared_relu")
 def llama(name: str, layers: int, hidden: int, heads: int, kv_heads: int, ffn: int, vocab: int, *,
           batch: int, seq: int, rope: bool = True, head_dim: int | None = None, qkv_bias: bool = False,
           out_bias: bool = False, mlp_bias: bool = False, tied: bool = False, norm: str = "rms",
-          mlp: str = "swiglu") -> Graph:
+          mlp: str = "swiglu", window: int = 0) -> Graph:
     """A Llama 3 decoder: ``layers`` pre-norm blocks of width ``hidden``, grouped-query attention, SwiGLU.
 
     Vertices: token embedding ``embedding`` (``b s d v``); per block
@@ -127,6 +127,8 @@ def llama(name: str, layers: int, hidden: int, heads: int, kv_heads: int, ffn: i
     c`` and ``2 kv_heads c``), on out (``d``), on the three FFN products
     (``2 F + d``). ``tied``: the projection shares the embedding's table
     (``TensorSpec.tied``, counted once: ``V d`` fewer parameters).
+    ``window``: each query sees at most that many positions (Mistral's
+    sliding window; 0, none), which a fused attention kernel computes within.
 
     Raises
     ------
@@ -153,7 +155,7 @@ def llama(name: str, layers: int, hidden: int, heads: int, kv_heads: int, ffn: i
     x = add_vertex(g, L.embedding("embedding", b, s, d, vocab).with_tied(TIED_TABLE if tied else {}))
     for i in range(layers):
         p = f"layers.{i}"
-        x = gqa_attention(g, p, x, batch=b, seq=s, hidden=d, kv_heads=kv_heads, group=heads // kv_heads,
+        x = gqa_attention(g, p, x, batch=b, seq=s, hidden=d, kv_heads=kv_heads, group=heads // kv_heads, window=window,
                           head_dim=c, qkv_bias=qkv_bias, out_bias=out_bias, norm=norm)
         y = add_vertex(g, NORMS[norm](f"{p}.ffn_norm", (b, s, d), BSD), x)
         y = feed_forward(g, f"{p}.ffn", y, batch=b, seq=s, hidden=d, width=ffn, bias=mlp_bias)
