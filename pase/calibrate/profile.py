@@ -200,17 +200,18 @@ def profile_kernels(quick: bool = False, say: Callable[[str], None] = print, has
         x, y, z = (torch.randn(m, h, device=device, dtype=bf16) for _ in range(3))
         weight = torch.ones(h, device=device, dtype=bf16)
         size = m * h * 2
-        xg = x.clone().requires_grad_(True)
+        # Forward plus backward computes both gradients, the input's and the weight's, as training does.
+        xg, wg = x.clone().requires_grad_(True), weight.clone().requires_grad_(True)
 
         def norm_fwd_bwd():
-            F.rms_norm(xg, (h,), weight).backward(y)
+            F.rms_norm(xg, (h,), wg).backward(y)
 
         rows += [{"kind": "copy", "m": m, "h": h, "bytes": 2 * size, "s": time_s(lambda: z.copy_(x))},
                  {"kind": "add", "m": m, "h": h, "bytes": 3 * size, "s": time_s(lambda: torch.add(x, y, out=z))},
                  {"kind": "rmsnorm_fwd", "m": m, "h": h, "bytes": 2 * size,
                   "s": time_s(lambda: F.rms_norm(x, (h,), weight))},
                  {"kind": "rmsnorm_fwd_bwd", "m": m, "h": h, "bytes": 5 * size, "s": time_s(norm_fwd_bwd)}]
-        del x, y, z, xg
+        del x, y, z, xg, wg
     out["memory_bound"] = {"note": "bytes is what the kernel must read and write at least (bf16): copy 2x, add 3x "
                                    "(three distinct tensors), RMSNorm forward 2x and forward+backward 5x the (m, h) "
                                    "tensor's bytes", "rows": rows}
