@@ -637,9 +637,10 @@ def layer_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
     fp8_params = np.where([l.name in narrow for l in layers], params, 0.0)
 
     def kept(**how) -> dict[str, np.ndarray]:
+        # A fused kernel keeps its log-sum-exp for its backward, unless recomputation reruns its forward.
         acts = activation_bytes(graph, configs, bpe, memory.index_bytes, producer_blocks=par.sequence_parallel,
                                 fused=fused, narrow=narrow, **how)
-        return {name: a + lse.get(name, 0.0) for name, a in acts.items()}
+        return acts if how else {name: a + lse.get(name, 0.0) for name, a in acts.items()}
 
     plain = kept()
     flops = _model_flops(graph, options, cluster)
