@@ -320,11 +320,12 @@ def plan(
         result = solver(model.cost_graph(), **kwargs)
         assignment = {layer.name: int(result.assignment[i]) for i, layer in enumerate(model.layers)}
         chosen = {name: model.configs[name][k:k + 1] for name, k in assignment.items()}
-        memory = build_memory_model(graph, cluster, options.memory, configs=chosen)
+        memory = build_memory_model(graph, cluster, options.memory, configs=chosen, config_options=options.configs)
         report = memory.report({name: 0 for name in chosen}, cluster.memory_bytes)
         return Plan(graph, cluster, "PaSE", tuple(model.breakdown(assignment)), float(result.cost), result, report,
                     edge_costs_s=model.edge_costs_s(assignment), cost_model=model.options.cost_model)
-    memory = build_memory_model(graph, cluster, options.memory, configs=model.configs)
+    memory = build_memory_model(graph, cluster, options.memory, configs=model.configs,
+                                config_options=options.configs)
     fit = _fit(model, memory, limit, options, solver, kwargs)
     assignment = {layer.name: int(fit.assignment[i]) for i, layer in enumerate(model.layers)}
     search = replace(fit.first_search, cost=fit.cost, assignment=fit.assignment, search_time_s=fit.search_time_s)
@@ -417,7 +418,8 @@ def evaluate_all(
         assignments.append(assignment)
     configs = {name: np.array(list(rows), dtype=np.int64) for name, rows in rows_of.items()}
     model = build_cost_model(graph, cluster, options.configs, configs=configs)
-    memory_model = build_memory_model(graph, cluster, options.memory, configs=configs)
+    memory_model = build_memory_model(graph, cluster, options.memory, configs=configs,
+                                      config_options=options.configs)
     plans = []
     for (label, _), assignment in zip(strategies, assignments, strict=True):
         rows = model.breakdown(assignment)

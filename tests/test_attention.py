@@ -206,3 +206,18 @@ def test_a_sliding_window_from_a_mistral_config_counts_the_pairs_it_sees(tmp_pat
     unit = attention_units(g)[0]
     forward, _ = flash_flops(g, unit, np.ones((1, len(g.layer(unit.scores).dims))))
     assert unit.window == 16 and forward[0] == pytest.approx(4 * 8 * 32 * 904)
+
+
+def test_the_per_layer_search_counts_flash_memory_too():
+    # The memory the per-layer search fits: flash keeps no s x s tensor there either, so its activations grow
+    # linearly with the sequence; what unfused keeps besides (the s x s probabilities, less flash's log-sum-exp)
+    # fourfold for twice the sequence.
+    import pase
+
+    def activations(seq, attention):
+        plan = pase.plan(tiny(seq), preset("dgx-h100", 1), pase.PlanOptions(configs=ConfigOptions(attention=attention)))
+        return plan.memory.totals()["activation_bytes"]
+
+    assert activations(2 * S, "flash") == pytest.approx(2 * activations(S, "flash"), rel=0.02)
+    extra = [activations(seq, "unfused") - activations(seq, "flash") for seq in (S, 2 * S)]
+    assert extra[1] / extra[0] == pytest.approx(4, rel=0.05)

@@ -83,12 +83,15 @@ import numpy as np
 
 from pase.hardware.cluster import Cluster
 from pase.ir.configs import ConfigOptions, layer_configs
-from pase.model.cost import options_on
+from pase.model.attention import flash_units, lse_bytes
+from pase.model.cost import attention_kind, options_on
+from pase.model.roofline import fp8_products
 from pase.errors import ConfigurationError, PaseError
 from pase.ir.graph import Graph, Layer
 from pase.ops import OPS, block_elements, collectives, partial_collectives, saved_tensors, split_over
 
 __all__ = [
+    "FP8_COPY_BYTES_PER_PARAMETER",
     "OPTIMIZER_STATES",
     "MemoryOptions",
     "LayerMemory",
@@ -123,6 +126,11 @@ class InsufficientMemoryError(PaseError):
     def __reduce__(self):
         # Rebuilt with all three arguments (the app's worker processes pickle errors).
         return type(self), (str(self), self.capacity_bytes, self.least_bytes)
+
+
+# Training in FP8, Transformer Engine keeps each FP8 product's weight as an FP8 copy across a step's microbatches,
+# besides the BF16 weight (the transposes its backward needs are made in the backward, transiently).
+FP8_COPY_BYTES_PER_PARAMETER = 1
 
 
 @dataclass(frozen=True)
@@ -497,6 +505,10 @@ def build_memory_model(
 
     ``configs`` (layer name -> int array of rows) replaces the enumeration
     with ``config_options``; pass the cost model's ``configs`` so rows match.
+    ``config_options`` also says how attention runs (a fused kernel keeps
+    no ``s x k`` tensor, :mod:`pase.model.attention`) and the precision (an
+    FP8 product keeps its inputs in FP8 and an FP8 copy of its weights,
+    ``FP8_COPY_BYTES_PER_PARAMETER``, counted with its weights).
 
     Examples
     --------
@@ -515,6 +527,10 @@ def build_memory_model(
         configs = {layer.name: layer_configs(layer, cluster.devices, mine) for layer in layers}
     bpe = cluster.bytes_per_element
     per_param = options.bytes_per_parameter(bpe)
+    flash = attention_kind(config_options, cluster) == "flash"
+    units = {u.scores: u for u in flash_units(graph, explicit=config_options.attention == "flash")} if flash else {}
+    fused = frozenset().union(*(u.members for u in units.values()))
+    narrow = fp8_products(graph) if config_options.precision == "fp8" else frozenset()
     keeps = {layer.name: saved_tensors(layer) for layer in layers}
     ties = Counter(w.tied for layer in layers for w in layer.weights if w.tied)
     weights, grads, optim, acts, bufs = {}, {}, {}, {}, {}
@@ -523,9 +539,13 @@ def build_memory_model(
         params = np.zeros(len(cfg))
         for w in layer.weights:
             params = params + block_elements(layer, w, cfg) / (ties[w.tied] if w.tied else 1)
-        weights[layer.name] = params * per_param["weights"]
+        weights[layer.name] = params * (per_param["weights"] + (FP8_COPY_BYTES_PER_PARAMETER if layer.name in narrow
+                                                                else 0))
         grads[layer.name] = params * per_param["gradients"]
         optim[layer.name] = params * per_param["optimizer"]
-        acts[layer.name] = _activation_bytes(graph, layer, cfg, keeps, bpe, options.index_bytes)
+        acts[layer.name] = _activation_bytes(graph, layer, cfg, keeps, bpe, options.index_bytes, fused=fused,
+                                             narrow=narrow)
+        if layer.name in units:
+            acts[layer.name] = acts[layer.name] + lse_bytes(graph, units[layer.name], cfg)
         bufs[layer.name] = buffer_elements(layer, cfg) * bpe
     return MemoryModel(graph, cluster, options, layers, dict(configs), weights, grads, optim, acts, bufs)

@@ -105,7 +105,7 @@ from pase.ir.configs import ConfigOptions
 from pase.ir.graph import Graph, Layer
 from pase.model.attention import attention_core, flash_units, lse_bytes, masked_model_flops
 from pase.model.cost import attention_kind, build_cost_model, describe_model
-from pase.model.memory import MemoryOptions, activation_bytes, buffer_elements
+from pase.model.memory import FP8_COPY_BYTES_PER_PARAMETER, MemoryOptions, activation_bytes, buffer_elements
 from pase.model.pipeline import SCHEDULES, ScheduleResult, in_flight, simulate
 from pase.model.repeats import PeriodicCore, periodic_core
 from pase.model.roofline import MATRIX_OPS, blocks, fp8_products
@@ -119,9 +119,6 @@ RECOMPUTE = ("none", "selective", "full")
 # Mixed-precision Adam's update touches, per parameter: fp32 master, first and second moments read and
 # written (24 bytes), the fp16 gradient read and the fp16 weight written (4).
 OPTIMIZER_BYTES_PER_PARAMETER = 28
-# Training in FP8, Transformer Engine keeps each FP8 product's weight as an FP8 copy across a step's microbatches,
-# besides the BF16 weight (the transposes its backward needs are made in the backward, transiently).
-FP8_COPY_BYTES_PER_PARAMETER = 1
 
 GraphSource = Callable[[int], Graph] | Graph
 
