@@ -91,7 +91,7 @@ MEMORY_COLORS = {
     "weights": "#1b9e77",
     "gradients": "#66c2a5",
     "optimizer state": "#7570b3",
-    "FP8 weight copies": "#e6ab02",
+    "FP8 weight copies": "#66a61e",
     "activations": "#e7298a",
     "largest comm buffer": "#a6761d",
     "reserve": "#b3b3b3",
