@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pase.analysis.baselines import applicable_baselines, evaluate_strategy
 from pase.analysis.throughput import throughput
-from pase.errors import ClusterError, ConfigurationError, FormatError, GraphError, PaseError
+from pase.errors import ClusterError, ConfigurationError, FormatError, GraphError, PaseError, did_you_mean
 from pase.hardware.cluster import CALIBRATIONS, PRESETS, Cluster
 from pase.io.hf_config import DEFAULT_BATCH, from_hf_config, hf_batch_builder, is_hf_config, is_moe_config
 from pase.io.strategy_json import load_strategy
@@ -49,6 +49,17 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {_printable(message)} (see {self.prog} --help)\n")
+
+    def _check_value(self, action, value):
+        # argparse's own check, its message extended with the closest choices to a misspelt name.
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as exc:
+            hint = did_you_mean(value, map(str, action.choices))
+            if not hint:
+                raise
+            head, listed, choices = exc.message.partition(" (choose from ")
+            raise argparse.ArgumentError(action, f"{head}; {hint}{listed}{choices}") from None
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -256,6 +267,9 @@ def _load_model(args) -> Graph:
         return from_hf_config(args.model, batch=args.batch, seq=seq)
     path = Path(args.model)
     if not path.exists():
+        hint = did_you_mean(args.model, SAMPLES)
+        if hint:  # a misspelt sample: the closest names, not all of them
+            raise GraphError(f"{args.model!r} is neither a sample nor an existing file; {hint}")
         raise GraphError(f"{args.model!r} is neither a sample ({', '.join(SAMPLES)}) nor an existing file; "
                          "give a sample name or the path of a model file")
     if seq is not None:

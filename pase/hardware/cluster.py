@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from math import ceil, gcd, prod
 from numbers import Real
 
-from pase.errors import ClusterError
+from pase.errors import ClusterError, did_you_mean
 from pase.hardware.efficiency import (
     A100_FITTED, A100_HBM_BPS, GTX1080TI_FP32, RTX2080TI_FP32, Efficiency, derated,
 )
@@ -306,7 +306,9 @@ def preset(name: str, devices: int | None = None, *, calibrated: bool = False) -
     try:
         cluster = PRESETS[name]
     except KeyError:
-        raise ClusterError(f"unknown cluster preset {name!r}; choose one of {', '.join(PRESETS)}") from None
+        hint = did_you_mean(name, PRESETS)
+        raise ClusterError(f"unknown cluster preset {name!r}" + (f" ({hint})" if hint else "")
+                           + f"; choose one of {', '.join(PRESETS)}") from None
     if calibrated:
         if name not in CALIBRATIONS:
             raise ClusterError(f"preset {name!r} has no calibration; calibrated presets: {', '.join(CALIBRATIONS)}")
