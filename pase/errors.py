@@ -51,7 +51,7 @@ def did_you_mean(name: object, known: Iterable[str], *, limit: int = 3) -> str:
 
     >>> did_you_mean("lama3-8b", ["alexnet", "llama3-8b", "llama3-70b"])
     "did you mean 'llama3-8b' or 'llama3-70b'?"
-    >>> did_you_mean("resnet", ["alexnet", "llama3-8b"])
+    >>> did_you_mean("bert", ["alexnet", "llama3-8b"])
     ''
     """
     if not isinstance(name, str):
