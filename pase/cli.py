@@ -839,13 +839,29 @@ def _sweep(args) -> int:
     by_batch, by_cluster = args.batches is not None, len(cluster) > 1
     batch_head = "global batch" if args.per_device_batch else "batch"
     rows = [(["GPU type"] if by_cluster else []) + ([batch_head] if by_batch else [])
-            + ["devices", "GB/s", "TFLOP/s", "strategy", "step time (ms)", "speedup over DP", "idle devices"]]
+            + ["devices", "GB/s", "TFLOP/s", "strategy", "fits", "step time (ms)", "speedup over DP", "idle devices"]]
     for r in records:
+        # A plan that does not fit memory cannot run: its time and speedup are bracketed, never read as a result.
+        shown = (lambda text: f"[{text}]") if r["fits_memory"] is False else str
         rows.append(([r["cluster"]] if by_cluster else []) + ([str(r["batch"])] if by_batch else []) + [
             str(r["devices"]), f"{r['bandwidth_Bps'] / 1e9:g}", f"{r['peak_flops'] / 1e12:g}", r["label"],
-            f"{r['step_time_s'] * 1e3:.2f}", f"{r['speedup_over_dp']:.2f}", str(r["idle_devices"])])
+            _fits(r), shown(f"{r['step_time_s'] * 1e3:.2f}"), shown(f"{r['speedup_over_dp']:.2f}"),
+            str(r["idle_devices"])])
     print(_table(rows))
+    if any(r["fits_memory"] is False for r in records):
+        print("[...]: the plan does not fit device memory (fits: no), so no run reaches that time; shown for "
+              "comparison only")
     return 0
+
+
+def _fits(record: dict) -> str:
+    """A sweep record's "fits" cell: "yes", "no (NEED of CAPACITY GB)" or "no limit" (the cluster has no capacity)."""
+    if record["fits_memory"] is None:
+        return "no limit"
+    if record["fits_memory"]:
+        return "yes"
+    need, capacity = record["memory_per_device_bytes"] / 1e9, record["memory_capacity_bytes"] / 1e9
+    return f"no ({need:,.0f} of {capacity:g} GB)" if need >= 100 else f"no ({need:.3g} of {capacity:g} GB)"
 
 
 # -- pase show -------------------------------------------------------------------------
