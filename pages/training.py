@@ -21,7 +21,7 @@ from pase.model.training import RECOMPUTE, Parallelism, evaluate_training
 from pase.models import LANGUAGE_MODELS, SAMPLES, batch_builder
 from pase.search.stages import search_training, training_baselines
 from ui import jobs, state
-from ui.fmt import fmt_count, fmt_time, md
+from ui.fmt import fmt_count, fmt_percent, fmt_time, md
 from ui.pagekit import routed
 from ui.stepmodel import CALIBRATED, model_choice, show_model
 from ui.training_figures import (
@@ -156,7 +156,7 @@ def headline(plan) -> None:
                + ("Step times at peak rates (the paper's model), so real runs are slower. "
                   if plan.cluster.efficiency is None else "Step times by the calibrated model (above, with its "
                                                           "sources). ")
-               + f"Bubble: {plan.schedule.bubble_fraction:.1%} of the busiest device's step. {md(plan.label)}.")
+               + f"Bubble: {fmt_percent(plan.schedule.bubble_fraction)} of the busiest device's step. {md(plan.label)}.")
     if fits is False:
         st.warning(f"This plan needs {mem / 1e9:.3g} GB on a device of its largest stage, more than the "
                    f"{cap_text(plan)} it has: it would not run.", icon=":material/warning:")

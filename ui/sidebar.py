@@ -27,7 +27,7 @@ __all__ = ["problem_sidebar", "sample_parameters", "DEFAULT_SAMPLE", "DEFAULT_PR
 # Where the story is: a Transformer on two DGX H100 nodes (16 GPUs). Under the calibrated step-time model the
 # app opens with, the search splits nearly every layer hybrid and is 1.79x faster than data parallelism (1.36x
 # than Megatron's dp4 x tp4; `pase solve transformer --devices 16 --cluster dgx-h100 --calibrated`); at peak
-# rates it mixes data, hybrid and parameter parallelism, 1.60x faster (1.56x than Megatron's dp8 x tp2), in a
+# rates it mixes data, hybrid and tensor parallelism, 1.60x faster (1.56x than Megatron's dp8 x tp2), in a
 # fraction of a second either way.
 DEFAULT_SAMPLE = "transformer"
 DEFAULT_PRESET = "dgx-h100"
