@@ -49,9 +49,9 @@ def test_nothing_close_or_no_string_gives_no_hint():
 
 
 def test_sample_names_the_misspelt_model_and_the_closest():
-    with pytest.raises(GraphError, match=r"unknown sample graph 'lama3-8b'; did you mean 'llama3-8b'"):
+    with pytest.raises(GraphError, match=r"unknown sample graph 'lama3-8b' \(did you mean 'llama3-8b'.*\); known "):
         sample("lama3-8b")
-    with pytest.raises(GraphError, match="known samples: alexnet"):  # nothing close: every sample listed
+    with pytest.raises(GraphError, match="^unknown sample graph 'zzzzzz'; known samples: alexnet"):
         sample("zzzzzz")
 
 

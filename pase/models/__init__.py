@@ -145,7 +145,8 @@ def sample(name: str, **params) -> Graph:
         builder = SAMPLES[name]
     except (KeyError, TypeError):
         hint = did_you_mean(name, SAMPLES)
-        raise GraphError(f"unknown sample graph {name!r}; " + (hint or f"known samples: {', '.join(SAMPLES)}")) from None
+        raise GraphError(f"unknown sample graph {name!r}" + (f" ({hint})" if hint else "")
+                         + f"; known samples: {', '.join(SAMPLES)}") from None
     try:
         return builder(**params)
     except TypeError as exc:
