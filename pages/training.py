@@ -177,7 +177,8 @@ def headline(plan) -> None:
                + ("Step times at peak rates (the paper's model), so real runs are slower. "
                   if plan.cluster.efficiency is None else "Step times by the calibrated model (above, with its "
                                                           "sources). ")
-               + f"Bubble: {fmt_percent(plan.schedule.bubble_fraction)} of the busiest device's step. {md(plan.label)}.")
+               + f"Bubble: {fmt_percent(plan.schedule.bubble_fraction)} of the busiest device's step. "
+               + f"{md(plan.label)}.")
     if fits is False:
         st.warning(f"This plan needs {mem / 1e9:.3g} GB on a device of its largest stage, more than the "
                    f"{cap_text(plan)} it has: it would not run.", icon=":material/warning:")

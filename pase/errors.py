@@ -63,4 +63,5 @@ def did_you_mean(name: object, known: Iterable[str], *, limit: int = 3) -> str:
     if not close:
         return ""
     quoted = [repr(c) for c in close]
-    return f"did you mean {' or '.join([', '.join(quoted[:-1]), quoted[-1]] if len(quoted) > 1 else quoted)}?"
+    listed = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+    return f"did you mean {listed}?"
