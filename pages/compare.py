@@ -63,12 +63,9 @@ st.subheader("Step time")
 speedups = {name: plan.speedup_over(p) for name, p in plans.items() if name != PASE}
 st.plotly_chart(totals_figure({name: p.totals_s() for name, p in plans.items()}, speedups=speedups),
                 key="cmp_totals")
-st.dataframe(totals_table(plans, PASE), hide_index=True, key="cmp_totals_table",
-             column_config={c: st.column_config.NumberColumn(format="%.4g")
-                            for c in ("step_ms", "compute_ms", "intra_comm_ms", "edge_comm_ms", f"{PASE} speedup",
-                                      "memory_GB")})
+st.dataframe(totals_table(plans, PASE), hide_index=True, key="cmp_totals_table")
 st.caption("The number after each bar: how many times faster the found strategy's step is. "
-           "A baseline that does not fit in device memory is still costed (fits: false).")
+           "A baseline that does not fit in device memory is still costed (fits memory: no).")
 
 st.subheader("Per layer")
 others = [n for n in plans if n != PASE]

@@ -10,7 +10,7 @@ from pase.errors import PaseError
 from pase.io.export import FORMATS as EXPORT_FORMATS, export_plan, file_name
 from ui import state
 from ui.figures import SORT_KEYS, cost_breakdown_figure, memory_figure, strategy_graph_figure
-from ui.fmt import fmt_count, fmt_time, md
+from ui.fmt import fmt_count, fmt_percent, fmt_time, md
 from ui.graphview import auto_group_depth, build_graph_view, group_key, groups_of, toggle_module
 from ui.pagekit import headline, require_problem, routed, solve_button, solve_training_button
 from ui.stepmodel import show_model
@@ -218,7 +218,7 @@ def training_summary(search, group_plan) -> None:
         f"{par.microbatch_size} x {par.microbatches:,} per step (global batch {par.global_batch:,}); {schedule}; "
         f"recomputation {par.recompute}; ZeRO stage {par.zero}"
         + ("; sequence parallelism" if par.sequence_parallel else "")
-        + f". Bubble {best.schedule.bubble_fraction:.1%} of the step.")
+        + f". Bubble {fmt_percent(best.schedule.bubble_fraction)} of the step.")
     if search.runners_up:
         st.caption("Runners-up: " + "; ".join(
             f"{md(r.label)} ({r.step_time_s / best.step_time_s - 1:+.1%})" for r in search.runners_up[:3]) + ".")

@@ -220,7 +220,7 @@ else:
     st.caption("Left: each GPU's memory, with its place in the configuration under its bar (its tensor-parallel "
                "shard, pipeline stage, data-parallel replica or ZeRO shard). Right: the bytes one GPU sends per "
                "step on each link, one piece per collective or send, coloured by the parallelism that causes it "
-               "(data and tensor in the explorer's colours for data and parameter parallelism).")
+               "(data and tensor in the explorer's colours for data and tensor parallelism).")
     with st.expander("Which block of which weight each GPU holds"):
         st.dataframe(pd.DataFrame(walkthrough.weight_rows(walk_now)), hide_index=True, key="wt_weights")
     with st.expander("Every transfer of this step"):

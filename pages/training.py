@@ -22,7 +22,8 @@ from pase.model.training import RECOMPUTE, Parallelism, evaluate_training
 from pase.models import LANGUAGE_MODELS, SAMPLES, batch_builder
 from pase.search.stages import search_training, training_baselines
 from ui import jobs, state
-from ui.fmt import fmt_count, fmt_time, md
+from ui.fmt import fmt_count, fmt_percent, fmt_time, md
+from ui.hfupload import uploaded_config
 from ui.pagekit import routed
 from ui.stepmodel import CALIBRATED, model_choice, show_model
 from ui.training_figures import (
@@ -36,6 +37,8 @@ DEFAULT_PRESET = "dgx-a100"
 DEFAULT_DEVICES = 32
 MODES = ["Search the best plan", "Evaluate a configuration"]
 AUTO = "auto (interleaved when v > 1, else 1F1B)"
+# The model choice that plans an uploaded Hugging Face config.json (ui.hfupload) instead of a sample.
+YOUR_MODEL = "your model (Hugging Face config.json)"
 # Every input of the page, by name, outside the widgets' own state: Streamlit drops a widget's state on runs
 # that do not draw it (the other mode, another page), and these values bring it back.
 SAVED = "_training_inputs"
@@ -98,17 +101,36 @@ class Work:
 # -- inputs ------------------------------------------------------------------------------------------
 
 c1, c2, c3, c4 = st.columns([3, 2, 2, 2])
-model = kept(c1.selectbox, "model", DEFAULT_MODEL, "Model", list(LANGUAGE_MODELS),
-             help="Megatron-LM's GPT runs and GPT-3 (pase.models): sequence 2048, the published global batch.")
+model = kept(c1.selectbox, "model", DEFAULT_MODEL, "Model", [*LANGUAGE_MODELS, YOUR_MODEL],
+             help="Megatron-LM's GPT runs, GPT-3 and Llama 3 (pase.models): their published sequence and global "
+                  f"batch; or **{YOUR_MODEL}**: upload the config.json of a Hugging Face model (as `pase solve "
+                  "config.json` plans it; Llama, Mistral, Qwen2, GPT-2, GPT-NeoX, BERT).")
 preset_name = kept(c2.selectbox, "preset", DEFAULT_PRESET, "Cluster preset", list(PRESETS),
                    help="Published figures of the device and its links (pase.hardware.cluster.PRESETS); 8 GPUs "
                         "per node.")
 devices = int(kept(c3.number_input, "devices", DEFAULT_DEVICES, "Devices", min_value=1, max_value=MAX_DEVICES,
                    step=1, help=f"1 to {MAX_DEVICES}; more than a node's 8 makes several nodes."))
-sample_batch = inspect.signature(SAMPLES[model]).parameters["batch"].default
+model_id = model  # the model's identity in the caches below: its name, or an upload's content
+if model == YOUR_MODEL:
+    upload = c1.file_uploader("config.json", type=["json"], key="tr_hf_config",
+                              help="A Hugging Face model's config.json: the architecture from its sizes, no weights.")
+    if upload is None:
+        st.info("Upload a Hugging Face **config.json** to plan that model, or choose a built-in model.",
+                icon=":material/upload_file:")
+        st.stop()
+    try:
+        own = uploaded_config(upload.getvalue(), upload.name)
+    except PaseError as exc:
+        st.error(f"Cannot plan {md(upload.name)}: {md(exc)}", icon=":material/error:")
+        st.stop()
+    model, model_id, build, sample_batch = own.name, ("upload", own.digest), own.build, own.default_batch
+    batch_help = f"Samples (sequences) per step; {sample_batch} unless you change it, as `pase solve config.json`."
+else:
+    build = batch_builder(model)
+    sample_batch = inspect.signature(SAMPLES[model]).parameters["batch"].default
+    batch_help = f"Samples per step; {model}'s published run uses {sample_batch}."
 global_batch = int(kept(c4.number_input, f"batch_{model}", sample_batch, "Global batch (samples)", min_value=1,
-                        max_value=MAX_BATCH, step=1,
-                        help=f"Samples per step; {model}'s published run uses {sample_batch}."))
+                        max_value=MAX_BATCH, step=1, help=batch_help))
 m1, m2 = st.columns([2, 3])
 with m1:
     mode = kept(st.radio, "mode", MODES[0], "Mode", MODES, horizontal=True)
@@ -133,7 +155,6 @@ precision = kept(k2.selectbox, "precision", "bf16", "Precision", list(PRECISIONS
                       "recipes train; MFU stays against the BF16 peak, as NVIDIA's tables report it."
                       + ("" if fp8_ok else " Needs an H100, H200 or B200 preset and the calibrated model."))
 options = ConfigOptions(attention=attention, precision=precision if fp8_ok else "bf16")
-build = batch_builder(model)
 cap = cluster.memory_bytes
 st.markdown(f"**{md(model)}**, global batch {global_batch:,} · **{md(cluster)}**, "
             f"{'no memory limit' if cap is None else f'{cap / 1e9:g} GB per device'}")
@@ -168,8 +189,8 @@ def headline(plan) -> None:
                + ("Step times at peak rates (the paper's model), so real runs are slower. "
                   if plan.cluster.efficiency is None else "Step times by the calibrated model (above, with its "
                                                           "sources). ")
-               + f"Bubble: {plan.schedule.bubble_fraction:.1%} of the busiest device's step. {md(plan.label)}. "
-               + f"Attention {plan.attention}, precision {plan.precision}: "
+               + f"Bubble: {fmt_percent(plan.schedule.bubble_fraction)} of the busiest device's step. "
+               + f"{md(plan.label)}. Attention {plan.attention}, precision {plan.precision}: "
                + md(plan.step_time_model()["mfu_counting"]) + ".")
     if fits is False:
         st.warning(f"This plan needs {mem / 1e9:.3g} GB on a device of its largest stage, more than the "
@@ -214,7 +235,7 @@ def show_plan(plan, prefix: str) -> None:
                    "mesh, then the data-parallel replicas, then the pipeline).")
     st.subheader("Stages")
     st.dataframe(stage_rows(plan), hide_index=True, key=f"{prefix}_stages")
-    st.download_button("Plan (JSON)", json.dumps(plan.to_dict(), indent=1), file_name=f"{model}-training.json",
+    st.download_button("Plan (JSON)", json.dumps(plan.to_dict(), indent=1), file_name=file_name(model, "training"),
                        mime="application/json", key=f"{prefix}_json", icon=":material/download:")
     # DTensor and PartitionSpec placements come from per-layer plans (the explorer); a 3-D plan exports its flags.
     formats = [f for f in EXPORT_FORMATS if f not in ("dtensor", "partitionspec")]
@@ -238,7 +259,7 @@ store = state.stores()["misc"]
 # -- search ------------------------------------------------------------------------------------------
 
 if mode == MODES[0]:
-    key = ("training-search", model, cluster, global_batch, options)
+    key = ("training-search", model_id, cluster, global_batch, options)
     found = store.get(key)
     clicked = st.button("Search", type="primary", key="tr_search", icon=":material/play_arrow:",
                         help="Model every configuration that tiles the mesh and keep the fastest that fits.")
@@ -335,7 +356,7 @@ try:
 except PaseError as exc:
     st.error(f"Not a valid configuration: {md(exc)}", icon=":material/error:")
     st.stop()
-key = ("training-eval", model, cluster, par, options)
+key = ("training-eval", model_id, cluster, par, options)
 plan = store.get(key)
 if st.button("Evaluate", type="primary", key="tr_evaluate", icon=":material/play_arrow:",
              help="Model this configuration's step, memory and schedule.") and plan is None:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pase.analysis.baselines import applicable_baselines, evaluate_strategy
 from pase.analysis.throughput import throughput
-from pase.errors import ClusterError, ConfigurationError, FormatError, GraphError, PaseError
+from pase.errors import ClusterError, ConfigurationError, FormatError, GraphError, PaseError, did_you_mean
 from pase.hardware.cluster import CALIBRATIONS, PRESETS, Cluster, calibrated_by_default
 from pase.io.hf_config import DEFAULT_BATCH, from_hf_config, hf_batch_builder, is_hf_config, is_moe_config
 from pase.io.strategy_json import load_strategy
@@ -49,6 +49,17 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {_printable(message)} (see {self.prog} --help)\n")
+
+    def _check_value(self, action, value):
+        # argparse's own check, its message extended with the closest choices to a misspelt name.
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as exc:
+            hint = did_you_mean(value, map(str, action.choices))
+            if not hint:
+                raise
+            head, listed, choices = exc.message.partition(" (choose from ")
+            raise argparse.ArgumentError(action, f"{head}; {hint}{listed}{choices}") from None
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -272,6 +283,9 @@ def _load_model(args) -> Graph:
         return from_hf_config(args.model, batch=args.batch, seq=seq)
     path = Path(args.model)
     if not path.exists():
+        hint = did_you_mean(args.model, SAMPLES)
+        if hint:  # a misspelt sample: the closest names, not all of them
+            raise GraphError(f"{args.model!r} is neither a sample nor an existing file; {hint}")
         raise GraphError(f"{args.model!r} is neither a sample ({', '.join(SAMPLES)}) nor an existing file; "
                          "give a sample name or the path of a model file")
     if seq is not None:
@@ -958,16 +972,22 @@ def _sweep(args) -> int:
     by_batch, by_cluster = args.batches is not None, len(cluster) > 1
     batch_head = "global batch" if args.per_device_batch else "batch"
     rows = [(["GPU type"] if by_cluster else []) + ([batch_head] if by_batch else [])
-            + ["devices", "GB/s", "TFLOP/s", "strategy", "step time (ms)", "speedup over DP", "idle devices"]]
+            + ["devices", "GB/s", "TFLOP/s", "strategy", "fits", "step time (ms)", "speedup over DP", "idle devices"]]
     for r in records:
+        # A plan that does not fit memory cannot run: its time and speedup are bracketed, never read as a result.
+        shown = (lambda text: f"[{text}]") if r["fits_memory"] is False else str
         rows.append(([r["cluster"]] if by_cluster else []) + ([str(r["batch"])] if by_batch else []) + [
             str(r["devices"]), f"{r['bandwidth_Bps'] / 1e9:g}", f"{r['peak_flops'] / 1e12:g}", r["label"],
-            f"{r['step_time_s'] * 1e3:.2f}", f"{r['speedup_over_dp']:.2f}", str(r["idle_devices"])])
+            _fits(r), shown(f"{r['step_time_s'] * 1e3:.2f}"), shown(f"{r['speedup_over_dp']:.2f}"),
+            str(r["idle_devices"])])
     if "goodput" in records[0]:
         rows[0] += ["days to train", "goodput"]
         for row, r in zip(rows[1:], records):
             row += ["-", "-"] if r["goodput"] is None else [f"{r['wall_days']:.3g}", f"{r['goodput']:.3f}"]
     print(_table(rows))
+    if any(r["fits_memory"] is False for r in records):
+        print("[...]: the plan does not fit device memory (fits: no), so no run reaches that time; shown for "
+              "comparison only")
     return 0
 
 
@@ -1000,6 +1020,16 @@ def _sweep_training(args) -> int:
                     + ([f"{r['wall_cost']:,.0f}"] if args.price_per_gpu_hour is not None else []))
     print(_table(rows))
     return 0
+
+
+def _fits(record: dict) -> str:
+    """A sweep record's "fits" cell: "yes", "no (NEED of CAPACITY GB)" or "no limit" (the cluster has no capacity)."""
+    if record["fits_memory"] is None:
+        return "no limit"
+    if record["fits_memory"]:
+        return "yes"
+    need, capacity = record["memory_per_device_bytes"] / 1e9, record["memory_capacity_bytes"] / 1e9
+    return f"no ({need:,.0f} of {capacity:g} GB)" if need >= 100 else f"no ({need:.3g} of {capacity:g} GB)"
 
 
 # -- pase show -------------------------------------------------------------------------

@@ -66,7 +66,7 @@ def test_every_page_loads_without_exception(page):
 def test_the_default_problem_shows_a_strategy_worth_finding():
     """The app opens on a Transformer on two DGX H100 nodes, where the search beats data parallelism clearly:
     under the calibrated model it opens with (flash attention; a mix of kinds), and at peak rates (a mix of data,
-    hybrid and parameter parallelism, 1.6x)."""
+    hybrid and tensor parallelism, 1.6x)."""
     at = new_app()
     assert at.selectbox(key="in_sample").value == "transformer"
     assert at.selectbox(key="in_preset").value == "dgx-h100"
@@ -77,13 +77,13 @@ def test_the_default_problem_shows_a_strategy_worth_finding():
     speedup = float(at.metric[1].value.rstrip("×"))
     assert speedup > 1.6, speedup  # about 2x at this writing; margin for refits of the calibration
     kinds = set(at.dataframe[0].value["parallelism"])
-    assert "parameter" in kinds and len(kinds - {"replicated"}) >= 2, kinds
+    assert "tensor" in kinds and len(kinds - {"replicated"}) >= 2, kinds
     at.radio(key="in_model").set_value("peak").run()
     solve(at)
     speedup = float(at.metric[1].value.rstrip("×"))
     assert speedup > 1.5, speedup
     kinds = set(at.dataframe[0].value["parallelism"])
-    assert {"data", "hybrid", "parameter"} <= kinds, kinds
+    assert {"data", "hybrid", "tensor"} <= kinds, kinds
 
 
 def test_explorer_explains_each_layer_with_its_runner_up():
@@ -113,7 +113,7 @@ def test_explorer_solve_draws_the_strategy_graph_and_table():
     (graph,) = charts(at, "graph_chart")
     spec = json.loads(graph.proto.spec)
     names = {t.get("name") for t in spec["data"]}
-    assert names & {"data", "parameter", "hybrid", "replicated"}, names
+    assert names & {"data", "tensor", "hybrid", "replicated"}, names
     assert charts(at, "breakdown_chart")
     assert charts(at, "memory_chart")
     assert [df for df in at.dataframe if df.proto.id.endswith("strategy_table")] or len(at.dataframe) >= 1
@@ -380,7 +380,7 @@ def test_compare_page_shows_baselines_and_differences():
     assert charts(at, "cmp_totals")
     totals = at.dataframe[0].value
     assert {"PaSE", "data parallel"} <= set(totals["strategy"])
-    assert (totals["PaSE speedup"] >= 0.999).all(), "the optimum is never slower than a baseline"
+    assert (totals["PaSE speedup (×)"] >= 0.999).all(), "the optimum is never slower than a baseline"
 
 
 def test_compare_page_accepts_a_user_plan():
@@ -410,7 +410,7 @@ def test_compare_page_recosts_a_downloaded_plan_to_the_same_step_time():
     no_exception(at)
     assert not at.error, [e.value for e in at.error]
     totals = at.dataframe[0].value.set_index("strategy")
-    assert totals.loc["your plan", "step_ms"] == pytest.approx(totals.loc["PaSE", "step_ms"], rel=1e-9)
+    assert totals.loc["your plan", "step time (ms)"] == pytest.approx(totals.loc["PaSE", "step time (ms)"], rel=1e-9)
 
 
 @pytest.mark.parametrize("content,match", [

@@ -5,7 +5,7 @@ not numbers) and over mutated graph and instance files (fields dropped,
 replaced or retyped, text truncated), ``pase`` either exits 0 with a valid
 result (strict JSON under ``--json``: no NaN, no Infinity) or exits 2 with
 exactly one line on stderr and nothing on stdout. Never a traceback, never
-another status, and each case within a time budget. Most cases run
+another status. Most cases run
 in-process through :func:`pase.cli.main`; a handful run as subprocesses under
 an address-space limit. The runs are derandomized, so CI sees the same cases.
 """
@@ -18,7 +18,6 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
@@ -37,10 +36,9 @@ INSTANCE = {
               {"id": 2, "op": "Loss", "dims": [4], "configs": [[1]], "cost": [0.5]}],
     "edges": [{"src": 0, "dst": 1, "cost": [[0.0, 1.0], [2.0, 0.0]]}, {"src": 1, "dst": 2, "cost": [[0.0], [1.5]]}],
 }
-# Seconds one in-process case may take (a solve of alexnet on a few devices takes well under one), and one
-# subprocess case (the interpreter's start included).
-BUDGET_S = 10.0
-SUBPROCESS_BUDGET_S = 30.0
+# Seconds after which a subprocess case is stopped: a guard against a hang, far above any machine's time (the
+# interpreter's start included), not a goal; no case's duration is asserted.
+SUBPROCESS_HANG_S = 600
 # Address space of a subprocess case: room for the interpreter, numpy and one file at its size limit.
 ADDRESS_SPACE_BYTES = 2 * 2**30
 
@@ -51,10 +49,8 @@ FUZZ = settings(max_examples=40, deadline=None, derandomize=True, database=None,
 def run_in_process(argv: list[str]) -> tuple[int, str, str]:
     """``pase argv`` in this process: (status, stdout, stderr); an exception escaping ``main`` fails the case."""
     out, err = io.StringIO(), io.StringIO()
-    start = time.perf_counter()
     with redirect_stdout(out), redirect_stderr(err):
         code = main(argv)
-    assert time.perf_counter() - start < BUDGET_S, f"{argv} took {time.perf_counter() - start:.1f} s"
     return code, out.getvalue(), err.getvalue()
 
 
@@ -65,9 +61,9 @@ def _limit_address_space() -> None:
 
 
 def run_subprocess(argv: list[str]) -> tuple[int, str, str]:
-    """``python -m pase argv`` under an address-space limit and a time limit: (status, stdout, stderr)."""
+    """``python -m pase argv`` under an address-space limit and a hang guard: (status, stdout, stderr)."""
     proc = subprocess.run([sys.executable, "-m", "pase", *argv], capture_output=True, text=True, cwd=ROOT,
-                          preexec_fn=_limit_address_space, timeout=SUBPROCESS_BUDGET_S)
+                          preexec_fn=_limit_address_space, timeout=SUBPROCESS_HANG_S)
     return proc.returncode, proc.stdout, proc.stderr
 
 

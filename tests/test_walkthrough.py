@@ -191,7 +191,7 @@ def test_data_and_tensor_parallelism_take_the_explorers_colours():
     from ui.palette import KIND_COLORS
 
     assert PARALLELISM_COLORS["data"] == KIND_COLORS["data"]
-    assert PARALLELISM_COLORS["tensor"] == KIND_COLORS["parameter"]
+    assert PARALLELISM_COLORS["tensor"] == KIND_COLORS["tensor"]
     assert len(set(PARALLELISM_COLORS.values())) == len(PARALLELISM_COLORS)
     assert not set(PARALLELISM_COLORS.values()) & set(MEMORY_COLORS.values()), "both are drawn side by side"
 

@@ -17,9 +17,8 @@ from plotly.subplots import make_subplots
 
 from pase.model.cost import LayerCost
 from pase.model.memory import MemoryReport
-from pase.planner import parallelism_kind
 from ui.fmt import compact_config, config_str, fmt_time, plotly_text
-from ui.graphview import KINDS, GraphView
+from ui.graphview import KINDS, GraphView, kind_of
 from ui.palette import GAIN_COLORSCALE, NODE_TIME_COLORSCALE, SCALED_NODE_OUTLINE
 from ui.palette import (
     CAPACITY_COLOR, COST_COLORS, EDGE_COLORSCALE, FOUND_RING, INK, KIND_COLORS, MEMORY_COLORS, MUTED_LINE, OUTLINE,
@@ -666,14 +665,14 @@ def split_changes_figure(
     from ui.glossary import describe_dims
 
     devices = sorted(configs)
-    kinds = ("data", "parameter", "hybrid", "replicated")
+    kinds = ("data", "tensor", "hybrid", "replicated")
     kinds_index = {k: i for i, k in enumerate(kinds)}
     z, text, hover = [], [], []
     for name, dims in layers:
         zrow, trow, hrow, prev = [], [], [], None
         for p in devices:
             cfg = tuple(configs[p][name])
-            kind = parallelism_kind(tuple(dims), cfg)
+            kind = kind_of(tuple(dims), cfg)
             label = compact_config(dims, cfg)
             zrow.append(kinds_index[kind])
             trow.append(f"<b>{label}</b>" if prev is not None and kind != prev else label)

@@ -8,8 +8,8 @@ import html as _html
 import string
 from typing import Sequence
 
-__all__ = ["fmt_time", "fmt_count", "fmt_bytes", "config_str", "compact_config", "dims_str", "visible", "md",
-           "plotly_text"]
+__all__ = ["fmt_time", "fmt_count", "fmt_bytes", "fmt_percent", "round_sig", "config_str", "compact_config",
+           "dims_str", "visible", "md", "plotly_text"]
 
 # Markdown gives meaning to every ASCII punctuation character somewhere (emphasis, links, images,
 # Streamlit's :directives[...] and :emoji:); CommonMark lets each be escaped with a backslash.
@@ -61,9 +61,21 @@ def fmt_time(seconds: float) -> str:
     return f"{s:.3g} s"
 
 
+_SUPERSCRIPTS = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
 def fmt_count(n: float) -> str:
-    """A count with a k/M/G suffix: ``fmt_count(1_500_000) == '1.5M'``."""
-    n = float(n)
+    """A count with 3 significant digits and a k/M/G/T suffix, or a power of ten from 10¹⁵ up.
+
+    >>> fmt_count(1_500_000)
+    '1.5M'
+    >>> fmt_count(8.72e62)
+    '8.72×10⁶²'
+    """
+    n = float(n) + 0.0  # + 0.0: no negative zero
+    if abs(n) >= 1e15:  # past T, a suffix reads worse than the exponent ("8.72e+50T")
+        mantissa, exponent = f"{n:.2e}".split("e")
+        return f"{float(mantissa):.3g}×10{str(int(exponent)).translate(_SUPERSCRIPTS)}"
     for scale, unit in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(n) >= scale:
             return f"{n / scale:.3g}{unit}"
@@ -77,6 +89,28 @@ def fmt_bytes(n: float) -> str:
         if abs(n) >= scale:
             return f"{n / scale:.3g} {unit}"
     return f"{n:.3g} B"
+
+
+def fmt_percent(fraction: float, digits: int = 1) -> str:
+    """``fraction`` as a percentage with ``digits`` decimals, never "-0.0%" (a rounding residue of 0).
+
+    >>> fmt_percent(0.1234)
+    '12.3%'
+    >>> fmt_percent(-1e-17)
+    '0.0%'
+    """
+    text = f"{float(fraction):.{digits}%}"
+    return f"{0:.{digits}%}" if float(text[:-1]) == 0 else text
+
+
+def round_sig(x: float | None, digits: int = 3) -> float | None:
+    """``x`` rounded to ``digits`` significant figures for a table (10.3333 -> 10.3, 0.9666 -> 0.967), without
+    negative zero; None stays None.
+
+    >>> round_sig(10.3333), round_sig(0.96666), round_sig(123456.0), round_sig(-0.0)
+    (10.3, 0.967, 123000.0, 0.0)
+    """
+    return None if x is None else float(f"{float(x):.{digits}g}") + 0.0
 
 
 def config_str(config: Sequence[int]) -> str:

@@ -27,6 +27,7 @@ from ui.palette import KIND_COLORS
 
 __all__ = [
     "KINDS",
+    "kind_of",
     "NodeInfo",
     "EdgeInfo",
     "GraphView",
@@ -41,7 +42,19 @@ __all__ = [
 ]
 
 # Parallelism kinds in legend order; "mixed": a group whose layers differ; "unsolved": no strategy yet.
-KINDS = tuple(KIND_COLORS)  # data, parameter, hybrid, replicated, mixed, unsolved
+KINDS = tuple(KIND_COLORS)  # data, tensor, hybrid, replicated, mixed, unsolved
+
+
+def kind_of(dims: tuple[str, ...], config: tuple[int, ...]) -> str:
+    """The kind of parallelism of a layer's configuration in the app's words: "data", "tensor" (only dimensions
+    other than the batch split: the paper's "parameter" parallelism, :func:`pase.planner.parallelism_kind`,
+    named as the Training page and Megatron-LM name it), "hybrid" or "replicated".
+
+    >>> kind_of(("b", "n", "c"), (1, 4, 1))
+    'tensor'
+    """
+    kind = parallelism_kind(tuple(dims), tuple(config))
+    return "tensor" if kind == "parameter" else kind
 
 # A grouped view aims at no more nodes than this (see auto_group_depth).
 TARGET_GROUPED_NODES = 60
@@ -305,7 +318,7 @@ def build_graph_view(
     layers = graph.layers
     names = [layer.name for layer in layers]
     rows = {r.name: r for r in plan.layers} if plan is not None else {}
-    kinds = {r.name: parallelism_kind(r.dims, r.config) for r in plan.layers} if plan is not None else {}
+    kinds = {r.name: kind_of(r.dims, r.config) for r in plan.layers} if plan is not None else {}
 
     # Layer -> node key.
     node_of: dict[str, str] = {}

@@ -40,7 +40,7 @@ __all__ = [
 # -- kinds of parallelism (the explorer's graph, the what-if heat map) ----------------------------
 KIND_COLORS = {
     "data": "#1f77b4",
-    "parameter": "#d62728",
+    "tensor": "#d62728",
     "hybrid": "#9467bd",
     "replicated": "#7f7f7f",
     "mixed": "#bcbd22",
@@ -140,13 +140,13 @@ OUTLINE = "#333"
 FOUND_RING = "#111"  # the ring around the layer found on the explorer's graph
 
 # -- kinds of parallelism of a 3-D configuration (Learn: the walk-through's traffic) -----------------
-# Data and tensor parallelism take the explorer's colours for data and parameter parallelism; ZeRO, which
+# Data and tensor parallelism take the explorer's colours for data and tensor parallelism; ZeRO, which
 # shards the data-parallel replicas' state, a light shade of data's; sequence parallelism, an extension of
 # tensor parallelism, a light shade of tensor's; the pipeline a hue of its own.
 PARALLELISM_COLORS = {
     "data": KIND_COLORS["data"],
     "ZeRO": "#9ecae1",
-    "tensor": KIND_COLORS["parameter"],
+    "tensor": KIND_COLORS["tensor"],
     "sequence": "#fc9272",
     "pipeline": "#e6ab02",
 }

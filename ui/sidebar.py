@@ -18,6 +18,7 @@ from pase.limits import (
     MAX_BANDWIDTH_BPS, MAX_BATCH, MAX_DEVICES, MAX_MEMORY_BYTES, MAX_PEAK_FLOPS, MIN_BANDWIDTH_BPS, MIN_PEAK_FLOPS,
 )
 from ui.fmt import md
+from ui.links import Link, parse_link
 from ui.state import GraphSource, Problem, load_graph, set_current_problem
 from ui.stepmodel import CALIBRATED, model_choice, with_calibration_file, with_model
 
@@ -26,7 +27,7 @@ __all__ = ["problem_sidebar", "sample_parameters", "DEFAULT_SAMPLE", "DEFAULT_PR
 # Where the story is: a Transformer on two DGX H100 nodes (16 GPUs). Under the calibrated step-time model the
 # app opens with (the H100's kernels measured on an H200, flash attention), the search mixes data, tensor and
 # replicated layers and is 2.04x faster than data parallelism (1.56x than Megatron's dp4 x tp4; `pase solve
-# transformer --devices 16 --cluster dgx-h100`); at peak rates it mixes data, hybrid and parameter parallelism,
+# transformer --devices 16 --cluster dgx-h100`); at peak rates it mixes data, hybrid and tensor parallelism,
 # 1.60x faster (1.56x than Megatron's dp8 x tp2), in a fraction of a second either way.
 DEFAULT_SAMPLE = "transformer"
 DEFAULT_PRESET = "dgx-h100"
@@ -37,6 +38,8 @@ CUSTOM = "custom"
 # (ui.stepmodel.model_choice: the user's explicit choice, the preset it was resolved for).
 BASE = "_in_base_preset"
 MODEL_MEMORY = "_in_step_model"
+# Session key: the problem the session's address asked for (ui.links.Link), read on its first run.
+LINK = "_in_link"
 
 
 def sample_parameters(name: str) -> dict[str, int]:
@@ -70,10 +73,11 @@ def _to_custom() -> None:
 
 def _defaults() -> None:
     ss = st.session_state
-    if "in_preset" not in ss:
-        ss["in_preset"] = DEFAULT_PRESET
+    if "in_preset" not in ss:  # a session's first run: start on what its address asks for (ui.links)
+        ss[LINK] = parse_link(st.query_params.to_dict())
+        ss["in_preset"] = ss[LINK].preset or DEFAULT_PRESET
         _apply_preset()
-    ss.setdefault("in_devices", DEFAULT_DEVICES)
+    ss.setdefault("in_devices", ss.get(LINK, Link()).devices or DEFAULT_DEVICES)
 
 
 def _graph_source(sb) -> tuple[GraphSource | None, bytes | None, str | None]:
@@ -84,7 +88,8 @@ def _graph_source(sb) -> tuple[GraphSource | None, bytes | None, str | None]:
                          "(see docs/graph-format.md) or an ONNX model.")
     if kind == "Sample":
         names = list(SAMPLES)
-        name = sb.selectbox("Sample graph", names, index=names.index(DEFAULT_SAMPLE) if DEFAULT_SAMPLE in names else 0,
+        first = st.session_state.get(LINK, Link()).model or DEFAULT_SAMPLE
+        name = sb.selectbox("Sample graph", names, index=names.index(first) if first in names else 0,
                             key="in_sample")
         params = sample_parameters(name)
         values = {}
@@ -189,6 +194,10 @@ def problem_sidebar() -> Problem | None:
     _defaults()
     sb = st.sidebar
     sb.markdown("### Problem")
+    link = st.session_state.get(LINK, Link())
+    if link.errors and parse_link(st.query_params.to_dict()) == link:  # told while the address still asks it
+        for line in link.errors:
+            sb.error(line, icon=":material/link_off:")
     try:
         source, data, why = _graph_source(sb)
         sb.markdown("### Cluster")

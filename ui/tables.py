@@ -6,8 +6,9 @@ from typing import Mapping
 
 import pandas as pd
 
-from pase.planner import Plan, parallelism_kind
-from ui.fmt import compact_config, config_str, dims_str
+from pase.planner import Plan
+from ui.fmt import compact_config, config_str, dims_str, round_sig
+from ui.graphview import kind_of
 
 __all__ = ["strategy_table", "comparison_table", "differing_layers", "totals_table"]
 
@@ -32,7 +33,7 @@ def strategy_table(plan: Plan, why: Mapping | None = None) -> pd.DataFrame:
             "sizes": dims_str(r.dims, r.sizes),
             "configuration": config_str(r.config),
             "split": compact_config(r.dims, r.config),
-            "parallelism": parallelism_kind(r.dims, r.config),
+            "parallelism": kind_of(r.dims, r.config),
             "devices": r.devices,
             "compute_ms": r.compute_s * 1e3,
             "intra_comm_ms": r.intra_comm_s * 1e3,
@@ -68,8 +69,11 @@ def comparison_table(plans: Mapping[str, Plan], reference: str) -> pd.DataFrame:
 
 
 def totals_table(plans: Mapping[str, Plan], reference: str) -> pd.DataFrame:
-    """Per plan: variant label, step time and its parts (ms), the reference's speedup over it, and
-    memory per device (GB) with whether it fits, where the plans know it."""
+    """Per plan, for reading on screen: variant label, step time and its parts (ms), the reference's speedup
+    over it (×), and memory per device (GB) with whether it fits ("yes"/"no"), where the plans know it.
+
+    Headers name their unit; numbers carry 3 significant figures (:func:`ui.fmt.round_sig`).
+    """
     ref = plans[reference]
     rows = []
     for name, p in plans.items():
@@ -77,14 +81,14 @@ def totals_table(plans: Mapping[str, Plan], reference: str) -> pd.DataFrame:
         rows.append({
             "strategy": name,
             "variant": p.label,
-            "step_ms": p.step_time_s * 1e3,
-            "compute_ms": t["compute_s"] * 1e3,
-            "intra_comm_ms": t["intra_comm_s"] * 1e3,
-            "edge_comm_ms": t["edge_comm_s"] * 1e3,
-            f"{reference} speedup": ref.speedup_over(p),
+            "step time (ms)": round_sig(p.step_time_s * 1e3),
+            "compute (ms)": round_sig(t["compute_s"] * 1e3),
+            "inside layers (ms)": round_sig(t["intra_comm_s"] * 1e3),
+            "between layers (ms)": round_sig(t["edge_comm_s"] * 1e3),
+            f"{reference} speedup (×)": round_sig(ref.speedup_over(p)),
         })
         memory = getattr(p, "memory_per_device_bytes", None)
         if memory is not None:
-            rows[-1]["memory_GB"] = memory / 1e9
-            rows[-1]["fits"] = p.fits_memory
+            rows[-1]["memory per device (GB)"] = round_sig(memory / 1e9)
+            rows[-1]["fits memory"] = {True: "yes", False: "no", None: "no limit"}[p.fits_memory]
     return pd.DataFrame(rows)

@@ -21,7 +21,7 @@ TOUR_STEPS = (
      "on the Explorer: PaSE's search finds, for every layer, how to split it over the devices, and how much faster "
      "that is than plain data parallelism."),
     ("Read the graph:",
-     "each layer is coloured by its kind of parallelism (data, parameter or hybrid: the legend says which colour "
+     "each layer is coloured by its kind of parallelism (data, tensor or hybrid: the legend says which colour "
      "is which, the same on every page) and each edge by the time its redistribution takes. Hover a layer for "
      "its split."),
     ("Go further:",

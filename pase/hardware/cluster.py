@@ -23,7 +23,7 @@ from pathlib import Path
 from math import ceil, gcd, prod
 from numbers import Real
 
-from pase.errors import ClusterError
+from pase.errors import ClusterError, did_you_mean
 from pase.hardware.calibration import Calibration, load_calibration
 from pase.hardware.efficiency import (
     A100_FITTED, A100_HBM_BPS, GTX1080TI_FP32, RTX2080TI_FP32, Efficiency, derated,
@@ -409,7 +409,9 @@ def preset(name: str, devices: int | None = None, *, calibrated: bool | None = N
     try:
         cluster = PRESETS[name]
     except KeyError:
-        raise ClusterError(f"unknown cluster preset {name!r}; choose one of {', '.join(PRESETS)}") from None
+        hint = did_you_mean(name, PRESETS)
+        raise ClusterError(f"unknown cluster preset {name!r}" + (f" ({hint})" if hint else "")
+                           + f"; choose one of {', '.join(PRESETS)}") from None
     if calibrated is None:
         calibrated = calibrated_by_default(name)
     if calibrated:

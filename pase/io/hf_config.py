@@ -308,14 +308,14 @@ def is_hf_config(source: str | Path) -> bool:
     return ("model_type" in config or "architectures" in config) and "format" not in config
 
 
-def is_moe_config(source: str | Path) -> bool:
-    """Whether :func:`is_hf_config` holds for ``source`` and its family is a mixture of experts (Mixtral,
-    DeepSeekMoE): the CLI plans those per layer, where expert parallelism is searched. False for anything
-    unreadable or unknown (the builder reports it)."""
-    if not is_hf_config(source):
+def is_moe_config(source: str | Path | bytes | Mapping[str, Any]) -> bool:
+    """Whether :func:`is_hf_config` holds for ``source`` (a path, or a config's bytes or dict as they are) and
+    its family is a mixture of experts (Mixtral, DeepSeekMoE): the CLI plans those per layer, where expert
+    parallelism is searched. False for anything unreadable or unknown (the builder reports it)."""
+    if isinstance(source, (str, Path)) and not is_hf_config(source):
         return False
     try:
-        config, where = read_hf_config(Path(source))
+        config, where = read_hf_config(Path(source) if isinstance(source, str) else source)
         return _family(config, where)[1].experts
     except PaseError:
         return False

@@ -85,7 +85,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Callable
 
-from pase.errors import GraphError
+from pase.errors import GraphError, did_you_mean
 from pase.ir.graph import Graph
 from pase.models.cnn import alexnet, densenet121, inception3, resnet101
 from pase.models.sequence import gpt, rnnlm, transformer, transformer_large
@@ -162,7 +162,9 @@ def sample(name: str, **params) -> Graph:
     try:
         builder = SAMPLES[name]
     except (KeyError, TypeError):
-        raise GraphError(f"unknown sample graph {name!r}; known samples: {', '.join(SAMPLES)}") from None
+        hint = did_you_mean(name, SAMPLES)
+        raise GraphError(f"unknown sample graph {name!r}" + (f" ({hint})" if hint else "")
+                         + f"; known samples: {', '.join(SAMPLES)}") from None
     try:
         return builder(**params)
     except TypeError as exc:

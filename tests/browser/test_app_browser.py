@@ -1,15 +1,11 @@
-"""The app in a real browser: solve a sample, see the graph drawn, visit every page, time click-to-graph.
+"""The app in a real browser: solve a sample, see the graph drawn, visit every page.
 
-Run alone with ``pytest tests/browser -s`` (``-s`` shows the timing). Screenshots and the
-timing land in ``artifacts/`` (git-ignored).
+Run alone with ``pytest tests/browser``. Screenshots land in ``artifacts/`` (git-ignored). No test here
+asserts a duration: click-to-graph times are measured by ``benchmarks/bench_browser.py``.
 """
 
 from __future__ import annotations
 
-import json
-import platform
-import statistics
-import time
 import urllib.parse
 
 import pytest
@@ -23,12 +19,8 @@ NAVIGATION = [("Explorer", "hub"), ("Compare", "compare_arrows"), ("What-if", "t
               ("Learn", "school")]
 STRATEGY_POINTS = ".st-key-strategy-graph .js-plotly-plot .scatterlayer .trace .point"
 STRUCTURE_POINTS = ".st-key-structure-graph .js-plotly-plot .scatterlayer .trace .point"
-TIMING_RUNS = 5
-# The goal is 3 s (BENCHMARKS.md); the test fails only far above it, to stay robust on a busy CI machine.
-TIMING_LIMIT_S = 10.0
-
 # Click Solve from inside the page and resolve with the milliseconds until the strategy graph
-# has points in the DOM and the next frame is painted.
+# has points in the DOM and the next frame is painted (benchmarks/bench_browser.py times with it).
 CLICK_TO_GRAPH_JS = """
 (selector) => new Promise((resolve, reject) => {
   const button = [...document.querySelectorAll('button')].find(b => b.innerText.trim().endsWith('Solve'));
@@ -175,38 +167,26 @@ def test_no_request_leaves_the_machine_and_the_toolbar_has_no_deploy(page, app_u
     assert page.locator('[data-testid="stAppDeployButton"]').count() == 0
 
 
-def test_click_to_graph_time_inception3_p8(page, app_url, artifacts):
-    """Median time from the click on Solve to the drawn strategy graph, InceptionV3 at p = 8, uncached.
+def test_inception3_at_p8_solves_and_draws_the_strategy_graph(page, fresh_app_url, artifacts):
+    """InceptionV3 (batch 128) at p = 8 on the paper's cluster: Solve, clicked from inside the page as the
+    benchmark clicks it, draws the strategy graph and shows the step time the planner finds (on a server of its
+    own, where no other test's Solve has cached the answer)."""
+    from pase.hardware.cluster import preset
+    from pase.models import sample
+    from pase.planner import plan
+    from ui.fmt import fmt_time
 
-    Each run uses another link bandwidth (16.0x GB/s) so that every Solve searches afresh.
-    """
-    open_page(page, app_url)
+    open_page(page, fresh_app_url)
     choose_sample(page, "inception3")
     choose(page, "Cluster preset", "paper-model")
     set_number(page, "Devices p", "8")
-    times_s = []
-    for run in range(TIMING_RUNS):
-        bandwidth = f"{16 + 0.01 * (run + 1):.2f}"
-        set_number(page, "Link GB/s", bandwidth)
-        page.get_by_text(f"{bandwidth} GB/s links").first.wait_for()  # a new question, so no cached answer
-        page.wait_for_selector(STRUCTURE_POINTS, state="attached")
-        page.wait_for_timeout(500)
-        ms = page.evaluate(CLICK_TO_GRAPH_JS, STRATEGY_POINTS)
-        times_s.append(ms / 1e3)
-        wait_idle(page)
-        assert_no_exception(page, f"timing run {run}")
-    median = statistics.median(times_s)
-    record = {
-        "what": "click Solve -> strategy graph drawn, inception3 batch 128, p=8, paper-model cluster, uncached",
-        "runs_s": [round(t, 3) for t in times_s],
-        "median_s": round(median, 3),
-        "machine": f"{platform.machine()}, {platform.system()} {platform.release()}",
-        "date": time.strftime("%Y-%m-%d"),
-    }
-    (artifacts / "browser-timing.json").write_text(json.dumps(record, indent=1) + "\n")
-    print(f"\nclick-to-graph, inception3 p=8: median {median:.2f} s over {TIMING_RUNS} runs {record['runs_s']}")
+    page.wait_for_selector(STRUCTURE_POINTS, state="attached")
+    assert page.evaluate(CLICK_TO_GRAPH_JS, STRATEGY_POINTS) > 0
+    wait_idle(page)
+    assert_no_exception(page, "the explorer after solving inception3 at p = 8")
+    assert page.locator(STRATEGY_POINTS).count() > 5
+    assert step_time_shown(page) == fmt_time(plan(sample("inception3"), preset("paper-model", devices=8)).step_time_s)
     shoot(page, artifacts / "browser-inception3-p8.png")
-    assert median < TIMING_LIMIT_S, record
 
 
 def choose(page, label: str, option: str) -> None:

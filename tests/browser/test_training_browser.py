@@ -1,102 +1,53 @@
-"""Issue 15's acceptance in real Chromium: Solve to drawn graph for the default problem and for Llama 3 70B on
+"""Issue 15's acceptance in real Chromium: Solve draws the graph for the default problem and for Llama 3 70B on
 64 H100s (the explorer's 3-D path), and the Training page's Gantt, memory and mesh views of a pipelined plan.
 
-Run alone with ``pytest tests/browser/test_training_browser.py -s`` (``-s`` prints the timings). The timings
-land in ``artifacts/browser-timing-*.json``, the screenshots in ``artifacts/`` (git-ignored).
+Run alone with ``pytest tests/browser/test_training_browser.py``; screenshots land in ``artifacts/``
+(git-ignored). The goals on Solve-to-result times live in ``benchmarks/bench_browser.py``, which measures them
+(BENCHMARKS.md); no test asserts a duration.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import platform
-import re
-import statistics
-import time
-
 import pytest
 
 from test_app_browser import (
-    CLICK_TO_GRAPH_JS, STRATEGY_POINTS, STRUCTURE_POINTS, TIMING_RUNS, assert_no_exception, choose_sample, open_page,
-    set_number, shoot, wait_idle,
+    CLICK_TO_GRAPH_JS, STRATEGY_POINTS, STRUCTURE_POINTS, assert_no_exception, choose_sample, open_page, set_number,
+    shoot, wait_idle,
 )
 
 pytestmark = pytest.mark.browser
 
-# Issue 15: Solve to drawn graph under 3 s, for the default problem and for llama3-70b on 64 H100s.
-GOAL_S = 3.0
-# Llama 3 70B's 3-D search alone takes about 1.4 s of one core in the app (its repeated layers costed on three
-# of them, the configurations tried best first); measured on the 2-core machine these tests were written on,
-# click to graph took a median of 2.1 s (runs of 2.0 to 2.6 s) at a load of 1.1 to 1.3. The record says the
-# load the runs met, each run's search time and how many workers shared it.
+
+def solve_from_the_page(page) -> None:
+    """Click Solve from inside the page, as the benchmark does, and wait until the strategy graph is drawn and
+    the run has finished, without an exception."""
+    page.wait_for_selector(STRUCTURE_POINTS, state="attached")
+    assert page.evaluate(CLICK_TO_GRAPH_JS, STRATEGY_POINTS) > 0
+    wait_idle(page)
+    assert_no_exception(page, "the explorer after Solve")
+    assert page.locator(STRATEGY_POINTS).count() >= 1
 
 
-def click_to_graph(page, what: str, slug: str, artifacts) -> dict:
-    """Median seconds from the click on Solve to the drawn strategy graph over TIMING_RUNS uncached runs.
-
-    Each run uses another link bandwidth (the preset's + 0.01 x run GB/s), so that every Solve searches afresh.
-    """
-    base = float(page.get_by_label("Link GB/s", exact=True).input_value())
-    load_before = os.getloadavg()[0]
-    times_s, searches = [], []
-    for run in range(TIMING_RUNS):
-        bandwidth = f"{base + 0.01 * (run + 1):.2f}"
-        set_number(page, "Link GB/s", bandwidth)
-        page.get_by_text(f"{bandwidth} GB/s").first.wait_for()  # a new question, so no cached answer
-        page.wait_for_selector(STRUCTURE_POINTS, state="attached")
-        page.wait_for_timeout(500)
-        ms = page.evaluate(CLICK_TO_GRAPH_JS, STRATEGY_POINTS)
-        times_s.append(ms / 1e3)
-        wait_idle(page)
-        found = page.locator('[data-testid="stAlert"]').filter(has_text="configurations modelled")
-        took = re.search(r"modelled .* in ([0-9.]+ m?s)", found.first.inner_text()) if found.count() else None
-        if took:  # the 3-D search says how long it took itself, and how many workers shared it
-            shared = page.get_by_text(re.compile(r"Searched by \d+ worker processes"))
-            workers = re.search(r"by (\d+) worker", shared.first.inner_text()).group(1) if shared.count() else "1"
-            searches.append(f"{took.group(1)} on {workers} worker(s)")
-        assert_no_exception(page, f"{slug}: timing run {run}")
-    median = statistics.median(times_s)
-    record = {
-        "what": f"click Solve -> strategy graph drawn, {what}, uncached",
-        "runs_s": [round(t, 3) for t in times_s],
-        "median_s": round(median, 3),
-        "goal_s": GOAL_S,
-        "machine": f"{platform.machine()}, {platform.system()} {platform.release()}, {os.cpu_count()} cores",
-        # Other work on the machine slows every run: the 1-minute load average before and after the runs.
-        "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
-        "date": time.strftime("%Y-%m-%d"),
-    }
-    if searches:
-        record["search_s"] = searches  # of each run: the search's own time, as the page shows it
-    (artifacts / f"browser-timing-{slug}.json").write_text(json.dumps(record, indent=1) + "\n")
-    print(f"\nclick-to-graph, {slug}: median {median:.2f} s over {TIMING_RUNS} runs {record['runs_s']}")
-    shoot(page, artifacts / f"browser-{slug}-solved.png")
-    return record
+def test_the_default_problem_solves_and_draws(page, fresh_app_url, artifacts):
+    """The problem the app opens with (ui.sidebar's defaults): Solve draws the strategy graph and the step time.
+    On a server of its own, where no other test's Solve has cached the answer."""
+    open_page(page, fresh_app_url)
+    solve_from_the_page(page)
+    page.get_by_text("Estimated step time").first.wait_for()  # drawn a moment after the run ends
+    shoot(page, artifacts / "browser-default-solved.png")
 
 
-def test_click_to_graph_time_of_the_default_problem(page, app_url, artifacts):
-    """The problem the app opens with (ui.sidebar: the Transformer on 16 DGX H100 GPUs), under 3 s."""
-    from ui.sidebar import DEFAULT_DEVICES, DEFAULT_PRESET, DEFAULT_SAMPLE
-
-    open_page(page, app_url)
-    record = click_to_graph(page, f"the default problem, {DEFAULT_SAMPLE} on {DEFAULT_DEVICES} {DEFAULT_PRESET} "
-                                  "devices", "default", artifacts)
-    assert page.get_by_text("Estimated step time").count() >= 1
-    assert record["median_s"] < GOAL_S, record
-
-
-def test_click_to_graph_time_of_llama3_70b_on_64_h100s(page, app_url, artifacts):
-    """The explorer's 3-D path: Llama 3 70B, global batch 2048, on 64 DGX H100 GPUs."""
-    open_page(page, app_url)
+def test_llama3_70b_on_64_h100s_solves_in_3d_and_draws(page, fresh_app_url, artifacts):
+    """The explorer's 3-D path: Llama 3 70B, global batch 2048, on 64 DGX H100 GPUs (a server of its own: no
+    cached answer)."""
+    open_page(page, fresh_app_url)
     choose_sample(page, "llama3-70b")
     set_number(page, "Devices p", "64")
     page.get_by_text("global batch").first.wait_for()
-    record = click_to_graph(page, "llama3-70b (global batch 2048) on 64 dgx-h100 devices, the 3-D search",
-                            "llama3-70b", artifacts)
-    assert_no_exception(page, "the explorer after the 3-D search")
-    assert page.get_by_text("one t x c group").count() >= 1
-    assert page.get_by_text("Memory per device (largest stage)").count() >= 1
-    assert record["median_s"] < GOAL_S, record
+    solve_from_the_page(page)
+    page.get_by_text("one t x c group").first.wait_for()  # drawn a moment after the run ends
+    page.get_by_text("Memory per device (largest stage)").first.wait_for()
+    shoot(page, artifacts / "browser-llama3-70b-solved.png")
 
 
 # Per plotly chart inside the element of key ``key`` (its st-key-<key> class): the trace count, the traces'

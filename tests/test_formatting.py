@@ -1,0 +1,140 @@
+"""What the app shows reads as numbers with units: significant figures, no exponent glued to a suffix, no
+negative zero, no raw keys in headers, and one word (tensor) for splitting a layer's non-batch dimensions."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from pase.hardware.cluster import Cluster
+from pase.models import sample
+from pase.planner import evaluate, plan
+from ui.fmt import fmt_count, fmt_percent, round_sig
+from ui.graphview import KINDS, build_graph_view, kind_of
+from ui.tables import strategy_table, totals_table
+
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+# A header that is a program's key rather than words: snake_case (step_ms, memory_GB, intra_comm_ms).
+RAW_KEY = re.compile(r"^[A-Za-z]+(_[A-Za-z0-9]+)+$")
+
+
+# -- helpers of ui.fmt -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [8.72e62, 1e15, 3.3e20, -4.5e18])
+def test_huge_counts_read_as_powers_of_ten(n):
+    text = fmt_count(n)
+    assert "e+" not in text and "e-" not in text and not text.endswith("T"), text
+    mantissa, power = re.fullmatch(r"(-?[\d.]+)×10([⁰¹²³⁴⁵⁶⁷⁸⁹]+)", text).groups()
+    exponent = int(power.translate(str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹", "0123456789")))
+    assert float(mantissa) * 10 ** exponent == pytest.approx(n, rel=5e-3)
+
+
+@pytest.mark.parametrize("n,text", [(999, "999"), (1500, "1.5k"), (2.5e6, "2.5M"), (7.25e12, "7.25T"), (-0.0, "0"),
+                                    (0.5, "0.5")])
+def test_counts_keep_their_suffixes_below_a_quadrillion(n, text):
+    assert fmt_count(n) == text
+
+
+@pytest.mark.parametrize("fraction", [-0.0, -1e-17, -0.0004, 0.0, 1e-9])
+def test_a_zero_percentage_is_never_negative(fraction):
+    assert fmt_percent(fraction) == "0.0%"
+    assert fmt_percent(fraction, digits=0) == "0%"
+
+
+def test_percentages_keep_their_sign_and_digits():
+    assert fmt_percent(0.1234) == "12.3%" and fmt_percent(-0.25) == "-25.0%" and fmt_percent(1) == "100.0%"
+
+
+@pytest.mark.parametrize("x,rounded", [(0.9666, 0.967), (10.3333, 10.3), (123456.7, 123000.0), (-0.0, 0.0),
+                                       (1e-7 / 3, 3.33e-8), (None, None)])
+def test_round_sig_keeps_three_significant_figures(x, rounded):
+    got = round_sig(x)
+    assert got == rounded
+    assert got is None or math.copysign(1, got) == math.copysign(1, rounded)  # 0.0, never -0.0
+
+
+# -- tables ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def plans():
+    g = sample("alexnet")
+    cluster = Cluster(8, 10e12, 16e9, memory_bytes=2e9)
+    best = plan(g, cluster)
+    data = evaluate(g, cluster, {layer.name: tuple(8 if d == "b" else 1 for d in layer.dims) for layer in g},
+                    label="data parallel")
+    return {"PaSE": best, "data parallel": data}
+
+
+def test_the_totals_table_names_units_and_no_raw_keys(plans):
+    table = totals_table(plans, "PaSE")
+    for column in table.columns:
+        assert not RAW_KEY.match(column), column
+    numeric = [c for c in table.columns if table[c].dtype.kind == "f"]
+    assert numeric and all(re.search(r"\((ms|GB|×)\)$", c) for c in numeric), numeric
+    for c in numeric:
+        for value in table[c]:
+            assert value == round_sig(value), (c, value)  # three significant figures at most
+    assert set(table["fits memory"]) <= {"yes", "no", "no limit"}
+    assert table.loc[table["strategy"] == "PaSE", "PaSE speedup (×)"].item() == 1.0
+
+
+def test_the_tables_say_tensor_not_parameter(plans):
+    kinds = set(strategy_table(plans["PaSE"])["parallelism"])
+    assert "parameter" not in kinds and kinds <= {"data", "tensor", "hybrid", "replicated"}
+    assert "tensor" in KINDS and "parameter" not in KINDS
+    assert kind_of(("b", "n", "c"), (1, 4, 2)) == "tensor"
+    assert kind_of(("b", "n", "c"), (4, 1, 1)) == "data"
+    assert kind_of(("b", "n", "c"), (2, 2, 1)) == "hybrid"
+
+
+def test_the_strategy_graph_legend_says_tensor(plans):
+    from ui.figures import strategy_graph_figure
+
+    fig = strategy_graph_figure(build_graph_view(plans["PaSE"].graph, plans["PaSE"]))
+    names = {t.name for t in fig.data if t.name}
+    assert "parameter" not in names
+
+
+# -- pages -----------------------------------------------------------------------------------------
+
+
+def _texts(at: AppTest) -> list[str]:
+    """Every text the page shows: markdown, captions, metrics (labels and values) and alerts."""
+    out = [e.value for kind in ("markdown", "caption", "success", "info", "warning", "error")
+           for e in at.get(kind)]
+    out += [f"{m.label} {m.value}" for m in at.metric]
+    return out
+
+
+def test_the_compare_page_shows_no_raw_keys():
+    at = AppTest.from_file(APP, default_timeout=120).run()
+    at.selectbox(key="in_sample").set_value("alexnet").run()
+    at.number_input(key="in_devices").set_value(8).run()
+    at.switch_page("pages/compare.py").run()
+    at.button(key="solve_compare").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    totals = at.dataframe[0].value
+    assert not [c for c in totals.columns if RAW_KEY.match(c)], list(totals.columns)
+    assert "(fits: false)" not in " ".join(_texts(at))
+
+
+def test_the_explorer_of_a_3d_plan_shows_no_negative_zero_or_glued_exponent():
+    at = AppTest.from_file(APP, default_timeout=240).run()
+    at.selectbox(key="in_sample").set_value("llama3-8b").run()
+    at.number_input(key="in_devices").set_value(8).run()
+    at.button(key="solve").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    texts = _texts(at)
+    assert any("Bubble" in t for t in texts), texts
+    for t in texts:
+        assert "-0.0%" not in t and not re.search(r"\de\+\d+[kMGT]", t), t
+    graph = [c for c in at.get("plotly_chart") if c.proto.id.endswith("graph_chart")]
+    names = {tr.get("name") for tr in json.loads(graph[0].proto.spec)["data"]}
+    assert "parameter" not in names, names
