@@ -988,6 +988,9 @@ def _sweep(args) -> int:
     if any(r["fits_memory"] is False for r in records):
         print("[...]: the plan does not fit device memory (fits: no), so no run reaches that time; shown for "
               "comparison only")
+    for c in cluster:
+        print(f"{c.name}: " if len(cluster) > 1 else "", end="")
+        _print_model(_model_of(c, grid["options"]))
     return 0
 
 
