@@ -92,9 +92,10 @@ class Calibration:
         return f"measured on {self.device}, {self.date}{f' ({env})' if env else ''}{where}"
 
     def apply(self, cluster):
-        """``cluster`` (a :class:`~pase.hardware.cluster.Cluster`, which imports this module) with this device: its peaks, memory (when recorded) and kernel figures from the file, its
-        topology kept; measured links set its link efficiencies and latencies (a bus bandwidth above the
-        cluster's nominal one counts as 1), unmeasured ones keep the cluster's calibration's (or 1 and 0)."""
+        """``cluster`` (a :class:`~pase.hardware.cluster.Cluster`, which imports this module) with this device:
+        its peaks, memory (when recorded) and kernel figures from the file, its topology kept; measured links
+        set its link efficiencies and latencies (a bus bandwidth above the cluster's nominal one counts as 1),
+        unmeasured ones keep the cluster's calibration's (or 1 and 0)."""
         base = cluster.efficiency
         changes: dict[str, Any] = {}
         sources = dict(self.efficiency.sources)

@@ -114,7 +114,8 @@ class ConfigOptions:
 
     def __post_init__(self):
         if self.attention not in ATTENTION_KINDS:
-            raise ConfigurationError(f"unknown attention {self.attention!r}; choose one of {', '.join(ATTENTION_KINDS)}")
+            raise ConfigurationError(f"unknown attention {self.attention!r}; choose one of "
+                                     f"{', '.join(ATTENTION_KINDS)}")
         if self.precision not in PRECISIONS:
             raise ConfigurationError(f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
         if isinstance(self.min_shard, bool) or not isinstance(self.min_shard, int) or self.min_shard < 1:

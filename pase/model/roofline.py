@@ -27,9 +27,10 @@ that move no data and compute nothing (reshapes, views) take no time.
 A product's backward kernels run on the calibration's input-gradient and
 weight-gradient curves where it has them. Training in FP8 (Transformer
 Engine's recipes, delayed or current scaling, and MXFP8 alike), a product
-with weights inside a transformer block (:func:`fp8_products`) runs its forward and both backward products at the cluster's
-FP8 peak times the FP8 curve (``fp8_matmul_curve``; the BF16 curve's
-fractions where the calibration has none) and casts what it multiplies to
+with weights inside a transformer block (:func:`fp8_products`) runs its
+forward and both backward products at the cluster's FP8 peak times the FP8
+curve (``fp8_matmul_curve``; the BF16 curve's fractions where the
+calibration has none) and casts what it multiplies to
 FP8: forward its activation inputs and its weights, backward its output
 gradient, each a memory-bound kernel reading BF16 and writing FP8 with its
 scaling factor's amax taken in the same pass (``FP8_CAST_BYTES`` per
@@ -66,7 +67,8 @@ from pase.hardware.efficiency import Efficiency, curve_fraction
 from pase.ir.graph import Graph, Layer
 from pase.ops import OPS, block_elements, saved_tensors
 
-__all__ = ["ELEMENTWISE_OPS", "MATRIX_OPS", "FP8_CAST_BYTES", "blocks", "fp8_products", "fused_chains", "fused_times_s", "layer_times_s"]
+__all__ = ["ELEMENTWISE_OPS", "MATRIX_OPS", "FP8_CAST_BYTES", "blocks", "fp8_products", "fused_chains",
+           "fused_times_s", "layer_times_s"]
 
 MATRIX_OPS = frozenset({"FullyConnected", "Einsum", "Conv2D", "GroupedConv2D", "LSTM", "MoEExperts"})
 # Ops whose every output element depends only on the inputs' elements at the same index: they fuse into chains.
