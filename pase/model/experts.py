@@ -70,6 +70,7 @@ from pase.hardware.cluster import Cluster
 from pase.hardware.mesh import DeviceMesh
 from pase.ir.graph import Graph, Layer
 from pase.model.roofline import FP8_CAST_BYTES, matrix_kernel_s, vector_kernel_s
+from pase.ops.norm import SOFTMAX_FLOPS_PER_ELEMENT, SOFTMAX_FORWARD_FLOPS
 
 if TYPE_CHECKING:
     from pase.model.training import LayerTimes, Parallelism
@@ -138,6 +139,7 @@ class ExpertBlock:
 
     experts_layer: str
     router: str
+    combine: str
     b: int
     s: int
     d: int
@@ -154,8 +156,9 @@ def moe_blocks(graph: Graph) -> tuple[ExpertBlock, ...]:
             if layer.op != "MoEExperts":
                 continue
             router = graph.layer(next(e.src for e in graph.in_edges(layer.name)))
+            combine = next(e.dst for e in graph.out_edges(layer.name))
             p, q = layer.param_dict, router.param_dict
-            out.append(ExpertBlock(layer.name, router.name, p["b"], q["s"], p["d"], p["f"], p["experts"],
+            out.append(ExpertBlock(layer.name, router.name, combine, p["b"], q["s"], p["d"], p["f"], p["experts"],
                                    q["top_k"]))
         return tuple(out)
     return graph.derived("moe blocks", compute)
@@ -248,12 +251,48 @@ def block_costs(block: ExpertBlock, par: "Parallelism", cluster: Cluster, layout
     else:
         forward_s, backward_s = fwd + forward_comm, bwd + backward_comm
     kept_input = 1 if fp8 else bpe
+    router_f, router_b, combine_f, combine_b = _router_combine_s(block, par, cluster)
     return {
+        "router_forward_s": router_f, "router_backward_s": router_b,
+        "combine_forward_s": combine_f, "combine_backward_s": combine_b,
         "forward_s": forward_s, "backward_s": backward_s, "dispatch_s": forward_comm + backward_comm,
         "compute_s": fwd + bwd, "params": float(local * 3 * d * width),
         "activations": rows * d * kept_input + rows * 2 * width * bpe + rows * width * kept_input,
         "buffers": copies * d * bpe * (1 + etp), "tokens": copies, "expert_tokens": n,
     }
+
+
+def _router_combine_s(block: ExpertBlock, par: "Parallelism", cluster: Cluster) -> tuple[float, float, float, float]:
+    """Forward and backward seconds of one device's router (logits product, softmax or sigmoid and top-k, the
+    permutation of its token copies) and combine (the un-permutation and gate-weighted sum), on the tokens it
+    routes (``b s / (t c)`` under sequence parallelism, ``b s / c`` without: every tensor-parallel rank routes
+    its copy). The logits are a matrix product (on the tensor cores, as frameworks run them); the rest are
+    memory-bound vector kernels: the permutation reads and writes ``T k d`` elements, the combine reads ``T k d``
+    and writes ``T d``, a backward one and a half times its forward's bytes."""
+    E, k, d = block.experts, block.top_k, block.d
+    T = block.b * block.s / (par.context * (par.tensor if par.sequence_parallel else 1))
+    bpe, eff, peak = cluster.bytes_per_element, cluster.efficiency, cluster.peak_flops
+    logits = 2.0 * T * d * E
+    scores = T * E  # logits, probabilities
+    if eff is None:
+        return ((logits + (SOFTMAX_FORWARD_FLOPS + k) * scores) / peak,
+                (2 * logits + (SOFTMAX_FLOPS_PER_ELEMENT - SOFTMAX_FORWARD_FLOPS) * scores + T * k * d) / peak,
+                2 * T * k * d / peak, 3 * T * k * d / peak)
+    product_bytes = (T * d + E * d + scores) * bpe
+
+    def matrix(kind: str) -> float:
+        return float(matrix_kernel_s(np.array([logits]), np.array([product_bytes]), peak, eff, kind)[0])
+
+    def vector(flops: float, nbytes: float) -> float:
+        return float(vector_kernel_s(np.array([flops]), np.array([nbytes]), eff)[0])
+
+    route_f = vector((SOFTMAX_FORWARD_FLOPS + k) * scores, 2 * scores * bpe)
+    route_b = vector((SOFTMAX_FLOPS_PER_ELEMENT - SOFTMAX_FORWARD_FLOPS) * scores, 3 * scores * bpe)
+    permute = 2 * T * k * d * bpe
+    router_f = matrix("forward") + route_f + vector(0.0, permute)
+    router_b = matrix("dgrad") + matrix("wgrad") + route_b + vector(T * k * d, 1.5 * permute)
+    combine = (T * k * d + T * d) * bpe
+    return router_f, router_b, vector(2 * T * k * d, combine), vector(3 * T * k * d, 1.5 * combine)
 
 
 def apply_experts(lt: "LayerTimes", cluster: Cluster, par: "Parallelism", strategy: Mapping[str, Sequence[int]],
@@ -297,6 +336,13 @@ def apply_experts(lt: "LayerTimes", cluster: Cluster, par: "Parallelism", strate
         if lt.recompute_s[i] > 0:  # full recomputation re-runs the block's forward, communication included
             arrays["recompute_s"][i] = c["forward_s"]
         arrays["forward_s"][i], arrays["backward_s"][i] = c["forward_s"], c["backward_s"]
+        # The router and the combine: their kernels as frameworks run them, in place of the group's generic op
+        # costs (their edges and collectives, none under Megatron's splits but a replicated router's logits, stay).
+        for name, prefix in ((block.router, "router"), (block.combine, "combine")):
+            j = index[name]
+            if lt.recompute_s[j] > 0:
+                arrays["recompute_s"][j] = c[f"{prefix}_forward_s"]
+            arrays["forward_s"][j], arrays["backward_s"][j] = c[f"{prefix}_forward_s"], c[f"{prefix}_backward_s"]
         arrays["gradient_s"][i] = 0.0  # no expert is replicated inside the group: its replicas are the expert-DP
         arrays["params"][i] = 0.0
         arrays["expert_params"][i] = c["params"]
