@@ -204,3 +204,34 @@ def test_the_cli_shows_an_moe_plan(capsys):
     import json
     e = json.loads(capsys.readouterr().out)["experts"]
     assert e["ep"] == 8 and e["experts_per_device"] == 1 and e["tokens_sent_per_all_to_all"] == 256 * 2 * 7 / 8
+
+
+# The released configs' sizes (deepseek-ai/DeepSeek-V3, Qwen/Qwen3-235B-A22B, openai/gpt-oss-120b config.json).
+HF_CONFIGS = {
+    "deepseek-v3": dict(model_type="deepseek_v3", architectures=["DeepseekV3ForCausalLM"], hidden_size=7168,
+                        num_hidden_layers=61, num_attention_heads=128, q_lora_rank=1536, kv_lora_rank=512,
+                        qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, n_routed_experts=256,
+                        num_experts_per_tok=8, moe_intermediate_size=2048, n_shared_experts=1,
+                        first_k_dense_replace=3, intermediate_size=18432, vocab_size=129280, moe_layer_freq=1,
+                        tie_word_embeddings=False, num_nextn_predict_layers=1, max_position_embeddings=163840),
+    "qwen3-235b-a22b": dict(model_type="qwen3_moe", architectures=["Qwen3MoeForCausalLM"], hidden_size=4096,
+                            num_hidden_layers=94, num_attention_heads=64, num_key_value_heads=4, head_dim=128,
+                            num_experts=128, num_experts_per_tok=8, moe_intermediate_size=1536,
+                            decoder_sparse_step=1, mlp_only_layers=[], vocab_size=151936, tie_word_embeddings=False,
+                            max_position_embeddings=40960),
+    "gpt-oss-120b": dict(model_type="gpt_oss", architectures=["GptOssForCausalLM"], hidden_size=2880,
+                         num_hidden_layers=36, num_attention_heads=64, num_key_value_heads=8, head_dim=64,
+                         num_local_experts=128, num_experts_per_tok=4, intermediate_size=2880, sliding_window=128,
+                         layer_types=["sliding_attention", "full_attention"] * 18, vocab_size=201088,
+                         attention_bias=True, tie_word_embeddings=False, max_position_embeddings=131072),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HF_CONFIGS))
+def test_the_released_configs_build_the_samples(name):
+    from pase.io.hf_config import from_hf_config
+
+    g = from_hf_config(HF_CONFIGS[name], batch=1, seq=256)
+    s = sample(name, batch=1, seq=256)
+    assert g.parameter_count == s.parameter_count
+    assert [l.op for l in g.layers] == [l.op for l in s.layers]
