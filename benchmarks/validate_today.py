@@ -174,7 +174,7 @@ def main() -> int:
         "the calibrations was fitted to these rows: they are out of sample. The model TFLOP/s column counts "
         "FLOPs as NVIDIA's tables do (a causal attention kernel's half of the square).", "",
         summary, "", table, "",
-        "Where the model is still off. Every row but Nemotron-340B is predicted faster than it ran, by 3% to 23%; "
+        "Where the model is still off. Every dense row but Nemotron-340B is predicted faster than it ran, by 3% to 23%; "
         "the smaller the model and the less it communicates, the more (the tensor-parallel-free 5B to 13B rows are "
         "17% to 23% fast, the 405B rows 3% to 5%). The kernels' figures come from each kernel timed alone on an "
         "idle H200 at its full clock (`pase/hardware/data/h200-kernels.json`); a training step runs them back to "
