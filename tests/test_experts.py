@@ -235,3 +235,16 @@ def test_the_released_configs_build_the_samples(name):
     s = sample(name, batch=1, seq=256)
     assert g.parameter_count == s.parameter_count
     assert [l.op for l in g.layers] == [l.op for l in s.layers]
+
+
+def test_a_saved_moe_plan_keeps_its_expert_layout(tmp_path, capsys):
+    import json
+
+    args = ["evaluate", "mixtral-8x7b", "--devices", "8", "--cluster", "dgx-h100"]
+    assert main([*args, "--seq", "256", "--global-batch", "8", "--microbatch-size", "1", "--ep", "4", "--etp", "1",
+                 "--json"]) == 0
+    saved = tmp_path / "plan.json"
+    saved.write_text(capsys.readouterr().out)
+    assert main([*args, "--plan", str(saved), "--json"]) == 0
+    e = json.loads(capsys.readouterr().out)["experts"]
+    assert (e["ep"], e["etp"], e["edp"]) == (4, 1, 2)
