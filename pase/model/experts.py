@@ -59,9 +59,8 @@ The router's weights are replicated and reduced with the dense layers'.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -71,9 +70,7 @@ from pase.hardware.mesh import DeviceMesh
 from pase.ir.graph import Graph, Layer
 from pase.model.roofline import FP8_CAST_BYTES, matrix_kernel_s, vector_kernel_s
 from pase.ops.norm import SOFTMAX_FLOPS_PER_ELEMENT, SOFTMAX_FORWARD_FLOPS
-
-if TYPE_CHECKING:
-    from pase.model.training import LayerTimes, Parallelism
+from pase.model.groups import group_extents
 
 __all__ = ["ROLES", "ExpertLayout", "ExpertBlock", "expert_layout", "moe_blocks", "block_costs", "apply_experts",
            "FP8_DISPATCH_BYTES", "SWIGLU_VECTOR_FLOPS", "experts_summary"]
@@ -118,8 +115,6 @@ def expert_layout(par: "Parallelism", mesh: DeviceMesh) -> ExpertLayout:
         ETP x EP is larger than a stage's ``t c d`` devices or does not divide them, or a group does not
         tile the mesh.
     """
-    from pase.model.training import group_extents  # late: training imports this module
-
     stage = par.tensor * par.context * par.data
     etp, ep = par.expert_tensor, par.ep
     if etp * ep > stage or stage % (etp * ep):

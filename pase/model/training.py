@@ -106,6 +106,7 @@ from pase.ir.graph import Graph, Layer
 from pase.model.attention import attention_core, flash_units, lse_bytes, masked_model_flops
 from pase.model.cost import attention_kind, build_cost_model, describe_model
 from pase.model.experts import apply_experts, expert_layout
+from pase.model.groups import group_extents
 from pase.model.memory import MemoryOptions, activation_bytes, buffer_elements
 from pase.model.pipeline import SCHEDULES, ScheduleResult, in_flight, simulate
 from pase.model.repeats import PeriodicCore, periodic_core
@@ -314,48 +315,6 @@ class Parallelism:
             [f"capacity {self.capacity_factor:g}"] if self.capacity_factor is not None else []) + (
             ["ep-overlap"] if self.expert_overlap else []) + (["fp8-dispatch"] if self.fp8_dispatch else [])
         return " ".join(parts)
-
-
-def group_extents(mesh: DeviceMesh, sizes: Sequence[int], names: Sequence[str]) -> list[tuple[int, ...]]:
-    """Place groups of ``sizes`` (innermost first) on ``mesh``; per group, its extent on every mesh axis.
-
-    A group fills the innermost axis left before moving out: its size must
-    divide what is left of an axis, or be a multiple of it.
-
-    Raises
-    ------
-    ConfigurationError
-        The sizes do not multiply to the mesh's devices, or a group does not
-        tile the mesh (``names`` name it in the message).
-    """
-    if math.prod(sizes) != mesh.devices:
-        raise ConfigurationError(
-            f"{' x '.join(f'{n} {s}' for n, s in zip(names, sizes))} = {math.prod(sizes):,} devices, but the cluster "
-            f"has {mesh.devices:,}; choose sizes whose product is the device count")
-    left = list(mesh.shape)
-    axis = len(left) - 1
-    out = []
-    for size, name in zip(sizes, names):
-        extents = [1] * len(left)
-        need = size
-        while need > 1:
-            while axis >= 0 and left[axis] == 1:
-                axis -= 1
-            if need <= left[axis] and left[axis] % need == 0:
-                extents[axis] *= need
-                left[axis] //= need
-                need = 1
-            elif need % left[axis] == 0:
-                extents[axis] *= left[axis]
-                need //= left[axis]
-                left[axis] = 1
-            else:
-                raise ConfigurationError(
-                    f"the {name} size {size} does not fit the device mesh {mesh}: {left[axis]} devices are left on "
-                    f"its {mesh.axes[axis].name!r} axis, which {size} must divide or be a multiple of; choose sizes "
-                    "that follow the nodes")
-        out.append(tuple(extents))
-    return out
 
 
 def group_cluster(cluster: Cluster, par: Parallelism) -> Cluster:
