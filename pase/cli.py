@@ -660,15 +660,30 @@ def _add_training_options(p: argparse.ArgumentParser) -> None:
                    help="Transformer Engine's tensor-parallel communication overlap (Megatron-Core's "
                         "--tp-comm-overlap; a calibrated cluster): the forward all-gathers and reduce-scatters "
                         "pipelined with the products they feed or come from (default: exposed)")
+    e = p.add_argument_group("experts (mixture-of-experts models; see pase.model.experts)")
+    e.add_argument("--ep", type=_SIZE, help="expert parallelism: the experts dealt out over this many devices of a "
+                                            "stage (default 1)")
+    e.add_argument("--etp", type=_SIZE, help="expert tensor parallelism: each expert's width split this many ways "
+                                             "(default: --tp, as Megatron-Core)")
+    e.add_argument("--expert-imbalance", type=_amount("an expert imbalance", 1.0, 1.0, 1e3, "(the busiest "
+                                                      "expert's tokens over the mean)"),
+                   help="the busiest expert's tokens over the mean, dropless routing (default 1: forced balance, as "
+                        "NVIDIA's benchmarks run)")
+    e.add_argument("--capacity-factor", type=_amount("a capacity factor", 1.0, 1e-3, 1e3, "x the mean"),
+                   help="token drop: each expert takes at most this factor of the mean, padded up to it "
+                        "(default: dropless)")
+    e.add_argument("--ep-overlap", action="store_true",
+                   help="hide the token dispatch and combine behind the experts' compute (default: exposed)")
+    e.add_argument("--fp8-dispatch", action="store_true", help="send dispatched tokens in FP8 (DeepEP)")
 
 
 _TRAINING_FLAGS = ("tp", "pp", "dp", "cp", "vp", "microbatch_size", "global_batch", "seq", "recompute", "zero",
-                   "schedule")
+                   "schedule", "ep", "etp", "expert_imbalance", "capacity_factor")
 
 
 def _training_asked(args) -> bool:
     given = any(getattr(args, f, None) is not None for f in _TRAINING_FLAGS + ("overlap",))
-    return given or args.sp or args.tp_overlap or args.tp_comm_overlap
+    return given or args.sp or args.tp_overlap or args.tp_comm_overlap or args.ep_overlap or args.fp8_dispatch
 
 
 def _builder(args):
@@ -744,7 +759,10 @@ def _evaluate_training(args) -> int:
                 par = Parallelism(tensor=t, pipeline=pp, data=dp, context=cp, virtual_stages=v, microbatch_size=b,
                                   global_batch=batch, sequence_parallel=args.sp, recompute=args.recompute or "none",
                                   zero=args.zero or 0, schedule=schedule, tp_overlap=args.tp_overlap,
-                                  tp_comm_overlap=args.tp_comm_overlap,
+                                  tp_comm_overlap=args.tp_comm_overlap, ep=args.ep or 1, etp=args.etp,
+                                  expert_imbalance=args.expert_imbalance or 1.0,
+                                  capacity_factor=args.capacity_factor, expert_overlap=args.ep_overlap,
+                                  fp8_dispatch=args.fp8_dispatch,
                                   overlap=cluster.efficiency is not None if args.overlap is None else args.overlap)
                 got = evaluate_training(build, cluster, par, options=_options(args))
             except ConfigurationError as exc:
@@ -788,7 +806,28 @@ def _print_training(result) -> None:
         print(f"memory per device {d['memory_per_device_bytes'] / 1e9:.2f} GB of "
               f"{d['memory_capacity_bytes'] / 1e9:.2f} GB: {fits}")
     print(_memory_breakdown(max(result.stages, key=lambda s: s.memory_bytes)))
+    if d.get("experts"):
+        print(_experts_lines(d["experts"]))
     _print_model(d["step_time_model"])
+
+
+def _experts_lines(e: dict) -> str:
+    """An MoE plan as its user reads it (TrainingPlan.experts_dict), three lines."""
+    def axes(spans: dict) -> str:
+        return " x ".join(f"{name} {k}" for name, k in spans.items()) or "one device"
+
+    link = f"across the {e['all_to_all_link']!r} axis" if e["all_to_all_link"] else "inside each device (none moves)"
+    load = (f"capacity factor {e['capacity_factor']:g} (token drop)" if e["capacity_factor"] is not None
+            else f"dropless, imbalance {e['imbalance']:g}")
+    return "\n".join([
+        f"experts: EP {e['ep']} ({axes(e['mesh']['expert'])}), ETP {e['etp']} ({axes(e['mesh']['expert tensor'])}), "
+        f"expert-DP {e['edp']}; {e['experts_per_device']} of {e['experts']} experts per device (top-{e['top_k']}), "
+        f"{e['expert_parameters_per_device'] / 1e9:.2f}B expert parameters per device; {load}",
+        f"  each all-to-all sends {e['tokens_sent_per_all_to_all']:,.0f} tokens per device per block {link}; "
+        f"{e['tokens_per_local_expert']:,.0f} tokens per local expert",
+        f"  per step on the busiest device: dispatch and combine {e['dispatch_s_per_step']:.3f} s "
+        f"({'overlapped with' if e['dispatch_overlap'] else 'exposed, not overlapped with'} the experts' compute), "
+        f"experts' compute {e['expert_compute_s_per_step']:.3f} s"])
 
 
 def _model_of(cluster: Cluster, options: ConfigOptions) -> dict:

@@ -55,6 +55,7 @@ EXAMPLES = {
     "Embedding": {"b": 2, "s": 4, "d": 8, "v": 100},
     "LSTM": {"l": 2, "b": 2, "s": 4, "d": 8, "e": 8},
     "Concat": {"shapes": [[2, 3], [2, 5]], "dims": ["b", "n"], "axis": "n"},
+    "Broadcast": {"shape": [2, 4, 3], "dims": ["b", "h", "n"], "axes": ["h"]},
     "Split": {"shape": [2, 8], "dims": ["b", "n"], "axis": "n", "parts": [3, 5]},
     "Reshape": {"shape": [2, 8], "dims": ["b", "n"], "out_shape": [2, 2, 4]},
     "Transpose": {"shape": [2, 8], "dims": ["b", "n"], "perm": [1, 0]},

@@ -30,7 +30,8 @@ def test_registry_names():
     megatron = {"megatron-1.7b", "megatron-3.6b", "megatron-7.5b", "megatron-18b", "megatron-39b", "megatron-76b",
                 "megatron-146b", "megatron-310b", "megatron-530b", "megatron-1t", "megatron-22b", "gpt3-175b"}
     llama = {"llama3-8b", "llama3-70b", "llama3-405b"}  # tests/test_llama_samples.py
-    moe = {"mixtral-8x7b", "deepseek-moe-16b"}  # tests/test_moe.py
+    moe = {"mixtral-8x7b", "deepseek-moe-16b",  # tests/test_moe.py
+           "deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b"}  # tests/test_experts.py
     today = {"gpt3-5b", "gpt3-20b", "llama2-7b", "llama2-13b", "llama2-70b", "nemotron4-340b"}  # test_today_samples.py
     assert set(SAMPLES) - REQUIRED == {"transformer_large"} | megatron | llama | moe | today  # test_megatron_samples.py
 

@@ -5,6 +5,10 @@ was fitted to these step times (out of sample). Issue 25's goal is a mean absolu
 largest of 20%; the model does not meet it yet (BENCHMARKS.md, "Today's runs against the model": about 13%
 and 23%, optimistic on all but one row). This test holds it to what it reaches, so that a change that moves
 it further from the measurements fails here, and checks that every row fits its GPU's memory, as it ran.
+
+The mixture-of-experts rows of 3b (issue 27) are held apart: further from the goal (BENCHMARKS.md: about 19%
+mean, 30% largest, in both directions) and, without the module recomputation their recipes run, several over
+their GPU's memory in pase's model; the test holds them to what they reach.
 """
 
 import sys
@@ -17,11 +21,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from validate_today import ROWS, predict  # noqa: E402
 
 MEAN, LARGEST = 0.15, 0.25
+MOE_MEAN, MOE_LARGEST = 0.22, 0.33
 
 
 @pytest.fixture(scope="module")
-def plans():
+def every_plan():
     return {f"{row.source}: {row.label}": (row, predict(row)) for row in ROWS}
+
+
+@pytest.fixture(scope="module")
+def plans(every_plan):
+    return {label: got for label, got in every_plan.items() if got[0].ep == 1}
+
+
+def test_every_moe_row_of_section_3b_is_evaluated_within_reach(every_plan):
+    moe = {label: (row, plan) for label, (row, plan) in every_plan.items() if row.ep > 1}
+    assert len(moe) == 6 and all(plan.experts_dict()["ep"] == row.ep for row, plan in moe.values())
+    errors = [plan.step_time_s / row.measured_step_s - 1 for row, plan in moe.values()]
+    assert sum(map(abs, errors)) / len(errors) <= MOE_MEAN and max(map(abs, errors)) <= MOE_LARGEST, errors
 
 
 def test_every_dense_row_of_section_3_is_evaluated(plans):

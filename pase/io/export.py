@@ -178,6 +178,18 @@ def _nodes(mesh: object, devices: int) -> int:
     return math.prod(extents)
 
 
+def _expert_settings(experts) -> dict:
+    """The expert layout a training plan's ``experts`` object records (``TrainingPlan.experts_dict``), as
+    :class:`~pase.model.training.Parallelism` keywords; none without experts."""
+    if experts is None:
+        return {}
+    if not isinstance(experts, dict):
+        raise FormatError(f"field 'experts' must be an object, got {str(experts)[:80]!r}")
+    return dict(ep=_count(experts, "ep", 1), etp=_count(experts, "etp", 1),
+                expert_imbalance=experts.get("imbalance", 1.0), capacity_factor=experts.get("capacity_factor"),
+                expert_overlap=experts.get("dispatch_overlap", False), fp8_dispatch=experts.get("fp8_dispatch", False))
+
+
 def training_from_dict(data: Mapping) -> TrainingSettings:
     """The settings of a 3-D training plan document (``TrainingPlan.to_dict``; ``docs/plan-format.md``).
 
@@ -208,7 +220,8 @@ def training_from_dict(data: Mapping) -> TrainingSettings:
             virtual_stages=_count(pipe, "virtual_stages", 1), microbatch_size=_count(pipe, "microbatch_size"),
             global_batch=_count(pipe, "global_batch"), sequence_parallel=sp,
             recompute=data.get("recompute", "none"), zero=data.get("zero_stage", 0),
-            schedule=pipe.get("schedule"), stage_cuts=tuple(cuts) if cuts else None)
+            schedule=pipe.get("schedule"), stage_cuts=tuple(cuts) if cuts else None,
+            **_expert_settings(data.get("experts")))
     except ConfigurationError as exc:
         raise FormatError(f"the training plan's settings are not a valid configuration: {exc}") from None
     stages: list[tuple[int, tuple[str, str]]] = []

@@ -65,7 +65,7 @@ from pase.ir.graph import Graph
 from pase.limits import MAX_DIM, MAX_FILE_BYTES, MAX_LAYERS
 from pase.models.llama import llama
 from pase.models.megatron import megatron_gpt
-from pase.models.moe import moe_decoder
+from pase.models.moe import MLA, moe_decoder
 from pase.models.sequence import bert, gpt
 
 __all__ = ["from_hf_config", "hf_batch_builder", "is_hf_config", "read_hf_config", "FAMILIES", "Family", "ConfigKeys",
@@ -233,6 +233,59 @@ def _deepseek(keys: ConfigKeys, name: str, batch: int, seq: int) -> Graph:
                        tied=keys.flag("tie_word_embeddings", False), **attention)
 
 
+def _deepseek_v3(keys: ConfigKeys, name: str, batch: int, seq: int) -> Graph:
+    """DeepSeek-V3 (``DeepseekV3ForCausalLM``): multi-head latent attention, routed and shared experts, leading
+    dense blocks; the multi-token-prediction module (``num_nextn_predict_layers``) left out, as it is off in
+    training benchmarks."""
+    keys.refuse("attention_bias", False, "biases on the attention products")
+    keys.refuse("moe_layer_freq", 1, "dense blocks between the expert blocks")
+    layers = keys.size("num_hidden_layers", limit=MAX_LAYERS)
+    experts, top_k = _experts(keys, "n_routed_experts")
+    width = keys.size("moe_intermediate_size")
+    dense = keys.size("first_k_dense_replace", 0, least=0, limit=layers)
+    mla = MLA(q_rank=keys.size("q_lora_rank"), kv_rank=keys.size("kv_lora_rank"), nope=keys.size("qk_nope_head_dim"),
+              rope=keys.size("qk_rope_head_dim"), v_dim=keys.size("v_head_dim"))
+    heads = keys.size("num_attention_heads")
+    return moe_decoder(name, layers=layers, hidden=keys.size("hidden_size"), heads=heads, kv_heads=heads,
+                       head_dim=mla.v_dim, experts=experts, top_k=top_k, expert_ffn=width,
+                       vocab=keys.size("vocab_size"), batch=batch, seq=seq,
+                       shared_ffn=keys.size("n_shared_experts", 0, least=0) * width, dense_layers=dense,
+                       dense_ffn=keys.size("intermediate_size") if dense else 0,
+                       tied=keys.flag("tie_word_embeddings", False), mla=mla)
+
+
+def _qwen3_moe(keys: ConfigKeys, name: str, batch: int, seq: int) -> Graph:
+    """Qwen3-MoE (``Qwen3MoeForCausalLM``): grouped-query attention with QK-norm, every block a mixture of
+    experts (no shared expert)."""
+    keys.refuse("decoder_sparse_step", 1, "dense blocks between the expert blocks")
+    keys.refuse("mlp_only_layers", [], "dense blocks among the expert blocks")
+    keys.refuse("attention_bias", False, "biases on the attention products")
+    experts, top_k = _experts(keys, "num_experts")
+    return moe_decoder(name, layers=keys.size("num_hidden_layers", limit=MAX_LAYERS), experts=experts, top_k=top_k,
+                       expert_ffn=keys.size("moe_intermediate_size"), vocab=keys.size("vocab_size"), batch=batch,
+                       seq=seq, tied=keys.flag("tie_word_embeddings", False), qk_norm=True,
+                       **_attention(keys, None))
+
+
+def _gpt_oss(keys: ConfigKeys, name: str, batch: int, seq: int) -> Graph:
+    """GPT-OSS (``GptOssForCausalLM``): grouped-query attention with biases, sliding-window and full layers as
+    ``layer_types`` says (default: alternating, the first sliding), every block a mixture of experts. Its
+    attention sinks and expert biases are left out (:data:`pase.models.moe.FRONTIER_MOE`)."""
+    layers = keys.size("num_hidden_layers", limit=MAX_LAYERS)
+    window = keys.size("sliding_window", 128)
+    types = keys.data.get("layer_types") or ["sliding_attention", "full_attention"] * ((layers + 1) // 2)
+    if not isinstance(types, list) or len(types) < layers or any(
+            t not in ("sliding_attention", "full_attention") for t in types[:layers]):
+        raise FormatError(f"{keys.where}: 'layer_types' must list 'sliding_attention' or 'full_attention' for each "
+                          f"of the {layers} layers, got {_short(types)}")
+    experts, top_k = _experts(keys, "num_local_experts")
+    return moe_decoder(name, layers=layers, experts=experts, top_k=top_k, expert_ffn=keys.size("intermediate_size"),
+                       vocab=keys.size("vocab_size"), batch=batch, seq=seq,
+                       tied=keys.flag("tie_word_embeddings", False), attention_bias=keys.flag("attention_bias", True),
+                       windows=tuple(window if t == "sliding_attention" else 0 for t in types[:layers]),
+                       **_attention(keys, None))
+
+
 @dataclass(frozen=True)
 class Family:
     """How to build one ``model_type``: its builder, the classes it builds and its position count.
@@ -262,6 +315,10 @@ FAMILIES: dict[str, Family] = {
     "bert": Family(_bert, ("BertForMaskedLM",), ("max_position_embeddings", 512)),
     "mixtral": Family(_mixtral, ("MixtralForCausalLM",), ("max_position_embeddings", 131072), experts=True),
     "deepseek": Family(_deepseek, ("DeepseekForCausalLM",), ("max_position_embeddings", 2048), experts=True),
+    "deepseek_v3": Family(_deepseek_v3, ("DeepseekV3ForCausalLM",), ("max_position_embeddings", 163840),
+                          experts=True),
+    "qwen3_moe": Family(_qwen3_moe, ("Qwen3MoeForCausalLM",), ("max_position_embeddings", 40960), experts=True),
+    "gpt_oss": Family(_gpt_oss, ("GptOssForCausalLM",), ("max_position_embeddings", 131072), experts=True),
 }
 """``model_type`` -> :class:`Family`: the families :func:`from_hf_config` reads."""
 

@@ -48,7 +48,7 @@ of the dimensions its axes follow and replicated over the others.
   - Elementwise: its output when it fuses a pointwise op, else nothing.
   - Dropout: its mask, one byte per element (``saved_extra_bytes``),
     whatever ``bytes_per_element``. Gelu: its input.
-  - Concat, Split, Reshape, Transpose, ReduceMean: nothing. An op not listed
+  - Concat, Broadcast, Split, Reshape, Transpose, ReduceMean: nothing. An op not listed
     keeps all its inputs.
 
   A tensor is counted once: when several consumers keep it, each counts an

@@ -68,7 +68,7 @@ from pase.ir.graph import Graph, Layer
 from pase.ops import OPS, block_elements, saved_tensors
 
 __all__ = ["ELEMENTWISE_OPS", "MATRIX_OPS", "FP8_CAST_BYTES", "blocks", "fp8_products", "fused_chains",
-           "fused_times_s", "layer_times_s"]
+           "fused_times_s", "layer_times_s", "matrix_kernel_s", "vector_kernel_s"]
 
 MATRIX_OPS = frozenset({"FullyConnected", "Einsum", "Conv2D", "GroupedConv2D", "LSTM", "MoEExperts"})
 # Ops whose every output element depends only on the inputs' elements at the same index: they fuse into chains.
@@ -92,6 +92,19 @@ def _kernel_s(flops: np.ndarray, nbytes: np.ndarray, matrix: bool, peak: float, 
     # A product's kernel with no FLOPs does not exist (no weights: no weight gradient).
     runs = (flops > 0) if matrix else ((flops > 0) | (nbytes > 0))
     return np.where(runs, busy + eff.kernel_overhead_s, 0.0)
+
+
+def matrix_kernel_s(flops, nbytes, peak: float, eff: Efficiency, product: str = "forward",
+                    fp8_peak: float | None = None) -> np.ndarray:
+    """Seconds of matrix-product kernels of ``flops`` FLOPs moving ``nbytes`` (arrays), the module docstring's
+    rule: ``product`` ``"forward"``, ``"dgrad"`` or ``"wgrad"`` picks the curve; ``fp8_peak`` runs them in FP8."""
+    return _kernel_s(np.asarray(flops, dtype=float), np.asarray(nbytes, dtype=float), True, peak, eff, product,
+                     fp8_peak)
+
+
+def vector_kernel_s(flops, nbytes, eff: Efficiency) -> np.ndarray:
+    """Seconds of vector (non-product) kernels of ``flops`` FLOPs moving ``nbytes`` (arrays), at ``vector_flops``."""
+    return _kernel_s(np.asarray(flops, dtype=float), np.asarray(nbytes, dtype=float), False, 0.0, eff)
 
 
 def layer_times_s(layer: Layer, configs: np.ndarray, peak_flops: float, efficiency: Efficiency,

@@ -105,6 +105,8 @@ from pase.ir.configs import ConfigOptions
 from pase.ir.graph import Graph, Layer
 from pase.model.attention import attention_core, flash_units, lse_bytes, masked_model_flops
 from pase.model.cost import attention_kind, build_cost_model, describe_model
+from pase.model.experts import apply_experts, expert_layout
+from pase.model.groups import group_extents
 from pase.model.memory import FP8_COPY_BYTES_PER_PARAMETER, MemoryOptions, activation_bytes, buffer_elements
 from pase.model.pipeline import SCHEDULES, ScheduleResult, in_flight, simulate
 from pase.model.repeats import PeriodicCore, periodic_core
@@ -112,7 +114,7 @@ from pase.model.roofline import MATRIX_OPS, blocks, fp8_products
 from pase.ops import OPS, block_elements
 
 __all__ = ["RECOMPUTE", "Parallelism", "StageReport", "TrainingPlan", "LayerTimes", "evaluate_training",
-           "cached_graph", "cached_times", "layer_times", "assemble", "average_load_s", "check_devices",
+           "cached_graph", "cached_times", "layer_times", "group_times", "assemble", "average_load_s", "check_devices",
            "group_extents", "group_cluster", "balanced_cuts", "attention_core", "blocks", "zero3_ring_s"]
 
 RECOMPUTE = ("none", "selective", "full")
@@ -168,13 +170,35 @@ class Parallelism:
         reduce-scatter of a product's partial sums run in chunks pipelined
         with the product (:func:`_forward_overlap`). With ``tp_overlap`` for
         the backward, as Megatron-Core runs both.
+    ep : int
+        Expert parallelism: the experts of a mixture-of-experts model dealt
+        out over ``ep`` devices of a stage (:mod:`pase.model.experts`).
+    etp : int or None
+        Expert tensor parallelism, each expert's width split ``etp`` ways;
+        ``None``: the tensor-parallel size (Megatron-Core's default).
+        ``etp x ep`` must divide the stage's ``t c d`` devices; the rest are
+        expert data parallelism.
+    expert_imbalance : float
+        The busiest expert's tokens over the mean, at least 1 (1: forced
+        balance, as NVIDIA's benchmarks run); dropless routing.
+    capacity_factor : float or None
+        Token drop: each expert takes at most this factor of the mean and is
+        padded up to it; ``None``: dropless (``expert_imbalance`` applies).
+    expert_overlap : bool
+        Hide each block's token dispatch and combine behind its experts'
+        compute (Megatron-Core's all-to-all overlap); off by default.
+    fp8_dispatch : bool
+        Send the dispatched tokens in FP8 (DeepEP); the combine stays in the
+        working precision.
 
     Raises
     ------
     ConfigurationError
         A size is not a positive integer, ZeRO is not 0-3, the recomputation
         or schedule is unknown, ``v > 1`` without the interleaved schedule,
-        or the batch does not split (:meth:`microbatches`).
+        the batch does not split (:meth:`microbatches`), ``etp x ep`` does
+        not divide a stage's devices, the imbalance is below 1 or the
+        capacity factor not positive.
     """
 
     tensor: int = 1
@@ -192,10 +216,33 @@ class Parallelism:
     overlap: bool = False
     tp_overlap: bool = False
     tp_comm_overlap: bool = False
+    ep: int = 1
+    etp: int | None = None
+    expert_imbalance: float = 1.0
+    capacity_factor: float | None = None
+    expert_overlap: bool = False
+    fp8_dispatch: bool = False
 
     def __post_init__(self):
         for name in ("tensor", "pipeline", "data", "context", "virtual_stages", "microbatch_size", "global_batch"):
             _positive(name.replace("_", " "), getattr(self, name))
+        _positive("expert parallelism (ep)", self.ep)
+        if self.etp is not None:
+            _positive("expert tensor parallelism (etp)", self.etp)
+        if (isinstance(self.expert_imbalance, bool) or not isinstance(self.expert_imbalance, (int, float))
+                or not 1 <= self.expert_imbalance < math.inf):
+            raise ConfigurationError(f"the expert imbalance (the busiest expert's tokens over the mean) must be a "
+                                     f"number of at least 1, not {self.expert_imbalance!r}")
+        if self.capacity_factor is not None and (
+                isinstance(self.capacity_factor, bool) or not isinstance(self.capacity_factor, (int, float))
+                or not 0 < self.capacity_factor < math.inf):
+            raise ConfigurationError(f"the capacity factor must be a positive number, not {self.capacity_factor!r}")
+        stage = self.tensor * self.context * self.data
+        if stage % (self.expert_tensor * self.ep):
+            raise ConfigurationError(
+                f"expert tensor {self.expert_tensor} x expert {self.ep} = {self.expert_tensor * self.ep} devices must "
+                f"divide the {stage} devices of a pipeline stage (tensor {self.tensor} x context {self.context} x "
+                f"data {self.data}); choose an --ep and --etp whose product divides them")
         if self.recompute not in RECOMPUTE:
             raise ConfigurationError(f"unknown recomputation {self.recompute!r}; choose one of {', '.join(RECOMPUTE)}")
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
@@ -220,6 +267,16 @@ class Parallelism:
     def group(self) -> int:
         """Devices of one stage replica, ``t x c``."""
         return self.tensor * self.context
+
+    @property
+    def expert_tensor(self) -> int:
+        """Expert tensor parallelism: ``etp``, or the tensor-parallel size when it is not given."""
+        return self.tensor if self.etp is None else self.etp
+
+    @property
+    def expert_data(self) -> int:
+        """Expert data parallelism: a stage's ``t c d`` devices over ``etp x ep``."""
+        return self.tensor * self.context * self.data // (self.expert_tensor * self.ep)
 
     @property
     def microbatches(self) -> int:
@@ -249,49 +306,12 @@ class Parallelism:
             [f"recompute {self.recompute}"] if self.recompute != "none" else []) + (
             [f"zero{self.zero}"] if self.zero else []) + (["tp-overlap"] if self.tp_overlap else []) + (
             ["tp-comm-overlap"] if self.tp_comm_overlap else [])
+        if self.ep > 1 or self.etp is not None:
+            parts += [f"ep{self.ep}", f"etp{self.expert_tensor}"]
+        parts += ([f"imbalance {self.expert_imbalance:g}"] if self.expert_imbalance != 1 else []) + (
+            [f"capacity {self.capacity_factor:g}"] if self.capacity_factor is not None else []) + (
+            ["ep-overlap"] if self.expert_overlap else []) + (["fp8-dispatch"] if self.fp8_dispatch else [])
         return " ".join(parts)
-
-
-def group_extents(mesh: DeviceMesh, sizes: Sequence[int], names: Sequence[str]) -> list[tuple[int, ...]]:
-    """Place groups of ``sizes`` (innermost first) on ``mesh``; per group, its extent on every mesh axis.
-
-    A group fills the innermost axis left before moving out: its size must
-    divide what is left of an axis, or be a multiple of it.
-
-    Raises
-    ------
-    ConfigurationError
-        The sizes do not multiply to the mesh's devices, or a group does not
-        tile the mesh (``names`` name it in the message).
-    """
-    if math.prod(sizes) != mesh.devices:
-        raise ConfigurationError(
-            f"{' x '.join(f'{n} {s}' for n, s in zip(names, sizes))} = {math.prod(sizes):,} devices, but the cluster "
-            f"has {mesh.devices:,}; choose sizes whose product is the device count")
-    left = list(mesh.shape)
-    axis = len(left) - 1
-    out = []
-    for size, name in zip(sizes, names):
-        extents = [1] * len(left)
-        need = size
-        while need > 1:
-            while axis >= 0 and left[axis] == 1:
-                axis -= 1
-            if need <= left[axis] and left[axis] % need == 0:
-                extents[axis] *= need
-                left[axis] //= need
-                need = 1
-            elif need % left[axis] == 0:
-                extents[axis] *= left[axis]
-                need //= left[axis]
-                left[axis] = 1
-            else:
-                raise ConfigurationError(
-                    f"the {name} size {size} does not fit the device mesh {mesh}: {left[axis]} devices are left on "
-                    f"its {mesh.axes[axis].name!r} axis, which {size} must divide or be a multiple of; choose sizes "
-                    "that follow the nodes")
-        out.append(tuple(extents))
-    return out
 
 
 def group_cluster(cluster: Cluster, par: Parallelism) -> Cluster:
@@ -362,7 +382,10 @@ def balanced_cuts(times: Sequence[float], pieces: int) -> tuple[int, ...]:
 class StageReport:
     """One device position of the pipeline: its chunks' layers, times per microbatch and memory per device (bytes).
 
-    ``layers`` lists, per chunk, the first and last layer name of its run.
+    ``layers`` lists, per chunk, the first and last layer name of its run. ``expert_params``: expert weight
+    elements per device (included in the weights' bytes); ``dispatch_s`` and ``expert_compute_s``: one
+    microbatch's token dispatch and combine and its experts' compute, forward and backward, over its
+    expert blocks (:mod:`pase.model.experts`).
     """
 
     index: int
@@ -381,6 +404,9 @@ class StageReport:
     transient_bytes: float
     memory_bytes: float
     fp8_bytes: float = 0.0
+    expert_params: float = 0.0
+    dispatch_s: float = 0.0
+    expert_compute_s: float = 0.0
 
     def to_dict(self) -> dict:
         """Plain types for JSON."""
@@ -390,7 +416,8 @@ class StageReport:
                 "weights_bytes": self.weights_bytes, "gradient_bytes": self.gradient_bytes,
                 "optimizer_bytes": self.optimizer_bytes, "activation_bytes": self.activation_bytes,
                 "fp8_bytes": self.fp8_bytes, "transient_bytes": self.transient_bytes,
-                "memory_bytes": self.memory_bytes}
+                "memory_bytes": self.memory_bytes, "expert_parameters": self.expert_params,
+                "dispatch_s": self.dispatch_s, "expert_compute_s": self.expert_compute_s}
 
 
 @dataclass(frozen=True)
@@ -413,6 +440,8 @@ class TrainingPlan:
     label : str
     chosen : tuple of str
         Options the caller left out and the evaluation chose (``"microbatch size"``...).
+    experts : dict or None
+        A model with experts: its expert layout and dispatch (:meth:`experts_dict`).
     """
 
     parallelism: Parallelism
@@ -429,6 +458,7 @@ class TrainingPlan:
     chosen: tuple[str, ...] = field(default=())
     attention: str = "unfused"
     precision: str = "bf16"
+    experts: dict | None = None
 
     def step_time_model(self) -> dict:
         """Which step-time model priced the plan, in words (:func:`pase.model.cost.describe_model`)."""
@@ -500,7 +530,20 @@ class TrainingPlan:
             },
             "chosen_by_search": list(self.chosen),
             "step_time_model": self.step_time_model(),
+            "experts": self.experts_dict(),
         }
+
+    def experts_dict(self) -> dict | None:
+        """An MoE plan as its user reads it (None without experts): :func:`pase.model.experts.experts_summary`,
+        and per step on the busiest stage's device the seconds of token dispatch and combine (before overlap)
+        and of the experts' compute, ``m`` microbatches of each."""
+        if self.experts is None:
+            return None
+        m = self.parallelism.microbatches
+        busiest = max(self.stages, key=lambda s: s.dispatch_s + s.expert_compute_s)
+        return {**self.experts, "dispatch_s_per_step": busiest.dispatch_s * m,
+                "expert_compute_s_per_step": busiest.expert_compute_s * m,
+                "expert_parameters_per_device": max(s.expert_params for s in self.stages)}
 
 
 def _graph_at(source: GraphSource, batch: int) -> Graph:
@@ -538,8 +581,13 @@ class LayerTimes:
     block_transient: Mapping[str, float]
     block_of: Mapping[str, str]
     model_flops: float
+    expert_params: np.ndarray  # expert weight elements per device (pase.model.experts), not in params
+    dispatch_s: np.ndarray  # an expert block's dispatch and combine seconds, forward and backward, before overlap
+    expert_compute_s: np.ndarray  # an expert block's products and activation seconds, forward and backward
+    plain_activations: np.ndarray  # bytes kept per microbatch without recomputation
     attention: str = "unfused"  # how the attention cores ran ("flash" or "unfused")
     precision: str = "bf16"
+    experts: dict | None = None  # pase.model.experts.experts_summary of a model with experts
     memo: dict = field(default_factory=dict, compare=False)  # what assemble derived, by what it depends on
 
 
@@ -568,6 +616,20 @@ def _edge_arrays(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
 
 
 def layer_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int, ...]], par: Parallelism,
+                options: ConfigOptions = ConfigOptions(), memory: MemoryOptions = MemoryOptions(),
+                recompute: Sequence[str] | None = None) -> LayerTimes | dict[str, LayerTimes]:
+    """Per-layer seconds and bytes of one microbatch ``graph`` under ``strategy`` on ``par``'s group, its expert
+    blocks costed under ``par``'s expert parallelism (:func:`pase.model.experts.apply_experts`).
+
+    As :func:`group_times` otherwise; raises ``ConfigurationError`` as it and as ``apply_experts``.
+    """
+    times = group_times(graph, cluster, strategy, par, options, memory,
+                        recompute=(par.recompute,) if recompute is None else recompute)
+    out = {mode: apply_experts(lt, cluster, par, strategy, options.precision) for mode, lt in times.items()}
+    return out[par.recompute] if recompute is None else out
+
+
+def group_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int, ...]], par: Parallelism,
                 options: ConfigOptions = ConfigOptions(), memory: MemoryOptions = MemoryOptions(),
                 recompute: Sequence[str] | None = None) -> LayerTimes | dict[str, LayerTimes]:
     """Per-layer seconds and bytes of one microbatch ``graph`` under ``strategy`` on ``par``'s ``t x c`` group.
@@ -640,6 +702,8 @@ def layer_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
         return acts if how else {name: a + lse.get(name, 0.0) for name, a in acts.items()}
 
     plain = kept()
+    plain_array = np.array([float(plain[l.name][0]) for l in layers])
+    zeros = np.zeros(len(layers))
     flops = _model_flops(graph, options, cluster)
     out = {}
     for mode in ((par.recompute,) if recompute is None else recompute):
@@ -662,7 +726,8 @@ def layer_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
             params=params, fp8_params=fp8_params, activations=np.array([float(acts[l.name][0]) for l in layers]),
             buffers=buffers,
             recompute_flops=recompute_flops, block_transient=transient, block_of=block_of,
-            model_flops=flops, attention="flash" if units else "unfused", precision=options.precision)
+            model_flops=flops, expert_params=zeros, dispatch_s=zeros, expert_compute_s=zeros,
+            plain_activations=plain_array, attention="flash" if units else "unfused", precision=options.precision)
     return out[par.recompute] if recompute is None else out
 
 
@@ -817,10 +882,34 @@ def cached_times(source: GraphSource, cluster: Cluster, par: Parallelism, option
 
     Raises ``ConfigurationError`` as :func:`layer_times`.
     """
+    b = par.microbatch_size
+    base = ("times", b, par.tensor, par.context, par.sequence_parallel, par.tp_overlap, par.tp_comm_overlap)
+    # The expert blocks' costs depend on these too; the rest of the layers' times are shared by every expert layout.
+    key = base + (par.ep, par.expert_tensor, par.etp is not None, par.expert_imbalance, par.capacity_factor,
+                  par.expert_overlap, par.fp8_dispatch)
+    if key not in cache:
+        if base not in cache:
+            _group_cache(source, cluster, par, options, memory, cache, base)
+        if isinstance(cache[base], str):
+            raise ConfigurationError(cache[base])
+        strategy, times = cache[base]
+        try:
+            cache[key] = {mode: apply_experts(lt, cluster, par, strategy, options.precision)
+                          for mode, lt in times.items()}
+        except ConfigurationError as exc:
+            cache[key] = str(exc)
+    if isinstance(cache[key], str):
+        raise ConfigurationError(cache[key])
+    return cache[key]
+
+
+def _group_cache(source: GraphSource, cluster: Cluster, par: Parallelism, options: ConfigOptions,
+                 memory: MemoryOptions, cache: dict, key: tuple) -> None:
+    """Fill ``cache[key]`` with Megatron's whole-graph splits and the group's layer times per recomputation mode
+    (:func:`group_times`), or the message of the ``ConfigurationError`` they raise (and raise it)."""
     from pase.strategies.baselines import tensor_parallel_strategy
 
     b = par.microbatch_size
-    key = ("times", b, par.tensor, par.context, par.sequence_parallel, par.tp_overlap, par.tp_comm_overlap)
     if key not in cache:
         graph = cached_graph(source, b, cache)
         core = graph.derived("periodic core", lambda: periodic_core(graph, blocks(graph)))
@@ -833,22 +922,19 @@ def cached_times(source: GraphSource, cluster: Cluster, par: Parallelism, option
             cache[key] = str(exc)  # the same sizes fail the same way for every pipeline and data size
             raise
         if core is None:
-            cache[key] = layer_times(graph, cluster, strategy, par, options, memory, recompute=RECOMPUTE)
+            cache[key] = (strategy, group_times(graph, cluster, strategy, par, options, memory, recompute=RECOMPUTE))
         else:
             # Cost the graph with its run of identical blocks shortened to three, then spread the values over
             # the whole run: exact (pase.model.repeats) and as many times cheaper as the run is long.
-            small = layer_times(core.graph, cluster, strategy, par, options, memory, recompute=RECOMPUTE)
+            small = group_times(core.graph, cluster, strategy, par, options, memory, recompute=RECOMPUTE)
             names = [l.name for l in core.graph.layers]
             whole = {l.name: strategy[names[r]] for l, r in zip(graph.layers, core.representative)}
-            cache[key] = {mode: _spread(lt, graph, core, whole, options, cluster) for mode, lt in small.items()}
-    if isinstance(cache[key], str):
-        raise ConfigurationError(cache[key])
-    return cache[key]
+            cache[key] = (whole, {mode: _spread(lt, graph, core, whole, options, cluster) for mode, lt in small.items()})
 
 
 # What LayerTimes holds of the whole graph; every other field holds one value per layer.
 _GRAPH_FIELDS = frozenset({"graph", "layers", "edges", "tensor_elements", "tied", "block_transient", "block_of",
-                           "model_flops", "attention", "precision", "memo"})
+                           "model_flops", "attention", "precision", "experts", "memo"})
 
 
 def _model_flops(graph: Graph, options: ConfigOptions, cluster: Cluster) -> float:
@@ -944,24 +1030,30 @@ def check_devices(par: Parallelism, cluster: Cluster) -> list[tuple[int, ...]]:
                          ("tensor x context", "data-parallel", "pipeline"))
 
 
-def _loads(lt: "LayerTimes", cluster: Cluster, zero3: tuple[int, ...] | None, overlap: bool) -> dict:
+def _loads(lt: "LayerTimes", cluster: Cluster, zero3: tuple[int, ...] | None, overlap: bool,
+           expert3: tuple[int, ...] | None = None) -> dict:
     """Per layer, one microbatch's forward and backward seconds and, with ZeRO-3 over the data-parallel extents
-    ``zero3`` (None: no ZeRO-3), its parameter gather's; memoised on ``lt``.
+    ``zero3`` (None: no ZeRO-3) and the expert-data-parallel extents ``expert3`` (the experts' weights), its
+    parameter gather's; memoised on ``lt``.
 
     Keys: ``forward`` and ``backward`` (serial ZeRO-3: the gathers and the reduce-scatter added in), ``gather``
     (None unless the gathers run overlapped), ``weight`` (what the balanced cuts even out: a layer's time, or
     under overlap the larger of its compute and its gathers and reduce-scatter) and ``total`` (a lower bound
     of the sum of every virtual stage's forward and backward).
     """
-    key = ("loads", zero3, overlap)
+    key = ("loads", zero3, overlap, expert3)
     if key not in lt.memo:
         f_layer, b_layer, gather = lt.forward_s, lt.backward_s + lt.recompute_s, None
-        if zero3 is not None:
-            nbytes = lt.params * cluster.bytes_per_element
+
+        def gathered(params: np.ndarray, extents: tuple[int, ...]) -> np.ndarray:
+            nbytes = params * cluster.bytes_per_element
             if cluster.efficiency is None:
-                gather = cluster.mesh.allgather_s(nbytes, np.tile(zero3, (len(nbytes), 1)))
-            else:
-                gather = zero3_ring_s(cluster.mesh, zero3, nbytes)
+                return cluster.mesh.allgather_s(nbytes, np.tile(extents, (len(nbytes), 1)))
+            return zero3_ring_s(cluster.mesh, extents, nbytes)
+
+        if zero3 is not None or expert3 is not None:
+            gather = (0.0 if zero3 is None else gathered(lt.params, zero3)) + (
+                0.0 if expert3 is None else gathered(lt.expert_params, expert3))
         if gather is not None and overlap:
             weight = np.maximum(f_layer + b_layer, 3 * gather)
             total = max(float(f_layer.sum() + b_layer.sum()), 3 * float(gather.sum()))
@@ -976,16 +1068,19 @@ def _loads(lt: "LayerTimes", cluster: Cluster, zero3: tuple[int, ...] | None, ov
 
 
 def average_load_s(lt: "LayerTimes", cluster: Cluster, data_k: Sequence[int], zero: int, microbatches: int,
-                   stages: int, overlap: bool) -> float:
+                   stages: int, overlap: bool, expert_k: Sequence[int] | None = None) -> float:
     """Seconds of work of the average device in a step: ``m`` microbatches' forward and backward of every
-    layer (ZeRO-3's gathers included over the data-parallel extents ``data_k``, or under ``overlap`` at least
-    what its stream moves) over ``stages`` devices. Every schedule's step is at least this, whatever the
-    cuts: the search's cheapest bound."""
+    layer (ZeRO-3's gathers included over the data-parallel extents ``data_k`` and, given, the
+    expert-data-parallel ones ``expert_k``, or under ``overlap`` at least what its stream moves) over
+    ``stages`` devices. Every schedule's step is at least this, whatever the cuts: the search's cheapest
+    bound (without ``expert_k``, a lower one)."""
     zero3 = tuple(data_k) if zero == 3 and math.prod(data_k) > 1 else None
-    return microbatches * _loads(lt, cluster, zero3, overlap)["total"] / stages
+    expert3 = tuple(expert_k) if zero == 3 and expert_k is not None and math.prod(expert_k) > 1 else None
+    return microbatches * _loads(lt, cluster, zero3, overlap, expert3)["total"] / stages
 
 
-def _stage_sums(lt: "LayerTimes", cluster: Cluster, par: Parallelism, zero3: tuple[int, ...] | None):
+def _stage_sums(lt: "LayerTimes", cluster: Cluster, par: Parallelism, zero3: tuple[int, ...] | None,
+                expert3: tuple[int, ...] | None = None):
     """The cuts of ``par``'s ``p v`` virtual stages (given, or balanced) and, per virtual stage, one
     microbatch's forward and backward seconds; memoised on ``lt``.
 
@@ -995,9 +1090,9 @@ def _stage_sums(lt: "LayerTimes", cluster: Cluster, par: Parallelism, zero3: tup
     Raises ``ConfigurationError`` when given cuts are not increasing positions inside the layer order.
     """
     n, Q = len(lt.layers), par.pipeline * par.virtual_stages
-    key = ("stages", Q, zero3, par.overlap, par.stage_cuts)
+    key = ("stages", Q, zero3, par.overlap, par.stage_cuts, expert3)
     if key not in lt.memo:
-        loads = _loads(lt, cluster, zero3, par.overlap)
+        loads = _loads(lt, cluster, zero3, par.overlap, expert3)
         cuts = balanced_cuts(loads["weight"], Q) if par.stage_cuts is None else par.stage_cuts
         if len(cuts) != Q - 1 or any(not 0 < c < n for c in cuts) or list(cuts) != sorted(set(cuts)):
             raise ConfigurationError(
@@ -1085,11 +1180,13 @@ def _placement(lt: "LayerTimes", cluster: Cluster, cuts: tuple[int, ...], S: int
                       [lt.block_transient.get(lt.block_of.get(l.name), 0.0) for l in lt.layers])
         transient += recomputed
     gathered = np.zeros(S)
-    np.maximum.at(gathered, layer_dev, lt.params * cluster.bytes_per_element)
+    np.maximum.at(gathered, layer_dev, (lt.params + lt.expert_params) * cluster.bytes_per_element)
     lt.memo[key] = placed = {
         "bounds": bounds, "send": send, "params": params, "reduce": reduce, "transient": transient,
         "gathered": gathered, "activations": np.bincount(layer_dev, lt.activations, S),
         "fp8 copies": np.bincount(layer_dev, lt.fp8_params, S) * FP8_COPY_BYTES_PER_PARAMETER,
+        "expert params": np.bincount(layer_dev, lt.expert_params, S),
+        "dispatch": np.bincount(layer_dev, lt.dispatch_s, S), "expert compute": np.bincount(layer_dev, lt.expert_compute_s, S),
         "counts": np.bincount(layer_dev, minlength=S), "data-parallel reduce": {}}
     return placed
 
@@ -1118,10 +1215,13 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
         raise ConfigurationError(f"{Q} pipeline stages (x virtual stages) need at least {Q} layers; "
                                  f"graph {graph.name!r} has {n}")
     zero3 = tuple(data_k) if par.zero == 3 and par.data > 1 else None
+    layout = expert_layout(par, mesh) if lt.experts is not None else None
+    edp_k = None if layout is None or layout.edp == 1 else layout.edp_k
+    expert3 = edp_k if par.zero == 3 else None
     if bound_s is not None and par.stage_cuts is None and average_load_s(
-            lt, cluster, data_k, par.zero, m, S, par.overlap) >= bound_s:
+            lt, cluster, data_k, par.zero, m, S, par.overlap, edp_k) >= bound_s:
         return None  # some device works at least the average load, whatever the cuts
-    cuts, fq, bq = _stage_sums(lt, cluster, par, zero3)
+    cuts, fq, bq = _stage_sums(lt, cluster, par, zero3, expert3)
     pipe_axis = max((j for j, k in enumerate(pipe_k) if k > 1), default=len(pipe_k) - 1)
     placed = _placement(lt, cluster, cuts, S, pipe_axis, par.group)
     bounds, params, bpe, d = placed["bounds"], placed["params"], cluster.bytes_per_element, par.data
@@ -1131,6 +1231,13 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
         if data_k not in across:
             across[data_k] = mesh.allreduce_s(params * bpe, np.tile(data_k, (S, 1)))
         reduce = reduce + across[data_k]
+    expert_params = placed["expert params"]
+    if edp_k is not None and par.zero != 3:
+        # Each expert's gradient is reduced over its replicas, the expert-data-parallel group.
+        across = placed["data-parallel reduce"]
+        if ("experts", edp_k) not in across:
+            across["experts", edp_k] = mesh.allreduce_s(expert_params * bpe, np.tile(edp_k, (S, 1)))
+        reduce = reduce + across["experts", edp_k]
     if bound_s is not None and _step_lower_bound(fq, bq, placed["send"], S, m, reduce, par.overlap) >= bound_s:
         return None
     held = in_flight(par.schedule, S, m, v)
@@ -1141,11 +1248,17 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
     shard = {"weights": d if par.zero >= 3 else 1, "gradients": replicas if par.zero >= 2 else 1,
              "optimizer": replicas if par.zero >= 1 else 1}
     acts = placed["activations"] * np.array(held)
-    transient = placed["transient"] + (placed["gathered"] if zero3 is not None else 0.0)
+    transient = placed["transient"] + (placed["gathered"] if zero3 is not None or expert3 is not None else 0.0)
     chunk_dev = np.arange(Q) % S
     fdev, bdev = np.bincount(chunk_dev, fq, S), np.bincount(chunk_dev, bq, S)
     sdev = np.bincount(chunk_dev[:Q - 1], placed["send"], S) if Q > 1 else np.zeros(S)
-    states = {k: params * per_param[k] / shard[k] for k in ("weights", "gradients", "optimizer")}
+    # The experts' states are sharded over their own replicas, the expert-data-parallel group (Megatron-Core's
+    # distributed optimizer over expert-DP).
+    edp = 1 if layout is None else layout.edp
+    expert_shard = {"weights": edp if par.zero >= 3 else 1, "gradients": edp if par.zero >= 2 else 1,
+                    "optimizer": edp if par.zero >= 1 else 1}
+    states = {k: params * per_param[k] / shard[k] + expert_params * per_param[k] / expert_shard[k]
+              for k in ("weights", "gradients", "optimizer")}
     fp8 = placed["fp8 copies"]
     total = (states["weights"] + states["gradients"] + states["optimizer"] + fp8 + acts + transient
              + memory.reserved_bytes)
@@ -1155,7 +1268,8 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
     par = replace(par, stage_cuts=cuts)
     # The optimizer step reads and writes its state once a step; the roofline prices it on a calibrated cluster.
     optimizer = np.zeros(S) if cluster.efficiency is None else (
-        params / shard["optimizer"] * OPTIMIZER_BYTES_PER_PARAMETER / cluster.efficiency.memory_Bps)
+        (params / shard["optimizer"] + expert_params / expert_shard["optimizer"]) * OPTIMIZER_BYTES_PER_PARAMETER
+        / cluster.efficiency.memory_Bps)
     reduce = reduce.tolist()
     stages = tuple(StageReport(
         index=s, layers=tuple((layers[bounds[q]].name, layers[bounds[q + 1] - 1].name) for q in range(s, Q, S)),
@@ -1164,7 +1278,8 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
         weights_bytes=float(states["weights"][s]),
         gradient_bytes=float(states["gradients"][s]), optimizer_bytes=float(states["optimizer"][s]),
         activation_bytes=float(acts[s]), transient_bytes=float(transient[s]), memory_bytes=float(total[s]),
-        fp8_bytes=float(fp8[s]),
+        fp8_bytes=float(fp8[s]), expert_params=float(expert_params[s]),
+        dispatch_s=float(placed["dispatch"][s]), expert_compute_s=float(placed["expert compute"][s]),
     ) for s in range(S))
     result = simulate(par.schedule, fq.tolist(), bq.tolist(), m, chunks=v, send_s=placed["send"].tolist(),
                       reduce_s=reduce, overlap=par.overlap, record=record)
@@ -1176,5 +1291,5 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
         stages=stages, schedule=result, model_flops_per_step=lt.model_flops * replicas,
         hardware_flops_per_step=(lt.model_flops + float(lt.recompute_flops.sum()) * par.group) * replicas,
         memory_capacity_bytes=capacity, tokens_per_sample=sequence_length(graph), label=label or par.describe(),
-        attention=lt.attention, precision=lt.precision,
+        attention=lt.attention, precision=lt.precision, experts=lt.experts,
     )

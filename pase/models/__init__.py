@@ -91,7 +91,7 @@ from pase.models.cnn import alexnet, densenet121, inception3, resnet101
 from pase.models.sequence import gpt, rnnlm, transformer, transformer_large
 from pase.models.llama import LLAMA_SAMPLES, llama
 from pase.models.megatron import MEGATRON_SAMPLES, megatron_gpt
-from pase.models.moe import MOE_SAMPLES, moe_decoder
+from pase.models.moe import FRONTIER_MOE, MOE_SAMPLES, moe_decoder
 
 __all__ = [
     "SAMPLES",
@@ -128,7 +128,7 @@ SAMPLES: dict[str, Callable[..., Graph]] = {
 # Samples planned with pipeline stages, microbatches, ZeRO and recomputation by default
 # (``pase solve --search auto``): the large language models, Megatron-LM's and NeMo's GPTs and the Llama-style
 # decoders. Not the mixtures of experts: the 3-D search's Megatron rule never splits experts (pase.models.moe).
-LANGUAGE_MODELS: tuple[str, ...] = (*MEGATRON_SAMPLES, *LLAMA_SAMPLES)
+LANGUAGE_MODELS: tuple[str, ...] = (*MEGATRON_SAMPLES, *LLAMA_SAMPLES, *FRONTIER_MOE)
 
 
 def batch_builder(name: str, **params) -> Callable[[int], Graph]:

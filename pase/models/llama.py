@@ -201,7 +201,7 @@ def add_vertex(g: Graph, layer: Layer, *inputs: str | tuple[str, int]) -> str:
 
 def gqa_attention(g: Graph, prefix: str, x: str, *, batch: int, seq: int, hidden: int, kv_heads: int, group: int,
                   head_dim: int, qkv_bias: bool = False, out_bias: bool = False, window: int = 0,
-                  norm: str = "rms") -> str:
+                  norm: str = "rms", qk_norm: bool = False) -> str:
     """Add the attention half of a pre-norm block at ``prefix`` to ``g``, fed by ``x``; the residual sum's name.
 
     Nine vertices, those of :func:`llama`'s blocks: ``{prefix}.attn_norm``
@@ -214,7 +214,8 @@ def gqa_attention(g: Graph, prefix: str, x: str, *, batch: int, seq: int, hidden
     q, k and v with ``qkv_bias``, on out with ``out_bias``. The attention is
     causal (a decoder), over a sliding ``window`` of positions when it is not
     0 (Mistral's). The sizes are the caller's to check (:func:`llama`, :func:`pase.models.moe.moe_decoder`).
-    ``norm``: the op of ``attn_norm``, a key of :data:`NORMS` (RMSNorm by default).
+    ``norm``: the op of ``attn_norm``, a key of :data:`NORMS` (RMSNorm by default). ``qk_norm``: RMSNorm
+    over each head's ``c`` of q and of k (``attn.q_norm``, ``attn.k_norm``, Qwen3's), a scale of ``c`` each.
     """
     b, s, d, h, r, c = batch, seq, hidden, kv_heads, group, head_dim
     q_sizes = dict(b=b, s=s, d=d, h=h, r=r, c=c)
@@ -223,6 +224,9 @@ def gqa_attention(g: Graph, prefix: str, x: str, *, batch: int, seq: int, hidden
     q = add_vertex(g, L.einsum(f"{prefix}.attn.q", "bsd,hrcd->bshrc", q_sizes, weights=(1,), bias=qkv_bias), y)
     k = add_vertex(g, L.einsum(f"{prefix}.attn.k", "bsd,hcd->bshc", kv_sizes, weights=(1,), bias=qkv_bias), y)
     v = add_vertex(g, L.einsum(f"{prefix}.attn.v", "bsd,hcd->bshc", kv_sizes, weights=(1,), bias=qkv_bias), y)
+    if qk_norm:
+        q = add_vertex(g, L.rms_norm(f"{prefix}.attn.q_norm", (b, s, h, r, c), ("b", "s", "h", "r", "c")), q)
+        k = add_vertex(g, L.rms_norm(f"{prefix}.attn.k_norm", (b, s, h, c), ("b", "s", "h", "c")), k)
     scores = add_vertex(g, L.einsum(f"{prefix}.attn.scores", "bshrc,bkhc->bhrsk", dict(b=b, s=s, h=h, r=r, c=c, k=s)),
                   q, k)
     probs = add_vertex(g, L.softmax(f"{prefix}.attn.softmax", (b, h, r, s, s), ("b", "h", "r", "s", "k"), axis="k",

@@ -45,7 +45,8 @@ per expert and sequence, :func:`pase.ops.expert_capacity`.
 
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
 from pase import ops as L
 from pase.errors import GraphError
@@ -54,7 +55,71 @@ from pase.models._common import check_positive
 from pase.models.llama import (BSD, TIED_TABLE, add_vertex, check_attention, check_flags, gqa_attention, output_head,
                                swiglu_ffn)
 
-__all__ = ["moe_decoder", "moe_parameters", "active_parameters", "MOE_SAMPLES"]
+__all__ = ["moe_decoder", "moe_parameters", "active_parameters", "graph_active_parameters", "MLA", "mla_attention",
+           "MOE_SAMPLES", "FRONTIER_MOE"]
+
+
+@dataclass(frozen=True)
+class MLA:
+    """Multi-head latent attention's sizes (DeepSeek-V2/V3): low-rank q and kv, decoupled RoPE dimensions.
+
+    ``q_rank`` and ``kv_rank``: the compressed widths (``q_lora_rank``, ``kv_lora_rank``); ``nope`` and
+    ``rope``: each query and key head's width without and with rotary positions (``qk_nope_head_dim``,
+    ``qk_rope_head_dim``; the rotary key is one for all heads); ``v_dim``: each value head's width.
+    """
+
+    q_rank: int
+    kv_rank: int
+    nope: int
+    rope: int
+    v_dim: int
+
+
+def mla_attention(g: Graph, prefix: str, x: str, *, batch: int, seq: int, hidden: int, heads: int, mla: MLA) -> str:
+    """Add multi-head latent attention's half of a pre-norm block at ``prefix`` to ``g``, fed by ``x``; the residual
+    sum's name.
+
+    As it trains (DeepSeek-V3's and Megatron-Core's ``MLASelfAttention``, nothing absorbed): ``attn_norm``;
+    ``attn.q_a`` (``bsd,qd->bsq``, the q compression), ``attn.q_norm`` (RMSNorm over ``q``), ``attn.q_b``
+    (``bsq,hcq->bshc``, ``c = nope + rope``: each head's query, its rotary part included); ``attn.kv_a``
+    (``bsd,ld->bsl``, the kv compression), ``attn.kv_norm``, ``attn.k_b`` and ``attn.v_b`` (``bsl,hcl->bshc``,
+    ``c = nope`` and ``v_dim``); ``attn.k_rope`` (``bsd,cd->bsc``, ``c = rope``: the rotary key shared by every
+    head) and ``attn.k_rope_heads`` (its :func:`~pase.ops.broadcast` to every head); ``attn.k`` (the
+    :func:`~pase.ops.concat` of the two keys along ``c``); ``attn.scores`` (``bshc,bkhc->bhsk`` over ``nope +
+    rope``), ``attn.softmax`` (causal), ``attn.context`` (``bhsk,bkhc->bshc`` over ``v_dim``), ``attn.out``
+    (``bshc,hcd->bsd``), ``add1``. A fused kernel runs the core with query/key heads of ``nope + rope`` and
+    value heads of ``v_dim``, as FlashAttention 3 and cuDNN do for MLA. Tensor parallelism splits the heads
+    ``h``; the compressions are replicated (Megatron-Core's duplicated down projections). Sizes are the
+    caller's to check.
+    """
+    b, s, d, h = batch, seq, hidden, heads
+    qk = mla.nope + mla.rope
+    y = add_vertex(g, L.rms_norm(f"{prefix}.attn_norm", (b, s, d), BSD), x)
+    q = add_vertex(g, L.einsum(f"{prefix}.attn.q_a", "bsd,qd->bsq", dict(b=b, s=s, d=d, q=mla.q_rank), weights=(1,)), y)
+    q = add_vertex(g, L.rms_norm(f"{prefix}.attn.q_norm", (b, s, mla.q_rank), ("b", "s", "q")), q)
+    q = add_vertex(g, L.einsum(f"{prefix}.attn.q_b", "bsq,hcq->bshc", dict(b=b, s=s, q=mla.q_rank, h=h, c=qk),
+                               weights=(1,)), q)
+    kv = add_vertex(g, L.einsum(f"{prefix}.attn.kv_a", "bsd,ld->bsl", dict(b=b, s=s, d=d, l=mla.kv_rank),
+                                weights=(1,)), y)
+    kv = add_vertex(g, L.rms_norm(f"{prefix}.attn.kv_norm", (b, s, mla.kv_rank), ("b", "s", "l")), kv)
+    k_nope = add_vertex(g, L.einsum(f"{prefix}.attn.k_b", "bsl,hcl->bshc", dict(b=b, s=s, l=mla.kv_rank, h=h, c=mla.nope),
+                                    weights=(1,)), kv)
+    v = add_vertex(g, L.einsum(f"{prefix}.attn.v_b", "bsl,hcl->bshc", dict(b=b, s=s, l=mla.kv_rank, h=h, c=mla.v_dim),
+                               weights=(1,)), kv)
+    k_rope = add_vertex(g, L.einsum(f"{prefix}.attn.k_rope", "bsd,cd->bsc", dict(b=b, s=s, d=d, c=mla.rope),
+                                    weights=(1,)), y)
+    k_rope = add_vertex(g, L.broadcast(f"{prefix}.attn.k_rope_heads", (b, s, h, mla.rope), ("b", "s", "h", "c"),
+                                       ("h",)), k_rope)
+    k = add_vertex(g, L.concat(f"{prefix}.attn.k", [(b, s, h, mla.nope), (b, s, h, mla.rope)], ("b", "s", "h", "c"),
+                               "c"), k_nope, k_rope)
+    scores = add_vertex(g, L.einsum(f"{prefix}.attn.scores", "bshc,bkhc->bhsk", dict(b=b, s=s, h=h, c=qk, k=s)), q, k)
+    probs = add_vertex(g, L.softmax(f"{prefix}.attn.softmax", (b, h, s, s), ("b", "h", "s", "k"), axis="k",
+                                    mask="causal"), scores)
+    context = add_vertex(g, L.einsum(f"{prefix}.attn.context", "bhsk,bkhc->bshc", dict(b=b, h=h, s=s, k=s, c=mla.v_dim)),
+                         probs, v)
+    y = add_vertex(g, L.einsum(f"{prefix}.attn.out", "bshc,hcd->bsd", dict(b=b, s=s, h=h, c=mla.v_dim, d=d),
+                               weights=(1,)), context)
+    return add_vertex(g, L.elementwise(f"{prefix}.add1", (b, s, d), BSD), x, y)
 
 
 def _check(name: str, experts: int, top_k: int, shared_ffn: int, dense_layers: int, dense_ffn: int,
@@ -74,7 +139,8 @@ def _check(name: str, experts: int, top_k: int, shared_ffn: int, dense_layers: i
 def moe_decoder(name: str, layers: int, hidden: int, heads: int, kv_heads: int, experts: int, top_k: int,
                 expert_ffn: int, vocab: int, *, batch: int, seq: int, shared_ffn: int = 0, dense_layers: int = 0,
                 dense_ffn: int = 0, capacity_factor: float = 1.0, head_dim: int | None = None,
-                tied: bool = False) -> Graph:
+                tied: bool = False, qk_norm: bool = False, attention_bias: bool = False,
+                windows: Sequence[int] = (0,), mla: MLA | None = None) -> Graph:
     """A decoder of ``layers`` pre-norm blocks whose feed-forward networks are mixtures of ``experts`` experts.
 
     Vertices: ``embedding`` (``b s d v``); per block ``layers.{i}``: the
@@ -95,7 +161,13 @@ def moe_decoder(name: str, layers: int, hidden: int, heads: int, kv_heads: int, 
     ``tied`` are :func:`pase.models.llama.llama`'s: a head width other than
     ``hidden / heads``, and a projection sharing the embedding's table.
 
-    Parameters: :func:`moe_parameters`; per token, :func:`active_parameters`.
+    ``qk_norm`` (Qwen3): RMSNorm over each head of q and k. ``attention_bias`` (GPT-OSS): biases on q, k, v
+    and out. ``windows``: the sliding window of layer ``i`` is ``windows[i % len(windows)]`` (0: full causal
+    attention; GPT-OSS alternates ``(128, 0)``). ``mla``: multi-head latent attention of these sizes instead of
+    grouped-query attention (:func:`mla_attention`; DeepSeek-V3), ``kv_heads`` and ``head_dim`` then unused.
+
+    Parameters: :func:`moe_parameters` (grouped-query attention without norms or biases); per token,
+    :func:`active_parameters`; of any graph, :func:`graph_active_parameters`.
 
     Raises
     ------
@@ -118,15 +190,25 @@ def moe_decoder(name: str, layers: int, hidden: int, heads: int, kv_heads: int, 
     check_positive(name, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, experts=experts,
                    top_k=top_k, expert_ffn=expert_ffn, vocab=vocab, batch=batch, seq=seq)
     c = check_attention(name, hidden, heads, kv_heads, head_dim)
-    check_flags(name, tied=tied)
+    check_flags(name, tied=tied, qk_norm=qk_norm, attention_bias=attention_bias)
     _check(name, experts, top_k, shared_ffn, dense_layers, dense_ffn, layers)
+    windows = tuple(windows)
+    if not windows or any(isinstance(w, bool) or not isinstance(w, int) or w < 0 for w in windows):
+        raise GraphError(f"{name}: windows must be integers >= 0 (0: full attention), got {list(windows)!r}")
+    if mla is not None:
+        check_positive(name, q_rank=mla.q_rank, kv_rank=mla.kv_rank, nope=mla.nope, rope=mla.rope, v_dim=mla.v_dim)
     b, s, d = batch, seq, hidden
     slots = L.expert_capacity(seq, experts, top_k, capacity_factor)  # refuses a bad capacity factor
     g = Graph(name)
     x = add_vertex(g, L.embedding("embedding", b, s, d, vocab).with_tied(TIED_TABLE if tied else {}))
     for i in range(layers):
         p = f"layers.{i}"
-        x = gqa_attention(g, p, x, batch=b, seq=s, hidden=d, kv_heads=kv_heads, group=heads // kv_heads, head_dim=c)
+        if mla is None:
+            x = gqa_attention(g, p, x, batch=b, seq=s, hidden=d, kv_heads=kv_heads, group=heads // kv_heads,
+                              head_dim=c, qkv_bias=attention_bias, out_bias=attention_bias, qk_norm=qk_norm,
+                              window=windows[i % len(windows)])
+        else:
+            x = mla_attention(g, p, x, batch=b, seq=s, hidden=d, heads=heads, mla=mla)
         y = add_vertex(g, L.rms_norm(f"{p}.ffn_norm", (b, s, d), BSD), x)
         if i < dense_layers:
             x = add_vertex(g, L.elementwise(f"{p}.add2", (b, s, d), BSD), x,
@@ -208,3 +290,79 @@ def _sample(name: str, layers: int, hidden: int, heads: int, kv_heads: int, expe
 
 
 MOE_SAMPLES: dict[str, Callable[..., Graph]] = {name: _sample(name, *sizes) for name, sizes in SIZES.items()}
+
+
+def graph_active_parameters(graph: Graph) -> int:
+    """Parameters one token passes through in ``graph``: every parameter but the unselected experts' share of each
+    ``MoEExperts`` layer (``(E - k) / E`` of its weights, ``k`` its router's top-k)."""
+    unused = 0
+    for layer in graph.layers:
+        if layer.op == "MoEExperts":
+            router = graph.layer(next(e.src for e in graph.in_edges(layer.name)))
+            E, k = layer.param_dict["experts"], router.param_dict["top_k"]
+            weights = sum(w.size for w in layer.weights)
+            unused += weights // E * (E - k)
+    return graph.parameter_count - unused
+
+
+@dataclass(frozen=True)
+class _Frontier:
+    """A published mixture-of-experts model: its sizes (:func:`moe_decoder`'s arguments), default batch and
+    sequence, published total and active parameters and where they are from."""
+
+    sizes: dict
+    batch: int
+    seq: int
+    total: float
+    active: float
+    source: str
+
+
+# Sizes from each model's released Hugging Face config.json; totals and actives as published.
+FRONTIER_MOE: dict[str, _Frontier] = {
+    # deepseek-ai/DeepSeek-V3 config.json; "671B total parameters with 37B activated for each token" (DeepSeek-V3
+    # Technical Report, arXiv:2412.19437, abstract), the multi-token-prediction module's 14B not included (off
+    # here). Default batch: the paper's final 15,360 sequences of 4,096 tokens (section 4.2).
+    "deepseek-v3": _Frontier(dict(layers=61, hidden=7168, heads=128, kv_heads=128, experts=256, top_k=8,
+                                  expert_ffn=2048, vocab=129280, shared_ffn=2048, dense_layers=3, dense_ffn=18432,
+                                  mla=MLA(q_rank=1536, kv_rank=512, nope=128, rope=64, v_dim=128)),
+                             15360, 4096, 671e9, 37e9, "DeepSeek-V3 Technical Report (arXiv:2412.19437), abstract"),
+    # Qwen/Qwen3-30B-A3B config.json; "30.5B in total and 3.3B activated" (its model card; Qwen3 Technical
+    # Report, arXiv:2505.09388, Table 2). Default batch: Megatron-Bridge 25.09's benchmark (512 of 4,096).
+    "qwen3-30b-a3b": _Frontier(dict(layers=48, hidden=2048, heads=32, kv_heads=4, experts=128, top_k=8,
+                                    expert_ffn=768, vocab=151936, head_dim=128, qk_norm=True),
+                               512, 4096, 30.5e9, 3.3e9, "Qwen3-30B-A3B model card; Qwen3 Technical Report Table 2"),
+    # Qwen/Qwen3-235B-A22B config.json; "235B in total and 22B activated" (its model card; the report's
+    # Table 2). Default batch: Megatron-Bridge 25.09's benchmark (2,048 of 4,096).
+    "qwen3-235b-a22b": _Frontier(dict(layers=94, hidden=4096, heads=64, kv_heads=4, experts=128, top_k=8,
+                                      expert_ffn=1536, vocab=151936, head_dim=128, qk_norm=True),
+                                 2048, 4096, 235e9, 22e9, "Qwen3-235B-A22B model card; Qwen3 Technical Report Table 2"),
+    # openai/gpt-oss-120b config.json: sliding windows of 128 on every other layer (the first sliding), attention
+    # biases; "117B parameters with 5.1B active" (gpt-oss-120b & gpt-oss-20b model card, OpenAI 2025, Table 1:
+    # 116.83B total, 5.13B active). Its attention sinks (64 logits a layer) and expert biases (128 x 8,640 a
+    # layer, 0.03% of the total) are left out. No training batch is published: 1,024 sequences of 4,096.
+    "gpt-oss-120b": _Frontier(dict(layers=36, hidden=2880, heads=64, kv_heads=8, experts=128, top_k=4,
+                                   expert_ffn=2880, vocab=201088, head_dim=64, attention_bias=True, windows=(128, 0)),
+                              1024, 4096, 116.83e9, 5.13e9, "gpt-oss-120b model card (OpenAI 2025), Table 1"),
+}
+
+
+def _frontier_sample(name: str, spec: _Frontier) -> Callable[..., Graph]:
+    """A sample builder ``build(batch=..., seq=..., capacity_factor=...)`` of :func:`moe_decoder` at ``spec``'s sizes."""
+    def build(batch: int = spec.batch, seq: int = spec.seq, capacity_factor: float = 1.0) -> Graph:
+        return moe_decoder(name, batch=batch, seq=seq, capacity_factor=capacity_factor, **spec.sizes)
+
+    z = spec.sizes
+    attention = "multi-head latent attention" if "mla" in z else (
+        f"grouped-query attention ({z['heads']} heads, {z['kv_heads']} key/value heads)")
+    build.__name__ = build.__qualname__ = name.replace("-", "_")
+    build.__doc__ = (
+        f"{name} (:data:`FRONTIER_MOE`): :func:`moe_decoder` with {z['layers']} layers, hidden {z['hidden']}, "
+        f"{attention}, {z['experts']} experts of FFN {z['expert_ffn']}, top-{z['top_k']}; default {spec.batch} "
+        f"sequences of {spec.seq} tokens, capacity factor 1 (the FLOPs of dropless balanced routing).\n\n"
+        f"Published: {spec.total / 1e9:g}B parameters, {spec.active / 1e9:g}B active ({spec.source})."
+    )
+    return build
+
+
+MOE_SAMPLES.update({name: _frontier_sample(name, spec) for name, spec in FRONTIER_MOE.items()})

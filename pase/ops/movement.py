@@ -1,4 +1,4 @@
-"""Data movement: concatenation, splitting, reshaping and transposition, and the mean reduction."""
+"""Data movement: concatenation, broadcasting, splitting, reshaping and transposition, and the mean reduction."""
 
 from __future__ import annotations
 
@@ -51,6 +51,40 @@ def concat(name: str, shapes: Sequence[Sequence[int]], dims: Sequence[str], axis
         outputs=(TensorSpec(tuple(out), dims, "y"),),
         split_base=base,
         params=params(shapes=[list(s) for s in shapes], dims=dims, axis=axis),
+    )
+
+
+def _broadcast_flops(layer, blk):
+    # Forward a copy; backward the output's gradient summed over the broadcast dimensions: one add an element.
+    zero = np.zeros(len(blk))
+    return Flops(forward=zero, backward=zero, inputs=(np.prod(blk, axis=1),))
+
+
+@register("Broadcast", _broadcast_flops, no_collectives, saved=_nothing_saved)
+def broadcast(name: str, shape: Sequence[int], dims: Sequence[str], axes: Sequence[str]) -> Layer:
+    """Copy the input along the new dimensions ``axes`` into an output of ``shape`` over ``dims``.
+
+    The input is the output without ``axes`` (a key shared by every head: multi-head latent attention's
+    decoupled RoPE key). FLOPs: 0 forward; backward one add per output element (the gradient summed over
+    ``axes``). Communication: none inside the layer; a split of one of ``axes`` leaves the input's gradient a
+    partial sum, finished on the edge (the contraction rule). Keeps nothing.
+
+    Raises ``GraphError`` when ``axes`` is empty or names a dimension not in ``dims``.
+    """
+    shape = tuple(shape)
+    dims = check_letters(name, dims, shape)
+    axes = tuple(axes)
+    if not axes or any(a not in dims for a in axes) or len(set(axes)) != len(axes):
+        raise GraphError(f"layer {name!r}: broadcast axes {list(axes)} must be distinct dimensions of {dims}")
+    kept = tuple(d for d in dims if d not in axes)
+    if not kept:
+        raise GraphError(f"layer {name!r}: broadcast keeps no dimension of {dims} for its input")
+    in_shape = tuple(n for d, n in zip(dims, shape) if d not in axes)
+    return Layer(
+        name, "Broadcast", dims, shape,
+        inputs=(TensorSpec(in_shape, kept, "x"),),
+        outputs=(TensorSpec(shape, dims, "y"),),
+        params=params(shape=shape, dims=dims, axes=axes),
     )
 
 

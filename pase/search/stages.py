@@ -12,6 +12,10 @@ fastest whose every stage fits device memory:
 * schedules 1F1B, GPipe and interleaved with ``v`` in ``virtual_stages`` (when
   the microbatches are a multiple of ``p``);
 * recomputation none, selective, full; ZeRO 0 to 3; sequence parallelism on or off;
+* for a model with experts, expert parallelism ``ep`` (the divisors of the
+  experts) and expert tensor parallelism ``etp`` (1 or ``t``) with ``etp x ep``
+  dividing the stage's ``t c d`` devices, placed innermost first (EP inside a
+  node before it leaves it; :mod:`pase.model.experts`);
 * the layer splits on each ``t x c`` group: Megatron's rule and, when
   ``intra_search`` is on and the group has more than one device, the exact
   per-layer search (:mod:`pase.search.exact`) of one microbatch on the group
@@ -54,6 +58,7 @@ from pase.hardware.cluster import Cluster
 from pase.ir.configs import ConfigOptions
 from pase.ir.graph import Graph
 from pase.model.cost import build_cost_model
+from pase.model.experts import moe_blocks
 from pase.model.memory import InsufficientMemoryError, MemoryOptions
 from pase.model.pipeline import SCHEDULES
 from pase.model.training import (
@@ -141,6 +146,10 @@ def search_training(
     intra_search: bool = False,
     tp_overlap: bool = False,
     tp_comm_overlap: bool = False,
+    expert: Sequence[int] | None = None,
+    expert_tensor: Sequence[int] | None = None,
+    expert_imbalance: float = 1.0,
+    capacity_factor: float | None = None,
     runners_up: int = 5,
     progress: Callable[[int, int], None] | None = None,
     cache: dict | None = None,
@@ -150,7 +159,10 @@ def search_training(
     ``build(batch)`` builds the model at a batch size. ``tensor``,
     ``pipeline``, ``context`` and ``microbatch_sizes`` restrict those sizes
     (default: all that tile the mesh; microbatches up to ``max_microbatch``);
-    the other sequences restrict their knob. ``tp_overlap`` plans for
+    the other sequences restrict their knob; ``expert`` and ``expert_tensor``
+    restrict EP and ETP (default: every divisor of the experts, and 1 or
+    ``t``), ``expert_imbalance`` and ``capacity_factor`` are the routing's
+    (:class:`~pase.model.training.Parallelism`). ``tp_overlap`` plans for
     Megatron-LM's asynchronous tensor-parallel backward, ``tp_comm_overlap``
     for Transformer Engine's forward overlap (:class:`~pase.model.training.Parallelism`). ``memory_limit_bytes`` defaults to
     the cluster's memory. ``progress(done, total)`` counts (microbatch, group) pairs.
@@ -176,6 +188,7 @@ def search_training(
     cache = {} if cache is None else cache
     probe = cached_graph(build, 1, cache)
     layers, sequence = len(probe), sequence_length(probe)
+    experts = {b.experts for b in moe_blocks(probe)}
     groups = [g for g in _groups(cluster, cluster.devices, sequence, context)
               if (tensor is None or g[0] in tensor) and (pipeline is None or g[3] in pipeline) and g[3] <= layers]
     work = sorted({(b, t, c) for t, c, d, p, _ in groups for b in divisors(global_batch // d)
@@ -195,16 +208,18 @@ def search_training(
                 continue
             m = global_batch // (d * b)
             base = Parallelism(tensor=t, pipeline=p, data=d, context=c, microbatch_size=b, global_batch=global_batch,
-                               overlap=overlap, tp_overlap=tp_overlap, tp_comm_overlap=tp_comm_overlap)
+                               overlap=overlap, tp_overlap=tp_overlap, tp_comm_overlap=tp_comm_overlap,
+                               expert_imbalance=expert_imbalance, capacity_factor=capacity_factor)
             candidates = []
             for sp in sequence_parallel:
                 if sp and t == 1:
                     continue
-                try:
-                    candidates.append((MEGATRON_SPLITS, sp, cached_times(build, cluster, replace(
-                        base, sequence_parallel=sp), options, memory, cache)))
-                except ConfigurationError:
-                    continue
+                for ep, etp in _expert_layouts(experts, t, t * c * d, expert, expert_tensor):
+                    try:
+                        candidates.append((MEGATRON_SPLITS, (sp, ep, etp), cached_times(build, cluster, replace(
+                            base, sequence_parallel=sp, ep=ep, etp=etp), options, memory, cache)))
+                    except ConfigurationError:
+                        continue
             if intra_search and t * c > 1:
                 if m not in searched:
                     searched[m] = None
@@ -217,7 +232,7 @@ def search_training(
                         except ConfigurationError:
                             pass
                 if searched[m] is not None:
-                    candidates.append((SEARCHED_SPLITS, False, searched[m]))
+                    candidates.append((SEARCHED_SPLITS, (False, 1, None), searched[m]))
             for label, sp, all_times in candidates:
                 for rc, lt in all_times.items():
                     if rc not in recompute:
@@ -243,7 +258,9 @@ def search_training(
         if bound is not None and floor_s >= bound:
             skipped += len(pending) - i
             break
-        par = replace(base, sequence_parallel=sp, recompute=rc, zero=z, schedule=schedule, virtual_stages=v)
+        sp, ep, etp = sp
+        par = replace(base, sequence_parallel=sp, recompute=rc, zero=z, schedule=schedule, virtual_stages=v, ep=ep,
+                      etp=etp)
         got = assemble(lt, cluster, par, memory, capacity, label=f"{par.describe()}, {label}", bound_s=bound,
                        rejected=too_large.append)
         if got is None:
@@ -266,6 +283,19 @@ def search_training(
     return TrainingSearch(best=best, runners_up=tuple(found[1:]), configurations=len(pending), skipped=skipped,
                           search_time_s=time.perf_counter() - started, gap_bound_s=max(0.0, best.step_time_s - lower),
                           notes=tuple(dict.fromkeys(notes)))
+
+
+def _expert_layouts(experts: set[int], t: int, stage: int, expert: Sequence[int] | None,
+                    expert_tensor: Sequence[int] | None) -> list[tuple[int, int | None]]:
+    """(EP, ETP) pairs to try on a stage of ``stage`` devices and tensor parallelism ``t``: ``[(1, None)]`` for a
+    model without experts (``experts`` their counts), else every EP dividing the experts (or in ``expert``) and
+    ETP 1 or ``t`` (or in ``expert_tensor``) with ETP x EP dividing the stage."""
+    if not experts:
+        return [(1, None)]
+    count = min(experts)
+    eps = [e for e in (divisors(count) if expert is None else expert) if all(n % e == 0 for n in experts)]
+    etps = sorted({1, t}) if expert_tensor is None else list(expert_tensor)
+    return [(e, x) for x in etps for e in eps if stage % (e * x) == 0]
 
 
 def _bound(found: list[TrainingPlan], keep: int) -> float | None:

@@ -62,6 +62,10 @@ def tensor_parallel_strategy(graph: Graph, tensor: int, context: int = 1,
     and values are all-gathered). Sequence parallelism also splits ``s``
     ``tensor`` ways in the layers without a model dimension (norms, dropouts,
     residual adds); otherwise they are replicated over the tensor group. A
+    mixture-of-experts layer (``MoEExperts``) follows its router's tokens:
+    its slots split as the router's sequence; how its experts are laid out
+    over devices (expert and expert-tensor parallelism, ETP = ``tensor`` by
+    default as in Megatron-Core) is :mod:`pase.model.experts`'. A
     vocabulary ``tensor`` does not divide stays whole (Megatron pads it to a
     multiple instead; GPT-2's 50,257).
 
@@ -87,9 +91,13 @@ def tensor_parallel_strategy(graph: Graph, tensor: int, context: int = 1,
         if model is not None and tensor > 1 and not (model == "v" and layer.split_base[layer.dims.index("v")] % tensor):
             splits[model] = split(layer, model, tensor, "tensor-parallel")
         sequence = context * (tensor if sequence_parallel and model is None else 1)
+        role = "context-parallel" if sequence == context else "sequence-parallel (tensor x context)"
         if "s" in layer.dims and sequence > 1:
-            splits["s"] = split(layer, "s", sequence,
-                                "context-parallel" if sequence == context else "sequence-parallel (tensor x context)")
+            splits["s"] = split(layer, "s", sequence, role)
+        if layer.op == "MoEExperts" and sequence > 1:
+            # The experts follow their router's tokens (its capacity slots); expert and expert-tensor
+            # parallelism across devices are pase.model.experts' to lay out.
+            splits["c"] = split(layer, "c", sequence, role)
         strategy[layer.name] = _config(layer, splits)
     return strategy
 

@@ -1,0 +1,375 @@
+"""Expert parallelism in the 3-D model: where experts live, how tokens reach them, and what that costs.
+
+Mesh roles, as Megatron-Core's process groups name them (``parallel_state``: tp, cp, dp, pp, ep, etp,
+edp). *MoE parallel folding* (Liu et al. 2025, arXiv:2504.14960; Megatron-Core's
+``expert_tensor_parallel_size``): the attention and dense layers of a pipeline stage run on its
+``t x c x d`` devices as tensor, context and data parallelism (:mod:`pase.model.training`); its
+experts run on the *same* devices laid out again, innermost first, as expert tensor parallelism
+``etp`` (each expert's feed-forward width split), expert parallelism ``ep`` (the experts dealt out)
+and expert data parallelism ``edp = t c d / (etp ep)`` (replicas of one expert layout). The expert
+groups therefore fill a node before they leave it: EP inside a node first, ETP innermost.
+
+A mixture-of-experts block of the graph is three layers (:mod:`pase.ops.moe`): the router, the
+experts (one ``MoEExperts`` layer with an expert dimension) and the combine. Under Megatron's rule
+(:func:`pase.strategies.baselines.tensor_parallel_strategy`) the router and the combine run on the
+tokens each device holds, and the experts layer follows their token split, so that the group's cost
+model prices the router, its top-k and the permutation copies (the dispatched slots) on those tokens
+and nothing on the edges between the three layers. :func:`apply_experts` then replaces what the
+experts layer costs and holds by this module's model, per device and microbatch (Megatron-Core's
+``alltoall`` token dispatcher with grouped GEMM):
+
+* tokens: a device enters the block with ``T = b s / (t c)`` tokens of its microbatch (its
+  sequence-parallel share; without sequence parallelism the tensor-parallel ranks hold the same
+  tokens, so the block takes each rank's ``1/t`` of them and all-gathers its output over the
+  tensor-parallel group at the end, as Megatron-LM's older MoE layer did) and routes ``T k`` token
+  copies (top-``k``);
+* load: the busiest device's experts get ``L`` times the mean: ``L`` is the expert imbalance
+  ``F`` (the busiest expert's tokens over the mean; 1 = forced balance, as NVIDIA's benchmarks run)
+  when every token is kept (dropless), and the capacity factor when tokens past an expert's
+  capacity are dropped and the rest padded up to it (Megatron-Core's
+  ``--moe-expert-capacity-factor`` with ``--moe-pad-expert-input-to-capacity``);
+* dispatch: an all-to-all over the EP group of the ``L T k`` token copies (``d`` elements each, at
+  ``bytes_per_element``, or one byte each plus a 4-byte scale per 128 under FP8 dispatch, as
+  DeepEP sends them), then an all-gather over the ETP group (each ETP rank computes its width of
+  every token its experts got); the combine: a reduce-scatter over ETP and the all-to-all back, in
+  the working precision. The backward runs both in reverse, the same bytes
+  (:meth:`~pase.hardware.mesh.DeviceMesh.all_to_all_s` over the mesh axes the group spans);
+* compute: ``E / ep`` local experts, each on ``n = L T k etp ep / E`` tokens (its real size), as
+  grouped products ``fc1`` (gate and up fused, ``n x d x 2 f / etp``) and ``fc2`` (``n x f / etp x
+  d``): forward both, backward an input-gradient and a weight-gradient product of each, at the
+  efficiency of one expert's product (small products run far below peak;
+  :meth:`~pase.hardware.efficiency.Efficiency.matmul_fraction`), one kernel per grouped product; the
+  SwiGLU activation memory-bound; in FP8, the products on the FP8 curve plus their casts
+  (:mod:`pase.model.roofline`'s rule);
+* overlap: the dispatch and combine are exposed unless ``expert_overlap`` is asked for (off by
+  default): then each block's all-to-alls hide behind its experts' compute (the larger of the two
+  counts), as Megatron-Core's 1F1B all-to-all overlap hides one microbatch's dispatch behind
+  another's computation;
+* memory: each device holds ``E / ep`` experts at ``1 / etp`` of their width (weights, and
+  gradients and optimizer state sharded over the expert-data-parallel group by ZeRO / the
+  distributed optimizer, :func:`pase.model.training.assemble`); it keeps, per microbatch, the
+  dispatched tokens its experts got (``n_dev = L T k etp`` rows of ``d``; FP8 copies in FP8), the
+  ``fc1`` output (``2 f / etp`` a row, for SwiGLU's backward) and the activation (``f / etp`` a row,
+  for ``fc2``'s weight gradient); the dispatch buffers (the permuted send buffer and the gathered
+  receive buffer) are transient.
+
+Shared experts are dense SwiGLU layers of the graph, split by tensor parallelism as any other.
+The router's weights are replicated and reduced with the dense layers'.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from pase.errors import ConfigurationError
+from pase.hardware.cluster import Cluster
+from pase.hardware.mesh import DeviceMesh
+from pase.ir.graph import Graph, Layer
+from pase.model.roofline import FP8_CAST_BYTES, matrix_kernel_s, vector_kernel_s
+from pase.ops.norm import SOFTMAX_FLOPS_PER_ELEMENT, SOFTMAX_FORWARD_FLOPS
+from pase.model.groups import group_extents
+
+__all__ = ["ROLES", "ExpertLayout", "ExpertBlock", "expert_layout", "moe_blocks", "block_costs", "apply_experts",
+           "FP8_DISPATCH_BYTES", "SWIGLU_VECTOR_FLOPS", "experts_summary"]
+
+# Mesh roles of Megatron-Core's process groups, innermost first within each layout.
+ROLES = {"tp": "tensor", "cp": "context", "dp": "data", "pp": "pipeline", "ep": "expert",
+         "etp": "expert tensor", "edp": "expert data"}
+# FP8 dispatch (DeepEP): one byte an element plus a 4-byte FP32 scale per 128 elements.
+FP8_DISPATCH_BYTES = 1 + 4 / 128
+# SwiGLU per hidden element: forward silu and product (2 FLOPs), backward 4 (:mod:`pase.ops.moe`).
+SWIGLU_VECTOR_FLOPS = (2, 4)
+
+
+@dataclass(frozen=True)
+class ExpertLayout:
+    """The expert groups of a configuration on the mesh (the module docstring).
+
+    ``etp``, ``ep``, ``edp``: sizes; ``etp_k``, ``ep_k``, ``edp_k``, ``tp_k``: each group's extent on
+    every mesh axis (outermost first), ``tp_k`` the tensor-parallel group's.
+    """
+
+    etp: int
+    ep: int
+    edp: int
+    etp_k: tuple[int, ...]
+    ep_k: tuple[int, ...]
+    edp_k: tuple[int, ...]
+    tp_k: tuple[int, ...]
+
+    def axes(self, mesh: DeviceMesh, role: str) -> dict[str, int]:
+        """Mesh axis name -> extent of group ``role`` (``"etp"``, ``"ep"``, ``"edp"``, ``"tp"``), spanned axes only."""
+        extents = getattr(self, f"{role}_k")
+        return {a.name: k for a, k in zip(mesh.axes, extents) if k > 1}
+
+
+def expert_layout(par: "Parallelism", mesh: DeviceMesh) -> ExpertLayout:
+    """Place ``par``'s expert groups on ``mesh``: ETP innermost, then EP, then expert-DP, then the pipeline.
+
+    Raises
+    ------
+    ConfigurationError
+        ETP x EP is larger than a stage's ``t c d`` devices or does not divide them, or a group does not
+        tile the mesh.
+    """
+    stage = par.tensor * par.context * par.data
+    etp, ep = par.expert_tensor, par.ep
+    if etp * ep > stage or stage % (etp * ep):
+        raise ConfigurationError(
+            f"expert tensor {etp} x expert {ep} = {etp * ep} devices must divide the {stage} devices of a pipeline "
+            f"stage (tensor {par.tensor} x context {par.context} x data {par.data}); choose an --ep and --etp whose "
+            "product divides them")
+    etp_k, ep_k, edp_k, _ = group_extents(mesh, (etp, ep, stage // (etp * ep), par.pipeline),
+                                          ("expert-tensor", "expert-parallel", "expert-data", "pipeline"))
+    tp_k = group_extents(mesh, (par.tensor, mesh.devices // par.tensor), ("tensor", "rest"))[0]
+    return ExpertLayout(etp, ep, stage // (etp * ep), etp_k, ep_k, edp_k, tp_k)
+
+
+@dataclass(frozen=True)
+class ExpertBlock:
+    """One mixture-of-experts block of a graph: its layers' names and sizes (``b`` the microbatch)."""
+
+    experts_layer: str
+    router: str
+    combine: str
+    b: int
+    s: int
+    d: int
+    f: int
+    experts: int
+    top_k: int
+
+
+def moe_blocks(graph: Graph) -> tuple[ExpertBlock, ...]:
+    """The graph's mixture-of-experts blocks: every ``MoEExperts`` layer with the router feeding it."""
+    def compute():
+        out = []
+        for layer in graph.layers:
+            if layer.op != "MoEExperts":
+                continue
+            router = graph.layer(next(e.src for e in graph.in_edges(layer.name)))
+            combine = next(e.dst for e in graph.out_edges(layer.name))
+            p, q = layer.param_dict, router.param_dict
+            out.append(ExpertBlock(layer.name, router.name, combine, p["b"], q["s"], p["d"], p["f"], p["experts"],
+                                   q["top_k"]))
+        return tuple(out)
+    return graph.derived("moe blocks", compute)
+
+
+def _token_following(layer: Layer, config: Sequence[int]) -> bool:
+    """Whether the experts layer's split only follows the tokens (``b`` and ``c``), as Megatron's rule splits it."""
+    return all(f == 1 for dim, f in zip(layer.dims, config) if dim not in ("b", "c"))
+
+
+def block_costs(block: ExpertBlock, par: "Parallelism", cluster: Cluster, layout: ExpertLayout,
+                precision: str = "bf16") -> dict[str, float]:
+    """Per device and microbatch, what one expert block costs and holds under ``par`` (the module docstring).
+
+    Returns seconds ``forward_s``, ``backward_s`` (each with its exposed communication), ``dispatch_s``
+    (every all-to-all and ETP collective of the step's forward and backward for this block, before any
+    overlap), ``compute_s`` (the experts' products and activation, forward and backward); elements
+    ``params`` (the device's expert weights); bytes ``activations`` (kept for the backward) and
+    ``buffers`` (transient dispatch buffers); ``tokens`` (token copies the device sends in one
+    all-to-all) and ``expert_tokens`` (tokens per local expert, its products' rows).
+
+    Raises ``ConfigurationError`` when EP does not divide the experts, ETP the expert width, or the tensor x
+    context split the microbatch's tokens.
+    """
+    E, k, d, f = block.experts, block.top_k, block.d, block.f
+    etp, ep = layout.etp, layout.ep
+    if E % ep:
+        raise ConfigurationError(f"expert parallelism {ep} does not divide the {E} experts of "
+                                 f"{block.experts_layer!r}; choose an --ep that divides {E}")
+    if f % etp:
+        raise ConfigurationError(f"expert tensor parallelism {etp} does not divide the experts' width {f} of "
+                                 f"{block.experts_layer!r}; choose an --etp that divides it")
+    q = par.tensor * par.context
+    if (block.b * block.s) % q:
+        raise ConfigurationError(f"the {block.b * block.s} tokens of a microbatch do not split over tensor "
+                                 f"{par.tensor} x context {par.context} devices")
+    T = block.b * block.s / q
+    load = par.capacity_factor if par.capacity_factor is not None else par.expert_imbalance
+    copies = load * T * k  # token copies the busiest device sends and receives
+    rows = copies * etp  # tokens its experts compute, every ETP rank's gathered
+    local = E // ep
+    n = rows / local  # rows of one local expert's products
+    width = f // etp
+    bpe = cluster.bytes_per_element
+    mesh = cluster.mesh
+    fp8 = precision == "fp8"
+    dispatch_bytes = FP8_DISPATCH_BYTES if par.fp8_dispatch else bpe
+    a2a = (float(mesh.all_to_all_s(copies * d * dispatch_bytes, layout.ep_k))
+           + float(mesh.all_to_all_s(copies * d * bpe, layout.ep_k)))
+    etp_comm = 2 * float(mesh.allgather_s(rows * d * bpe, layout.etp_k))  # gather in, reduce-scatter out
+    tp_gather = 0.0
+    if par.tensor > 1 and not par.sequence_parallel:
+        tp_gather = float(mesh.allgather_s(T * par.tensor * d * bpe, layout.tp_k))
+    forward_comm = a2a + etp_comm + tp_gather
+    backward_comm = a2a + etp_comm  # the gradients take the same ways back; the tensor-parallel slice is free
+
+    products = ((2 * width, "fc1"), (width, "fc2"))
+    eff = cluster.efficiency
+    peak = cluster.peak_flops
+    fp8_peak = cluster.fp8_peak_flops if fp8 else None
+    elements_in = {"fc1": (n * d, 2 * width * d, n * 2 * width), "fc2": (n * width, width * d, n * d)}
+    fwd = bwd = 0.0
+    for out_width, name in products:
+        flops = 2.0 * n * d * out_width  # one expert's product
+        x, w, y = elements_in[name]
+        nbytes = (x + w + y) * bpe
+        if eff is None:
+            fwd += local * flops / peak
+            bwd += 2 * local * flops / peak
+            continue
+        one = lambda kind: float(matrix_kernel_s(np.array([flops]), np.array([nbytes]), peak, eff, kind, fp8_peak)[0])
+        # One grouped kernel per product: its local experts' products back to back, one launch.
+        fwd += local * (one("forward") - eff.kernel_overhead_s) + eff.kernel_overhead_s
+        bwd += sum(local * (one(kind) - eff.kernel_overhead_s) + eff.kernel_overhead_s for kind in ("dgrad", "wgrad"))
+        if fp8:
+            # Casts: forward the product's input and its weights, backward its output gradient (roofline's rule).
+            fwd += local * (x + w) * FP8_CAST_BYTES / eff.memory_Bps + 2 * eff.kernel_overhead_s
+            bwd += local * y * FP8_CAST_BYTES / eff.memory_Bps + eff.kernel_overhead_s
+    hidden = rows * width
+    if eff is None:
+        fwd += SWIGLU_VECTOR_FLOPS[0] * hidden / peak
+        bwd += SWIGLU_VECTOR_FLOPS[1] * hidden / peak
+    else:
+        # SwiGLU reads the fc1 output (2 per hidden element) and writes the activation (1).
+        fwd += float(vector_kernel_s(np.array([SWIGLU_VECTOR_FLOPS[0] * hidden]), np.array([3 * hidden * bpe]), eff)[0])
+        bwd += float(vector_kernel_s(np.array([SWIGLU_VECTOR_FLOPS[1] * hidden]), np.array([4.5 * hidden * bpe]),
+                                     eff)[0])
+    if par.expert_overlap:
+        forward_s, backward_s = max(fwd, forward_comm - tp_gather) + tp_gather, max(bwd, backward_comm)
+    else:
+        forward_s, backward_s = fwd + forward_comm, bwd + backward_comm
+    kept_input = 1 if fp8 else bpe
+    router_f, router_b, combine_f, combine_b = _router_combine_s(block, par, cluster)
+    return {
+        "router_forward_s": router_f, "router_backward_s": router_b,
+        "combine_forward_s": combine_f, "combine_backward_s": combine_b,
+        "forward_s": forward_s, "backward_s": backward_s, "dispatch_s": forward_comm + backward_comm,
+        "compute_s": fwd + bwd, "params": float(local * 3 * d * width),
+        "activations": rows * d * kept_input + rows * 2 * width * bpe + rows * width * kept_input,
+        "buffers": copies * d * bpe * (1 + etp), "tokens": copies, "expert_tokens": n,
+    }
+
+
+def _router_combine_s(block: ExpertBlock, par: "Parallelism", cluster: Cluster) -> tuple[float, float, float, float]:
+    """Forward and backward seconds of one device's router (logits product, softmax or sigmoid and top-k, the
+    permutation of its token copies) and combine (the un-permutation and gate-weighted sum), on the tokens it
+    routes (``b s / (t c)`` under sequence parallelism, ``b s / c`` without: every tensor-parallel rank routes
+    its copy). The logits are a matrix product (on the tensor cores, as frameworks run them); the rest are
+    memory-bound vector kernels: the permutation reads and writes ``T k d`` elements, the combine reads ``T k d``
+    and writes ``T d``, a backward one and a half times its forward's bytes."""
+    E, k, d = block.experts, block.top_k, block.d
+    T = block.b * block.s / (par.context * (par.tensor if par.sequence_parallel else 1))
+    bpe, eff, peak = cluster.bytes_per_element, cluster.efficiency, cluster.peak_flops
+    logits = 2.0 * T * d * E
+    scores = T * E  # logits, probabilities
+    if eff is None:
+        return ((logits + (SOFTMAX_FORWARD_FLOPS + k) * scores) / peak,
+                (2 * logits + (SOFTMAX_FLOPS_PER_ELEMENT - SOFTMAX_FORWARD_FLOPS) * scores + T * k * d) / peak,
+                2 * T * k * d / peak, 3 * T * k * d / peak)
+    product_bytes = (T * d + E * d + scores) * bpe
+
+    def matrix(kind: str) -> float:
+        return float(matrix_kernel_s(np.array([logits]), np.array([product_bytes]), peak, eff, kind)[0])
+
+    def vector(flops: float, nbytes: float) -> float:
+        return float(vector_kernel_s(np.array([flops]), np.array([nbytes]), eff)[0])
+
+    route_f = vector((SOFTMAX_FORWARD_FLOPS + k) * scores, 2 * scores * bpe)
+    route_b = vector((SOFTMAX_FLOPS_PER_ELEMENT - SOFTMAX_FORWARD_FLOPS) * scores, 3 * scores * bpe)
+    permute = 2 * T * k * d * bpe
+    router_f = matrix("forward") + route_f + vector(0.0, permute)
+    router_b = matrix("dgrad") + matrix("wgrad") + route_b + vector(T * k * d, 1.5 * permute)
+    combine = (T * k * d + T * d) * bpe
+    return router_f, router_b, vector(2 * T * k * d, combine), vector(3 * T * k * d, 1.5 * combine)
+
+
+def apply_experts(lt: "LayerTimes", cluster: Cluster, par: "Parallelism", strategy: Mapping[str, Sequence[int]],
+                  precision: str = "bf16") -> "LayerTimes":
+    """``lt`` with every expert block's layer costed and held by :func:`block_costs` (the module docstring).
+
+    ``strategy`` is the layer splits ``lt`` was costed under. An experts layer split along anything but its
+    tokens (a per-layer search's expert split inside the group) keeps the group's costs, and then expert
+    parallelism across the group is refused.
+
+    Raises ``ConfigurationError`` as :func:`expert_layout` and :func:`block_costs`, or when ``par`` asks for
+    expert parallelism of a model without experts or with experts split inside the group.
+    """
+    blocks = moe_blocks(lt.graph)
+    asked = par.ep > 1 or par.etp is not None
+    if not blocks:
+        if asked:
+            raise ConfigurationError(f"{lt.graph.name!r} has no mixture-of-experts layers: expert parallelism "
+                                     "(--ep, --etp) applies only to models with experts")
+        return lt
+    graph = lt.graph
+    following = [b for b in blocks if _token_following(graph.layer(b.experts_layer), strategy[b.experts_layer])]
+    if len(following) < len(blocks):
+        if asked:
+            raise ConfigurationError("expert parallelism across the group goes with Megatron's layer splits; these "
+                                     "layer splits already split the experts inside the tensor-parallel group")
+        return lt
+    layout = expert_layout(par, cluster.mesh)
+    index = {l.name: i for i, l in enumerate(lt.layers)}
+    arrays = {name: getattr(lt, name).copy() for name in (
+        "forward_s", "backward_s", "recompute_s", "gradient_s", "params", "fp8_params", "activations", "buffers",
+        "expert_params", "dispatch_s", "expert_compute_s", "plain_activations")}
+    transient = dict(lt.block_transient)
+    memo: dict = {}
+    for block in blocks:
+        key = (block.b, block.s, block.d, block.f, block.experts, block.top_k)
+        if key not in memo:
+            memo[key] = block_costs(block, par, cluster, layout, precision)
+        c = memo[key]
+        i = index[block.experts_layer]
+        if lt.recompute_s[i] > 0:  # full recomputation re-runs the block's forward, communication included
+            arrays["recompute_s"][i] = c["forward_s"]
+        arrays["forward_s"][i], arrays["backward_s"][i] = c["forward_s"], c["backward_s"]
+        # The router and the combine: their kernels as frameworks run them, in place of the group's generic op
+        # costs (their edges and collectives, none under Megatron's splits but a replicated router's logits, stay).
+        for name, prefix in ((block.router, "router"), (block.combine, "combine")):
+            j = index[name]
+            if lt.recompute_s[j] > 0:
+                arrays["recompute_s"][j] = c[f"{prefix}_forward_s"]
+            arrays["forward_s"][j], arrays["backward_s"][j] = c[f"{prefix}_forward_s"], c[f"{prefix}_backward_s"]
+        arrays["gradient_s"][i] = 0.0  # no expert is replicated inside the group: its replicas are the expert-DP
+        arrays["params"][i] = 0.0
+        arrays["expert_params"][i] = c["params"]
+        arrays["fp8_params"][i] = c["params"] if precision == "fp8" else 0.0
+        block_name = lt.block_of.get(block.experts_layer)
+        if block_name is not None:  # full recomputation: the block keeps its input; its activations are transient
+            transient[block_name] = transient.get(block_name, 0.0) + c["activations"] - float(lt.plain_activations[i])
+        else:
+            arrays["activations"][i] = c["activations"]
+        arrays["plain_activations"][i] = c["activations"]
+        arrays["buffers"][i] = c["buffers"]
+        arrays["dispatch_s"][i], arrays["expert_compute_s"][i] = c["dispatch_s"], c["compute_s"]
+    summary = experts_summary(blocks[0], memo[next(iter(memo))], layout, cluster.mesh, par)
+    return replace(lt, **arrays, block_transient=transient, experts=summary, memo={})
+
+
+def experts_summary(block: ExpertBlock, costs: Mapping[str, float], layout: ExpertLayout, mesh: DeviceMesh,
+                    par: "Parallelism") -> dict:
+    """An MoE plan as its user reads it: group sizes and the axes they span, experts and their parameters per
+    device (one block), tokens per all-to-all and over which link, dispatch against expert compute (per
+    block and microbatch, forward and backward)."""
+    ep_axes = layout.axes(mesh, "ep")
+    link = next(iter(ep_axes), None)  # the outermost axis the all-to-all crosses: its slowest link
+    return {
+        "ep": layout.ep, "etp": layout.etp, "edp": layout.edp,
+        "mesh": {"expert tensor": layout.axes(mesh, "etp"), "expert": ep_axes, "expert data": layout.axes(mesh, "edp")},
+        "experts": block.experts, "top_k": block.top_k, "experts_per_device": block.experts // layout.ep,
+        "expert_parameters_per_device_per_block": costs["params"],
+        "tokens_per_all_to_all": costs["tokens"],
+        "tokens_sent_per_all_to_all": costs["tokens"] * (layout.ep - 1) / layout.ep, "all_to_all_link": link,
+        "tokens_per_local_expert": costs["expert_tokens"],
+        "dispatch_s_per_block": costs["dispatch_s"], "expert_compute_s_per_block": costs["compute_s"],
+        "imbalance": par.expert_imbalance, "capacity_factor": par.capacity_factor,
+        "dispatch_overlap": par.expert_overlap, "fp8_dispatch": par.fp8_dispatch,
+    }
