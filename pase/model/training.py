@@ -113,7 +113,8 @@ from pase.ops import OPS, block_elements
 
 __all__ = ["RECOMPUTE", "Parallelism", "StageReport", "TrainingPlan", "LayerTimes", "evaluate_training",
            "cached_graph", "cached_times", "layer_times", "assemble", "average_load_s", "check_devices",
-           "group_extents", "group_cluster", "balanced_cuts", "attention_core", "blocks", "zero3_ring_s"]
+           "group_extents", "group_cluster", "balanced_cuts", "attention_core", "blocks", "zero3_ring_s",
+           "cut_weights_s"]
 
 RECOMPUTE = ("none", "selective", "full")
 # Mixed-precision Adam's update touches, per parameter: fp32 master, first and second moments read and
@@ -985,6 +986,15 @@ def average_load_s(lt: "LayerTimes", cluster: Cluster, data_k: Sequence[int], ze
     cuts: the search's cheapest bound."""
     zero3 = tuple(data_k) if zero == 3 and math.prod(data_k) > 1 else None
     return microbatches * _loads(lt, cluster, zero3, overlap)["total"] / stages
+
+
+def cut_weights_s(lt: "LayerTimes", cluster: Cluster, data_k: Sequence[int], zero: int, overlap: bool) -> np.ndarray:
+    """Per layer, the seconds the balanced cuts even out (:func:`balanced_cuts`) under ZeRO stage ``zero`` over
+    the data-parallel extents ``data_k``: a layer's forward and backward, or under ``overlap`` with ZeRO 3 the
+    larger of its compute and its gathers. For searches that cut elsewhere than between any two layers (whole
+    transformer blocks, :mod:`pase.frameworks`)."""
+    zero3 = tuple(data_k) if zero == 3 and math.prod(data_k) > 1 else None
+    return _loads(lt, cluster, zero3, overlap)["weight"]
 
 
 def _stage_sums(lt: "LayerTimes", cluster: Cluster, par: Parallelism, zero3: tuple[int, ...] | None):
