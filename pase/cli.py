@@ -365,6 +365,7 @@ def _add_solve(sub) -> None:
     p.add_argument("--tp-comm-overlap", action="store_true",
                    help="with --search 3d on a calibrated cluster, plan for Transformer Engine's tensor-parallel "
                         "communication overlap (the forward gathers and reduce-scatters pipelined with the products)")
+    _add_framework_option(p)
     p.add_argument("--json", action="store_true",
                    help="print one JSON object (a baseline's speedup is null where PaSE takes 0 s and it does not)")
     p.add_argument("--stats", action="store_true",
@@ -374,6 +375,24 @@ def _add_solve(sub) -> None:
                         "with --json)")
     _add_time_to_train_options(p)
     p.set_defaults(func=_solve)
+
+
+def _add_framework_option(p: argparse.ArgumentParser) -> None:
+    # Free text checked by pase.frameworks.framework, so an unknown name is one line naming the choices.
+    p.add_argument("--framework", metavar="NAME",
+                   help="with --search 3d, keep only what that framework runs, stages cut between whole transformer "
+                        "blocks: megatron (Megatron-LM main 2026 / megatron-core 0.16), torchtitan (0.2.2), deepspeed "
+                        "(0.16-0.19); any: every configuration cut between blocks, and the best each framework runs")
+
+
+def _framework(args) -> str | None:
+    """``--framework``, checked: None when not given; ConfigurationError naming the choices for an unknown name."""
+    from pase.frameworks import framework
+
+    name = getattr(args, "framework", None)
+    if name is not None and name != "any":
+        framework(name)
+    return name
 
 
 def _peak_rss_bytes() -> int:
@@ -469,7 +488,7 @@ def _solve_training(args) -> int:
     cache: dict = {}  # the baselines reuse the search's graphs and layer times
     found = search_training(build, cluster, batch, options=_options(args), intra_search=args.intra_search,
                             tp_overlap=args.tp_overlap, tp_comm_overlap=args.tp_comm_overlap, progress=progress,
-                            cache=cache)
+                            cache=cache, framework=_framework(args))
     baselines = training_baselines(build, cluster, batch, options=_options(args), tp_overlap=args.tp_overlap,
                                    tp_comm_overlap=args.tp_comm_overlap, cache=cache)
     stats = _training_search_stats(found, cache) if args.stats else None
@@ -494,6 +513,12 @@ def _solve_training(args) -> int:
     for r in found.runners_up[:3]:
         print(f"  runner-up {r.label}: {r.step_time_s:.3f} s "
               f"({(r.step_time_s / found.best.step_time_s - 1) * 100:.1f}% slower)")
+    for note in found.notes:
+        print(f"  note: {_printable(note)}")
+    for name, r in found.by_framework.items():
+        print(f"  best {name} runs: " + ("none of the configurations" if r is None else
+                                         f"{r.label}: {r.step_time_s:.3f} s "
+                                         f"({(r.step_time_s / found.best.step_time_s - 1) * 100:.1f}% slower)"))
     for name, b in baselines.items():
         fits = "" if b.fits_memory is not False else ", does NOT fit memory"
         print(f"  vs {name} ({b.label}): {b.step_time_s:.3f} s{fits}, "
@@ -552,8 +577,9 @@ def _solve(args) -> int:
     if args.search == "3d" or (args.search == "auto" and (args.model in LANGUAGE_MODELS or hf_3d)):
         _time_to_train_asked(args)
         return _solve_training(args)
-    if args.global_batch is not None or args.intra_search or args.tp_overlap or args.tp_comm_overlap:
-        raise GraphError("--global-batch, --intra-search and --tp-overlap apply to --search 3d")
+    if args.global_batch is not None or args.intra_search or args.tp_overlap or args.tp_comm_overlap or \
+            args.framework is not None:
+        raise GraphError("--global-batch, --intra-search, --tp-overlap and --framework apply to --search 3d")
     graph, cluster, options = _load_model(args), _cluster(args), _options(args)
     _time_to_train_asked(args)
     result = plan(graph, cluster, PlanOptions(configs=options, ordering=args.ordering))
@@ -894,6 +920,7 @@ def _add_sweep(sub) -> None:
                         "count (sample language models and Hugging Face configs) with its time to train, failures "
                         "included (give --train-tokens)")
     p.add_argument("--global-batch", type=_BATCH, help="samples per step for --search 3d (default: the sample's)")
+    _add_framework_option(p)
     _add_time_to_train_options(p)
     p.set_defaults(func=_sweep)
 
@@ -912,9 +939,9 @@ def _sweep(args) -> int:
 
     if _time_to_train_asked(args) and args.search == "3d":
         return _sweep_training(args)
-    if args.search == "3d" or args.global_batch is not None:
+    if args.search == "3d" or args.global_batch is not None or args.framework is not None:
         raise GraphError("--search 3d sweeps the time to train: give --train-tokens N (or --train-steps N); "
-                         "--global-batch applies to --search 3d")
+                         "--global-batch and --framework apply to --search 3d")
     names = list(dict.fromkeys(args.clusters)) if args.clusters else [args.cluster]
     cluster = [_cluster(argparse.Namespace(**{**vars(args), "cluster": name, "devices": args.devices[0]}))
                for name in names]
@@ -984,7 +1011,8 @@ def _sweep_training(args) -> int:
     progress = None if args.json else lambda done, total: print(f"  searched {done}/{total}", file=sys.stderr)
     records = scale_sweep(_builder(args), cluster, args.devices, _global_batch(args), tokens=args.train_tokens,
                           steps=args.train_steps, failures=failures, power=power,
-                          price_per_gpu_hour=args.price_per_gpu_hour, options=_options(args), progress=progress)
+                          price_per_gpu_hour=args.price_per_gpu_hour, options=_options(args), progress=progress,
+                          framework=_framework(args))
     if args.json:
         _print_json(records)
         return 0

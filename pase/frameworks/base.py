@@ -46,6 +46,7 @@ class TrainingSettings:
     ``searched`` whether the splits inside a stage were searched per layer
     rather than Megatron's rule; ``precision`` ``"bf16"`` or ``"fp8"``;
     ``attention`` ``"flash"``, ``"unfused"`` or ``""`` (not recorded);
+    ``blocks`` the model's transformer blocks (None: not recorded);
     ``label`` and ``model`` for comments.
     """
 
@@ -58,6 +59,7 @@ class TrainingSettings:
     searched: bool = False
     precision: str = "bf16"
     attention: str = ""
+    blocks: int | None = None
 
 
 class Framework:
@@ -195,21 +197,22 @@ def uniform_block_cuts(pieces: int, layout: BlockLayout) -> tuple[int, ...]:
     return layout.cuts_of([size + (q < extra) for q in range(pieces)])
 
 
-def stage_blocks(stages: Sequence[tuple[str, str]]) -> tuple[tuple[int, ...], list[str]]:
-    """Blocks per virtual stage of a plan, from each stage's first and last layer name (``stages_detail``).
+def stage_blocks(stages: Sequence[tuple[str, str]], total: int | None = None) -> tuple[tuple[int, ...], list[str]]:
+    """Blocks per virtual stage of a plan, from each stage's first and last layer name (``stages_detail``) and
+    the model's ``total`` blocks (None: unknown, then read from the names only when the last stage ends in a block).
 
     Returns ``(counts, problems)``: ``problems`` names each cut that falls
     inside a block (no framework runs part of a block on one stage and the
-    rest on the next), and ``counts`` is empty then or when the names hold
-    no blocks.
+    rest on the next), and ``counts`` is empty then or when the blocks are
+    unknown.
     """
     if not stages:
         return (), []
-    found = [block_index(n) for run in stages for n in run]
-    known = [k for k in found if k is not None]
-    if not known:
-        return (), []
-    total = max(known) + 1
+    known = [k for k in (block_index(n) for run in stages for n in run) if k is not None]
+    if total is None:
+        if not known or block_index(stages[-1][1]) is None:
+            return (), []
+        total = max(known) + 1
     problems = []
     counts = []
     Q = len(stages)

@@ -71,7 +71,7 @@ class DeepSpeed(Framework):
                      "plan does not record and global flags cannot express"] if s.searched else [])
         problems += self.problems(p, precision=s.precision, attention=s.attention)
         if p.pipeline > 1:
-            counts, inside = stage_blocks(s.stages)
+            counts, inside = stage_blocks(s.stages, s.blocks)
             problems += inside
             if counts:
                 size, extra = divmod(sum(counts), len(counts))

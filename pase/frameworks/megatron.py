@@ -76,7 +76,7 @@ class Megatron(Framework):
         Q = p.pipeline * p.virtual_stages
         if Q == 1:
             return []
-        counts, inside = stage_blocks(s.stages)
+        counts, inside = stage_blocks(s.stages, s.blocks)
         if inside:
             raise NotExpressibleError("the plan is not expressible in Megatron-LM: " + "; ".join(inside)
                                       + "; plan it with --framework megatron")
@@ -145,7 +145,7 @@ class Megatron(Framework):
                  "# Add the model's own arguments (--hidden-size, --num-attention-heads, --seq-length ...) and data "
                  "paths."]
         if len(s.stages) > 1:
-            counts, _ = stage_blocks(s.stages)
+            counts, _ = stage_blocks(s.stages, s.blocks)
             lines.append(f"# Transformer blocks per (virtual) stage, in Megatron's chunk-major order: "
                          f"{', '.join(map(str, counts))}.")
         pairs = []

@@ -84,7 +84,7 @@ class Torchtitan(Framework):
         """
         p = s.parallelism
         Q = p.pipeline * p.virtual_stages
-        counts, inside = stage_blocks(s.stages)
+        counts, inside = stage_blocks(s.stages, s.blocks)
         if inside:
             raise NotExpressibleError("the plan is not expressible in torchtitan: " + "; ".join(inside)
                                       + "; plan it with --framework torchtitan")

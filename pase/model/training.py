@@ -433,6 +433,7 @@ class TrainingPlan:
     chosen: tuple[str, ...] = field(default=())
     attention: str = "unfused"
     precision: str = "bf16"
+    transformer_blocks: int | None = None  # blocks of the graph (frameworks stack and cut whole blocks)
 
     def step_time_model(self) -> dict:
         """Which step-time model priced the plan, in words (:func:`pase.model.cost.describe_model`)."""
@@ -504,6 +505,7 @@ class TrainingPlan:
             },
             "chosen_by_search": list(self.chosen),
             "step_time_model": self.step_time_model(),
+            "transformer_blocks": self.transformer_blocks,
         }
 
 
@@ -1189,4 +1191,5 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
         hardware_flops_per_step=(lt.model_flops + float(lt.recompute_flops.sum()) * par.group) * replicas,
         memory_capacity_bytes=capacity, tokens_per_sample=sequence_length(graph), label=label or par.describe(),
         attention=lt.attention, precision=lt.precision,
+        transformer_blocks=len(set(graph.derived("blocks", lambda: blocks(graph)).values())) or None,
     )
