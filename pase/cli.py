@@ -672,10 +672,13 @@ def _add_training_options(p: argparse.ArgumentParser) -> None:
                    help="Transformer Engine's tensor-parallel communication overlap (Megatron-Core's "
                         "--tp-comm-overlap; a calibrated cluster): the forward all-gathers and reduce-scatters "
                         "pipelined with the products they feed or come from (default: exposed)")
+    g.add_argument("--framework", metavar="NAME",
+                   help="cut the stages as that framework runs them (megatron, torchtitan, deepspeed: whole "
+                        "transformer blocks) and refuse what it does not run")
 
 
 _TRAINING_FLAGS = ("tp", "pp", "dp", "cp", "vp", "microbatch_size", "global_batch", "seq", "recompute", "zero",
-                   "schedule")
+                   "schedule", "framework")
 
 
 def _training_asked(args) -> bool:
@@ -750,6 +753,12 @@ def _evaluate_training(args) -> int:
         raise ConfigurationError(f"the global batch {batch} does not split over {dp} data-parallel replicas; "
                                  "give a --global-batch that is a multiple of --dp")
     best, error = None, None
+    fw = None
+    if args.framework is not None:
+        from pase.frameworks import framework, framework_cuts
+
+        fw = framework(args.framework)
+    cache: dict = {}
     for b in microbatches:
         for v in virtual:
             try:
@@ -758,7 +767,9 @@ def _evaluate_training(args) -> int:
                                   zero=args.zero or 0, schedule=schedule, tp_overlap=args.tp_overlap,
                                   tp_comm_overlap=args.tp_comm_overlap,
                                   overlap=cluster.efficiency is not None if args.overlap is None else args.overlap)
-                got = evaluate_training(build, cluster, par, options=_options(args))
+                if fw is not None:
+                    par = replace(par, stage_cuts=framework_cuts(fw, build, cluster, par, _options(args), cache))
+                got = evaluate_training(build, cluster, par, options=_options(args), cache=cache)
             except ConfigurationError as exc:
                 if len(microbatches) * len(virtual) == 1:
                     raise
@@ -844,8 +855,12 @@ def _evaluate(args) -> int:
         document = load_plan_document(args.plan)
     except FormatError:
         document = None  # the strategy reader below reports the problem in its own words
+        if _looks_exported(args.plan):
+            return _evaluate_exported(args)
     if is_training_plan(document):
         return _evaluate_training_plan(args, document)
+    if isinstance(document, dict) and "zero_optimization" in document and "train_batch_size" in document:
+        return _evaluate_exported(args)  # a DeepSpeed configuration: says what it lacks
     graph, cluster, options = _load_model(args), _cluster(args), _options(args)
     strategy, label = _strategy(args)
     try:
@@ -861,6 +876,53 @@ def _evaluate(args) -> int:
     print(f"{given} of {len(graph)} layers configured by {_printable(label)}" +
           ("" if given == len(graph) else f"; the other {len(graph) - given} data parallel"))
     _print_memory(result)
+    _print_time_to_train(trained)
+    return 0
+
+
+def _looks_exported(path: str) -> bool:
+    """Whether the file at ``path`` reads like a Megatron-LM or torchtitan export (pase.frameworks.read_export)."""
+    from pase.io.files import read_limited
+    from pase.limits import MAX_FILE_BYTES
+
+    text = read_limited(Path(path), MAX_FILE_BYTES, what="plan file").decode("utf-8", "replace")
+    return ("torchrun" in text and ".py" in text) or "[parallelism]" in text
+
+
+def _evaluate_exported(args) -> int:
+    """``pase evaluate MODEL --plan EXPORT``: a Megatron-LM or torchtitan export of a 3-D plan, re-costed on the
+    cluster the options describe in the export's precision and attention (its stage cuts from its blocks per
+    stage)."""
+    from pase.frameworks import block_layout, read_export
+    from pase.io.files import read_limited
+    from pase.limits import MAX_FILE_BYTES
+    from pase.model.training import evaluate_training
+
+    label = Path(args.plan).name
+    text = read_limited(Path(args.plan), MAX_FILE_BYTES, what="plan file").decode("utf-8", "replace")
+    try:
+        name, settings, counts = read_export(text)
+    except FormatError as exc:
+        raise FormatError(f"{label}: {exc}") from None
+    build, cluster = _builder(args), _cluster(args)
+    par = settings.parallelism
+    try:
+        cuts = None
+        if par.pipeline * par.virtual_stages > 1:
+            if not counts:
+                raise FormatError("it gives no transformer blocks per stage (--num-layers or a layout)")
+            cuts = block_layout([layer.name for layer in build(1).layers]).cuts_of(counts)
+        par = replace(par, stage_cuts=cuts, overlap=cluster.efficiency is not None)
+        options = replace(_options(args), precision=settings.precision,
+                          attention=settings.attention or _options(args).attention)
+        result = evaluate_training(build, cluster, par, options=options, label=f"{label} ({name}): {par.describe()}")
+    except (GraphError, ConfigurationError, FormatError) as exc:
+        raise type(exc)(f"{label}: {exc}") from None
+    trained = _time_to_train(result, args, build(1).parameter_count)
+    if args.json:
+        _print_json(result.to_dict() if trained is None else {**result.to_dict(), "time_to_train": trained.to_dict()})
+        return 0
+    _print_training(result)
     _print_time_to_train(trained)
     return 0
 
@@ -1138,9 +1200,9 @@ def _export(args) -> int:
     document = load_plan_document(args.plan)
     if args.model is None and args.batch is not None:
         raise GraphError("--batch applies to the model given with --model")
-    if args.model is not None and is_training_plan(document):
-        raise GraphError(f"--model applies to per-layer plans; {_printable(label)} is a 3-D training plan, which "
-                         "names its model")
+    if args.model is not None and is_training_plan(document) and args.format not in ("dtensor", "partitionspec"):
+        raise GraphError(f"--model applies to per-layer plans and to the dtensor and partitionspec exports; "
+                         f"{_printable(label)} is a 3-D training plan, which names its model")
     graph = None if args.model is None else _load_model(argparse.Namespace(model=args.model, batch=args.batch))
     try:
         text = export_plan(document, args.format, graph=graph)

@@ -33,12 +33,14 @@ What pase's 3-D plans map to:
 
 from __future__ import annotations
 
+import re
 import shlex
 
+from pase.errors import ConfigurationError, FormatError
 from pase.frameworks.base import Framework, NotExpressibleError, TrainingSettings, launch_line, stage_blocks
 from pase.model.training import Parallelism
 
-__all__ = ["MEGATRON", "Megatron"]
+__all__ = ["MEGATRON", "Megatron", "read_script"]
 
 _SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
 
@@ -222,3 +224,69 @@ def _hydra(value) -> str:
 
 
 MEGATRON = Megatron()
+
+
+def _layout_counts(layout: str) -> tuple[int, ...]:
+    """Transformer blocks per stage of a ``--pipeline-model-parallel-layout`` as :meth:`Megatron.layer_arguments`
+    writes it (``E``, ``t`` or ``t*n``, ``L`` per stage, ``|`` between stages)."""
+    counts = []
+    for stage in layout.split("|"):
+        body = stage.removeprefix("E").removesuffix("L")
+        if body and not re.fullmatch(r"t(\*\d+)?", body):
+            raise FormatError(f"--pipeline-model-parallel-layout stage {stage!r} is not E, t, t*N, L in that order")
+        counts.append(0 if not body else int(body[2:]) if "*" in body else 1)
+    return tuple(counts)
+
+
+def read_script(text: str) -> tuple[TrainingSettings, tuple[int, ...]]:
+    """The settings and blocks per virtual stage of a Megatron-LM export (:meth:`Megatron.script`), for
+    ``pase evaluate --plan`` (the blocks are empty when the export leaves them to Megatron's even split of a
+    model whose layer count it does not give).
+
+    Raises ``FormatError`` when the text has no ``torchrun ... pretrain_gpt.py`` line or its sizes are not whole
+    numbers that make a valid configuration.
+    """
+    words = shlex.split(" ".join(line for line in text.replace("\\\n", " ").splitlines()
+                                 if not line.lstrip().startswith("#")))
+    if "torchrun" not in words or not any(w.endswith(".py") for w in words):
+        raise FormatError("not a Megatron-LM export: no 'torchrun ... pretrain_gpt.py' line")
+    script = next(i for i, w in enumerate(words) if w.endswith(".py"))
+    launcher, flags = _flags(words[words.index("torchrun") + 1:script]), _flags(words[script + 1:])
+
+    def whole(table: dict, flag: str, default: int | None = None) -> int:
+        value = table.get(flag, default)
+        if value is None or not str(value).isdigit() or int(value) < 1:
+            raise FormatError(f"{flag} must be a positive whole number in a Megatron-LM export, got {value!r}")
+        return int(value)
+
+    world = whole(launcher, "--nnodes") * whole(launcher, "--nproc-per-node")
+    t, p, c = (whole(flags, f"--{k}-parallel-size", 1) for k in ("tensor-model", "pipeline-model", "context"))
+    if world % (t * p * c):
+        raise FormatError(f"tp {t} x pp {p} x cp {c} does not divide the world size {world}")
+    counts: tuple[int, ...] = ()
+    v = whole(flags, "--num-virtual-stages-per-pipeline-rank", 1)
+    layers = whole(flags, "--num-layers") if "--num-layers" in flags else None
+    if "--pipeline-model-parallel-layout" in flags:
+        counts = _layout_counts(str(flags["--pipeline-model-parallel-layout"]))
+        v = len(counts) // p
+    elif "--decoder-first-pipeline-num-layers" in flags and layers is not None:
+        first, last = whole(flags, "--decoder-first-pipeline-num-layers"), whole(flags, "--decoder-last-pipeline-num-layers")
+        middle = (layers - first - last) // max(p - 2, 1)
+        counts = (first, *[middle] * (p - 2), last)
+    elif layers is not None and layers % (p * v) == 0:
+        counts = (layers // (p * v),) * (p * v)
+    zero = (1 if "--use-distributed-optimizer" in flags else 0) if "--use-megatron-fsdp" not in flags else {
+        v_: k for k, v_ in _SHARDING.items()}.get(str(flags.get("--data-parallel-sharding-strategy")), 0)
+    granularity = flags.get("--recompute-granularity")
+    try:
+        par = Parallelism(tensor=t, pipeline=p, context=c, data=world // (t * p * c), virtual_stages=v,
+                          microbatch_size=whole(flags, "--micro-batch-size"),
+                          global_batch=whole(flags, "--global-batch-size"),
+                          sequence_parallel="--sequence-parallel" in flags, recompute=granularity or "none",
+                          zero=zero)
+    except ConfigurationError as exc:
+        raise FormatError(f"the Megatron-LM export is not a valid configuration: {exc}") from None
+    attention = str(flags.get("--attention-backend") or "")
+    return TrainingSettings(parallelism=par, model="", nodes=whole(launcher, "--nnodes"),
+                            precision="fp8" if "--fp8-format" in flags else "bf16",
+                            attention=attention if attention in ("flash", "unfused") else ""), counts

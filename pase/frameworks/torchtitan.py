@@ -32,11 +32,13 @@ What pase's 3-D plans map to:
 from __future__ import annotations
 
 import json
+import tomllib
 
+from pase.errors import ConfigurationError, FormatError
 from pase.frameworks.base import Framework, NotExpressibleError, TrainingSettings, launch_line, stage_blocks
 from pase.model.training import Parallelism
 
-__all__ = ["TORCHTITAN", "Torchtitan", "SCHEDULES"]
+__all__ = ["TORCHTITAN", "Torchtitan", "SCHEDULES", "read_toml"]
 
 # pase's schedules as torch.distributed.pipelining names them (get_schedule_class).
 SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe"}
@@ -146,3 +148,49 @@ class Torchtitan(Framework):
 
 
 TORCHTITAN = Torchtitan()
+
+
+def read_toml(text: str) -> tuple[TrainingSettings, tuple[int, ...]]:
+    """The settings and blocks per virtual stage of a torchtitan job TOML (:meth:`Torchtitan.toml`), for
+    ``pase evaluate --plan``.
+
+    Raises ``FormatError`` when the text is no TOML with a ``[parallelism]``
+    table, or its degrees and batch do not make a valid configuration.
+    """
+    try:
+        doc = tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise FormatError(f"not a torchtitan job TOML: {exc}") from None
+    par_t, train, ac = (doc.get(k) for k in ("parallelism", "training", "activation_checkpoint"))
+    if not isinstance(par_t, dict) or not isinstance(train, dict):
+        raise FormatError("not a torchtitan job TOML: it has no [parallelism] and [training] tables")
+
+    def whole(table: dict, key: str, default: int | None = None) -> int:
+        value = table.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise FormatError(f"{key} must be a positive whole number in a torchtitan job TOML, got {value!r}")
+        return value
+
+    t, c, p = (whole(par_t, f"{k}_parallel_degree", 1) for k in ("tensor", "context", "pipeline"))
+    replicate, shard = whole(par_t, "data_parallel_replicate_degree", 1), whole(par_t, "data_parallel_shard_degree", 1)
+    parts = par_t.get("module_fqns_per_model_part") or []
+    counts = tuple(sum(1 for m in part if isinstance(m, str) and m.startswith("layers.")) for part in parts)
+    names = {v: k for k, v in SCHEDULES.items()}
+    schedule = names.get(par_t.get("pipeline_parallel_schedule", "1F1B"))
+    if p > 1 and schedule is None:
+        raise FormatError(f"pipeline_parallel_schedule {par_t.get('pipeline_parallel_schedule')!r} is none of "
+                          f"{', '.join(names)}")
+    d = replicate * shard
+    local = whole(train, "local_batch_size")
+    micro = whole(par_t, "pipeline_parallel_microbatch_size", 1) if p > 1 else local
+    mode = ac.get("mode", "none") if isinstance(ac, dict) else "none"
+    model = doc.get("model") if isinstance(doc.get("model"), dict) else {}
+    try:
+        par = Parallelism(tensor=t, context=c, pipeline=p, data=d, virtual_stages=max(1, len(parts) // p) if parts
+                          else 1, microbatch_size=micro, global_batch=whole(train, "global_batch_size"),
+                          sequence_parallel=t > 1, recompute=mode, zero=3 if shard > 1 else 0,
+                          schedule=schedule if p > 1 else None)
+    except ConfigurationError as exc:
+        raise FormatError(f"the torchtitan job is not a valid configuration: {exc}") from None
+    fp8 = "quantize.linear.float8" in (model.get("converters") or [])
+    return TrainingSettings(parallelism=par, model="", precision="fp8" if fp8 else "bf16", attention="flash"), counts
