@@ -661,8 +661,9 @@ def training_dtensor_export(data: Mapping, graph: Graph | None = None) -> dict:
     ``mesh`` builds the device mesh (``init_device_mesh("cuda", shape,
     mesh_dim_names=dim_names)``); each tensor's ``placements`` are over
     ``layer_mesh`` (``mesh[tuple(layer_mesh)]``, the sub-mesh of the layer's
-    pipeline ``stage``), its ``shape`` global and ``local_shape`` what one
-    device holds. Raises as :func:`training_layouts`.
+    pipeline ``stage``), its ``shape`` global and ``local_shape`` what the
+    first device holds (DTensor gives the first devices the larger blocks of
+    an uneven split). Raises as :func:`training_layouts`.
     """
     axes, layer_mesh, records = training_layouts(data, graph)
     out = _training_header(data, "dtensor", axes)
