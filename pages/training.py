@@ -366,9 +366,10 @@ if st.button("Evaluate", type="primary", key="tr_evaluate", icon=":material/play
              help="Model this configuration's step, memory and schedule.") and plan is None:
     try:
         with Work(f"Evaluating {par.describe()}...") as work:
-            if chosen_framework in FRAMEWORKS:  # its stage cuts, or why it does not run this configuration
+            if chosen_framework is not None:  # its stage cuts (any: whole blocks), or why it does not run this
                 par = replace(par, stage_cuts=work.run(
-                    framework_cuts, framework(chosen_framework), build, cluster, par, options, {},
+                    framework_cuts, framework(chosen_framework) if chosen_framework in FRAMEWORKS else None,
+                    build, cluster, par, options, {},
                     what="the framework's stage cuts", text=f"Cutting the stages as {chosen_framework} does..."))
             plan = work.run(evaluate_training, build, cluster, par, record=True, options=options,
                             what="the evaluation",

@@ -674,7 +674,7 @@ def _add_training_options(p: argparse.ArgumentParser) -> None:
                         "pipelined with the products they feed or come from (default: exposed)")
     g.add_argument("--framework", metavar="NAME",
                    help="cut the stages as that framework runs them (megatron, torchtitan, deepspeed: whole "
-                        "transformer blocks) and refuse what it does not run")
+                        "transformer blocks) and refuse what it does not run; any: balanced whole-block cuts")
 
 
 _TRAINING_FLAGS = ("tp", "pp", "dp", "cp", "vp", "microbatch_size", "global_batch", "seq", "recompute", "zero",
@@ -753,11 +753,10 @@ def _evaluate_training(args) -> int:
         raise ConfigurationError(f"the global batch {batch} does not split over {dp} data-parallel replicas; "
                                  "give a --global-batch that is a multiple of --dp")
     best, error = None, None
-    fw = None
     if args.framework is not None:
         from pase.frameworks import framework, framework_cuts
 
-        fw = framework(args.framework)
+        fw = None if args.framework == "any" else framework(args.framework)
     cache: dict = {}
     for b in microbatches:
         for v in virtual:
@@ -767,7 +766,7 @@ def _evaluate_training(args) -> int:
                                   zero=args.zero or 0, schedule=schedule, tp_overlap=args.tp_overlap,
                                   tp_comm_overlap=args.tp_comm_overlap,
                                   overlap=cluster.efficiency is not None if args.overlap is None else args.overlap)
-                if fw is not None:
+                if args.framework is not None:
                     par = replace(par, stage_cuts=framework_cuts(fw, build, cluster, par, _options(args), cache))
                 got = evaluate_training(build, cluster, par, options=_options(args), cache=cache)
             except ConfigurationError as exc:

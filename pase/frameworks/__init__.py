@@ -60,10 +60,11 @@ def read_export(text: str) -> tuple[str, TrainingSettings, tuple[int, ...]]:
     raise FormatError("neither a plan pase wrote nor a Megatron-LM or torchtitan export of one")
 
 
-def framework_cuts(fw: Framework, build, cluster, par, options, cache: dict) -> tuple[int, ...] | None:
+def framework_cuts(fw: Framework | None, build, cluster, par, options, cache: dict) -> tuple[int, ...] | None:
     """The stage cuts framework ``fw`` runs for configuration ``par`` of the model ``build(batch)`` builds on
     ``cluster`` (None for one stage): between whole blocks, as :meth:`Framework.cuts` places them for the
-    layers' times under ``options``. ``cache`` as :func:`pase.model.training.cached_times`.
+    layers' times under ``options`` (``fw`` None: balanced over the blocks, whatever runs them, as
+    ``--framework any`` cuts). ``cache`` as :func:`pase.model.training.cached_times`.
 
     Raises ``ConfigurationError`` naming what ``fw`` does not run of ``par``
     (:meth:`Framework.problems`), or when the model has fewer blocks than
@@ -72,13 +73,16 @@ def framework_cuts(fw: Framework, build, cluster, par, options, cache: dict) -> 
     from pase.model.memory import MemoryOptions
     from pase.model.training import cached_times, check_devices, cut_weights_s
 
+    from pase.frameworks.base import balanced_block_cuts
+
     lt = cached_times(build, cluster, par, options, MemoryOptions(), cache)[par.recompute]
-    problems = fw.problems(par, precision=options.precision, attention=lt.attention)
+    problems = [] if fw is None else fw.problems(par, precision=options.precision, attention=lt.attention)
     if problems:
         raise ConfigurationError(f"{fw.title} does not run {par.describe()}: " + "; ".join(problems))
     pieces = par.pipeline * par.virtual_stages
     if pieces == 1:
         return None
     _, data_k, _ = check_devices(par, cluster)
-    return fw.cuts(cut_weights_s(lt, cluster, data_k, par.zero, par.overlap), pieces,
-                   block_layout([layer.name for layer in lt.layers]))
+    weights = cut_weights_s(lt, cluster, data_k, par.zero, par.overlap)
+    layout = block_layout([layer.name for layer in lt.layers])
+    return balanced_block_cuts(weights, pieces, layout) if fw is None else fw.cuts(weights, pieces, layout)

@@ -202,7 +202,8 @@ class Megatron(Framework):
 
 def _searched(s: TrainingSettings) -> list[str]:
     return [f"its layer splits inside a stage were searched per layer ({s.label!r}), which the training plan does "
-            "not record and global flags cannot express; export a plan with Megatron layer splits"] if s.searched else []
+            "not record and global flags cannot express; export a plan with Megatron layer splits"
+            ] if s.searched else []
 
 
 def _flags(args: list[str]) -> dict[str, str | None]:
@@ -270,7 +271,8 @@ def read_script(text: str) -> tuple[TrainingSettings, tuple[int, ...]]:
         counts = _layout_counts(str(flags["--pipeline-model-parallel-layout"]))
         v = len(counts) // p
     elif "--decoder-first-pipeline-num-layers" in flags and layers is not None:
-        first, last = whole(flags, "--decoder-first-pipeline-num-layers"), whole(flags, "--decoder-last-pipeline-num-layers")
+        first = whole(flags, "--decoder-first-pipeline-num-layers")
+        last = whole(flags, "--decoder-last-pipeline-num-layers")
         middle = (layers - first - last) // max(p - 2, 1)
         counts = (first, *[middle] * (p - 2), last)
     elif layers is not None and layers % (p * v) == 0:
