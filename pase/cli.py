@@ -1181,8 +1181,10 @@ def _add_export(sub) -> None:
                                    "docs/plan-format.md). A per-layer plan (pase solve --json) exports to every "
                                    "format, to Megatron-LM, torchtitan and DeepSpeed when its layers split as "
                                    "Megatron-LM's rule does; a 3-D training plan (pase evaluate --tp ... --json, "
-                                   "pase solve --search 3d --json) to megatron, torchtitan and deepspeed. What the "
-                                   "format cannot express is refused, naming the layers or settings.")
+                                   "pase solve --search 3d --json) to every format, its dtensor and partitionspec "
+                                   "on the mesh pp x dp_replicate x dp_shard x cp x tp. What the format cannot "
+                                   "express is refused, naming the layers or settings (pase.frameworks: the "
+                                   "versions each targets).")
     p.add_argument("plan", metavar="PLAN.json", help="a plan document pase wrote (either kind)")
     p.add_argument("--format", required=True, choices=EXPORT_FORMATS, help="what to write")
     p.add_argument("--out", metavar="FILE", help="write to FILE (default: standard output)")
@@ -1236,8 +1238,8 @@ _HELP = {
     "show": "list a model's layers, dimensions and configuration counts",
     "sweep": "step time and speedup over data parallelism across device counts",
     "solve-instance": "solve a solver-level instance file (the ../shared/instances format)",
-    "export": "write a plan as DTensor placements, JAX PartitionSpecs, Megatron-LM arguments, "
-              "torchtitan or DeepSpeed settings",
+    "export": "write a plan as DTensor placements, JAX PartitionSpecs, Megatron-LM arguments, a Megatron-Bridge "
+              "override, torchtitan or DeepSpeed settings, or its launch line",
     "calibrate": "measure this machine's GPU (and its links) and write a calibration file pase plans with",
 }
 _COMMANDS = {
