@@ -606,8 +606,8 @@ def training_layouts(data: Mapping, graph: Graph | None = None):
         graph = sample(s.model, batch=par.microbatch_size)
     rule = tensor_parallel_strategy(graph, par.tensor, par.context, par.sequence_parallel)
     zero3 = par.zero == 3 and par.data > 1
-    axes = [("pp", par.pipeline), ("dp_replicate", 1 if zero3 else par.data), ("dp_shard", par.data if zero3 else 1),
-            ("cp", par.context), ("tp", par.tensor)]
+    axes = list(zip(TRAINING_MESH, (par.pipeline, 1 if zero3 else par.data, par.data if zero3 else 1, par.context,
+                                    par.tensor)))
     inner = axes[1:]
     index = [block_index(layer.name) for layer in graph]
     first_block = next((k for k in index if k is not None), None)
