@@ -59,8 +59,8 @@ class Megatron(Framework):
         if par.zero >= 2 and par.data > 1 and par.pipeline > 1:
             out.append(f"ZeRO stage {par.zero} with {par.pipeline} pipeline stages: Megatron-LM shards gradients "
                        f"{'and weights ' if par.zero == 3 else ''}only through Megatron-FSDP, without pipeline "
-                       "stages (its distributed optimizer shards the optimizer state: ZeRO 1); re-cost with --zero 1 "
-                       "or export --format deepspeed")
+                       "stages (its distributed optimizer shards the optimizer state: ZeRO 1); re-cost with --zero 1, "
+                       "or plan with --framework megatron")
         if par.schedule == "gpipe" and par.pipeline > 1:
             out.append("the GPipe schedule: Megatron-LM runs 1F1B or, with virtual stages, the interleaved schedule")
         if par.virtual_stages > 1 and par.pipeline == 1:

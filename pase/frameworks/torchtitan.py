@@ -56,8 +56,8 @@ class Torchtitan(Framework):
         out = []
         if par.data > 1 and par.zero in (1, 2):
             out.append(f"ZeRO stage {par.zero}: torchtitan's FSDP2 shards the weights too (ZeRO 3), and without "
-                       "resharding still gathers them every microbatch; re-cost with --zero 3 or export --format "
-                       "megatron")
+                       "resharding still gathers them every microbatch; re-cost with --zero 3, or plan with "
+                       "--framework torchtitan")
         if par.data > 1 and par.zero == 0 and par.group * par.pipeline > 1:
             out.append("ZeRO stage 0 (DDP) beside tensor, context or pipeline parallelism: torchtitan runs DDP only "
                        "as the one parallelism (else FSDP2); re-cost with --zero 3")
