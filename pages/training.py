@@ -9,10 +9,12 @@ its own model and cluster inputs (the sidebar's are for the other pages).
 
 import inspect
 import json
+from dataclasses import replace
 
 import streamlit as st
 
 from pase.errors import PaseError
+from pase.frameworks import FRAMEWORK_CHOICES, FRAMEWORKS, framework, framework_cuts
 from pase.io.export import FORMATS as EXPORT_FORMATS, export_plan, file_name
 from pase.hardware.cluster import PRESETS, preset
 from pase.ir.configs import ATTENTION_KINDS, PRECISIONS, ConfigOptions
@@ -144,7 +146,14 @@ try:
 except PaseError as exc:
     st.error(f"Cannot use this cluster: {md(exc)}", icon=":material/error:")
     st.stop()
-k1, k2 = st.columns(2)
+k1, k2, k3 = st.columns(3)
+NO_FRAMEWORK = "none (cut anywhere)"
+framework_name = kept(k3.selectbox, "framework", "any", "Framework", [NO_FRAMEWORK, *FRAMEWORK_CHOICES],
+                      help="Keep only what that framework runs, stages cut between whole transformer blocks "
+                           "(pase.frameworks: Megatron-LM main 2026 with megatron-core 0.16, torchtitan 0.2.2, "
+                           "DeepSpeed 0.16-0.19); any: every configuration cut between blocks, and the best each "
+                           "framework runs; none: cuts anywhere, as no framework runs them.")
+chosen_framework = None if framework_name == NO_FRAMEWORK else framework_name
 attention = kept(k1.selectbox, "attention", "auto", "Attention", list(ATTENTION_KINDS),
                  help="flash: each attention core one fused kernel (FlashAttention, cuDNN): no s x s tensor kept, a "
                       "causal mask halving the work; unfused: 2021-22 Megatron-LM's separate products and softmax; "
@@ -202,9 +211,15 @@ def cap_text(plan) -> str:
     return f"{plan.memory_capacity_bytes / 1e9:g} GB"
 
 
-def show_plan(plan, prefix: str) -> None:
+# The framework whose rules each export format writes (the others write any plan).
+FORMAT_FRAMEWORK = {"megatron": "megatron", "megatron-bridge": "megatron", "torchtitan": "torchtitan",
+                    "deepspeed": "deepspeed"}
+
+
+def show_plan(plan, prefix: str, runnable: dict | None = None) -> None:
     """The plan's headline, schedule, stage memory (peak and over the step), mesh and stage table (element keys
-    start with ``prefix``)."""
+    start with ``prefix``); ``runnable`` (framework name -> its best plan, or None) offers, beside an export the
+    plan cannot be written as, the best plan that framework runs."""
     headline(plan)
     st.subheader("Pipeline schedule")
     st.plotly_chart(schedule_figure(plan), key=f"{prefix}_gantt")
@@ -237,17 +252,23 @@ def show_plan(plan, prefix: str) -> None:
     st.dataframe(stage_rows(plan), hide_index=True, key=f"{prefix}_stages")
     st.download_button("Plan (JSON)", json.dumps(plan.to_dict(), indent=1), file_name=file_name(model, "training"),
                        mime="application/json", key=f"{prefix}_json", icon=":material/download:")
-    # DTensor and PartitionSpec placements come from per-layer plans (the explorer); a 3-D plan exports its flags.
-    formats = [f for f in EXPORT_FORMATS if f not in ("dtensor", "partitionspec")]
     e1, e2 = st.columns([1, 2])
-    export_format = e1.selectbox("Export as", formats, index=None, placeholder="Choose a framework",
+    export_format = e1.selectbox("Export as", list(EXPORT_FORMATS), index=None, placeholder="Choose a framework",
                                  key=f"{prefix}_export_format",
-                                 help="Megatron-LM arguments, a torchtitan TOML or a DeepSpeed ZeRO config of this "
-                                      "plan (docs/plan-format.md)")
+                                 help="Megatron-LM arguments or a Megatron-Bridge override, a torchtitan job TOML, a "
+                                      "DeepSpeed config, DTensor placements or JAX PartitionSpecs of the "
+                                      "tensor-parallel layers, or the launch line (docs/plan-format.md)")
     try:
         exported = None if export_format is None else export_plan(plan.to_dict(), export_format)
-    except PaseError as exc:  # a setting the framework lacks: say which, and offer nothing to download
+    except PaseError as exc:  # a setting the framework lacks: say which, and offer its best runnable plan
         e2.error(md(exc), icon=":material/block:")
+        other = (runnable or {}).get(FORMAT_FRAMEWORK.get(export_format))
+        if other is not None:
+            slower = other.step_time_s / plan.step_time_s - 1
+            e2.download_button(f"Export the best plan {FRAMEWORKS[FORMAT_FRAMEWORK[export_format]].title} runs "
+                               f"({other.label}, {slower:+.1%})", export_plan(other.to_dict(), export_format),
+                               file_name=file_name(model, export_format), key=f"{prefix}_export_runnable",
+                               icon=":material/download:")
     else:
         if exported is not None:
             e2.download_button(f"Export ({export_format})", exported, file_name=file_name(model, export_format),
@@ -259,7 +280,7 @@ store = state.stores()["misc"]
 # -- search ------------------------------------------------------------------------------------------
 
 if mode == MODES[0]:
-    key = ("training-search", model_id, cluster, global_batch, options)
+    key = ("training-search", model_id, cluster, global_batch, options, chosen_framework)
     found = store.get(key)
     clicked = st.button("Search", type="primary", key="tr_search", icon=":material/play_arrow:",
                         help="Model every configuration that tiles the mesh and keep the fastest that fits.")
@@ -267,7 +288,7 @@ if mode == MODES[0]:
         try:
             with Work("Searching...") as work:
                 search = work.run(search_training, build, cluster, global_batch, options=options,
-                                  what="the training search",
+                                  framework=chosen_framework, what="the training search",
                                   text="Searching...", counts="Microbatch sizes x groups modelled")
                 best = work.run(evaluate_training, build, cluster, search.best.parallelism, record=True,
                                 options=options,
@@ -293,7 +314,11 @@ if mode == MODES[0]:
                f"bound) in {fmt_time(search.search_time_s)}: **{md(best.label)}**.", icon=":material/check_circle:")
     for note in search.notes:
         st.caption(md(note))
-    show_plan(best, "tr_best")
+    show_plan(best, "tr_best", search.by_framework or (
+        {chosen_framework: best} if chosen_framework in FRAMEWORKS else None))
+    for name, r in search.by_framework.items():
+        st.caption(f"Best plan {md(FRAMEWORKS[name])} runs: " + ("none of the configurations." if r is None else
+                   f"**{md(r.label)}**, {fmt_time(r.step_time_s)} ({r.step_time_s / best.step_time_s - 1:+.1%})."))
     st.subheader("Runners-up and baselines")
     rows = [{"plan": "best", "configuration": best.label, "step time": fmt_time(best.step_time_s),
              "slower than the best": "-", "memory per device GB": round(best.memory_per_device_bytes / 1e9, 3),
@@ -356,12 +381,17 @@ try:
 except PaseError as exc:
     st.error(f"Not a valid configuration: {md(exc)}", icon=":material/error:")
     st.stop()
-key = ("training-eval", model_id, cluster, par, options)
+key = ("training-eval", model_id, cluster, par, options, chosen_framework)
 plan = store.get(key)
 if st.button("Evaluate", type="primary", key="tr_evaluate", icon=":material/play_arrow:",
              help="Model this configuration's step, memory and schedule.") and plan is None:
     try:
         with Work(f"Evaluating {par.describe()}...") as work:
+            if chosen_framework is not None:  # its stage cuts (any: whole blocks), or why it does not run this
+                par = replace(par, stage_cuts=work.run(
+                    framework_cuts, framework(chosen_framework) if chosen_framework in FRAMEWORKS else None,
+                    build, cluster, par, options, {},
+                    what="the framework's stage cuts", text=f"Cutting the stages as {chosen_framework} does..."))
             plan = work.run(evaluate_training, build, cluster, par, record=True, options=options,
                             what="the evaluation",
                             text=f"Evaluating {par.describe()} (building the model at the microbatch size, "

@@ -379,6 +379,7 @@ def _add_solve(sub) -> None:
     p.add_argument("--tp-comm-overlap", action="store_true",
                    help="with --search 3d on a calibrated cluster, plan for Transformer Engine's tensor-parallel "
                         "communication overlap (the forward gathers and reduce-scatters pipelined with the products)")
+    _add_framework_option(p)
     p.add_argument("--json", action="store_true",
                    help="print one JSON object (a baseline's speedup is null where PaSE takes 0 s and it does not)")
     p.add_argument("--stats", action="store_true",
@@ -388,6 +389,24 @@ def _add_solve(sub) -> None:
                         "with --json)")
     _add_time_to_train_options(p)
     p.set_defaults(func=_solve)
+
+
+def _add_framework_option(p: argparse.ArgumentParser) -> None:
+    # Free text checked by pase.frameworks.framework, so an unknown name is one line naming the choices.
+    p.add_argument("--framework", metavar="NAME",
+                   help="with --search 3d, keep only what that framework runs, stages cut between whole transformer "
+                        "blocks: megatron (Megatron-LM main 2026 / megatron-core 0.16), torchtitan (0.2.2), deepspeed "
+                        "(0.16-0.19); any: every configuration cut between blocks, and the best each framework runs")
+
+
+def _framework(args) -> str | None:
+    """``--framework``, checked: None when not given; ConfigurationError naming the choices for an unknown name."""
+    from pase.frameworks import framework
+
+    name = getattr(args, "framework", None)
+    if name is not None and name != "any":
+        framework(name)
+    return name
 
 
 def _peak_rss_bytes() -> int:
@@ -483,7 +502,7 @@ def _solve_training(args) -> int:
     cache: dict = {}  # the baselines reuse the search's graphs and layer times
     found = search_training(build, cluster, batch, options=_options(args), intra_search=args.intra_search,
                             tp_overlap=args.tp_overlap, tp_comm_overlap=args.tp_comm_overlap, progress=progress,
-                            cache=cache)
+                            cache=cache, framework=_framework(args))
     baselines = training_baselines(build, cluster, batch, options=_options(args), tp_overlap=args.tp_overlap,
                                    tp_comm_overlap=args.tp_comm_overlap, cache=cache)
     stats = _training_search_stats(found, cache) if args.stats else None
@@ -508,6 +527,12 @@ def _solve_training(args) -> int:
     for r in found.runners_up[:3]:
         print(f"  runner-up {r.label}: {r.step_time_s:.3f} s "
               f"({(r.step_time_s / found.best.step_time_s - 1) * 100:.1f}% slower)")
+    for note in found.notes:
+        print(f"  note: {_printable(note)}")
+    for name, r in found.by_framework.items():
+        print(f"  best {name} runs: " + ("none of the configurations" if r is None else
+                                         f"{r.label}: {r.step_time_s:.3f} s "
+                                         f"({(r.step_time_s / found.best.step_time_s - 1) * 100:.1f}% slower)"))
     for name, b in baselines.items():
         fits = "" if b.fits_memory is not False else ", does NOT fit memory"
         print(f"  vs {name} ({b.label}): {b.step_time_s:.3f} s{fits}, "
@@ -566,8 +591,9 @@ def _solve(args) -> int:
     if args.search == "3d" or (args.search == "auto" and (args.model in LANGUAGE_MODELS or hf_3d)):
         _time_to_train_asked(args)
         return _solve_training(args)
-    if args.global_batch is not None or args.intra_search or args.tp_overlap or args.tp_comm_overlap:
-        raise GraphError("--global-batch, --intra-search and --tp-overlap apply to --search 3d")
+    if args.global_batch is not None or args.intra_search or args.tp_overlap or args.tp_comm_overlap or \
+            args.framework is not None:
+        raise GraphError("--global-batch, --intra-search, --tp-overlap and --framework apply to --search 3d")
     graph, cluster, options = _load_model(args), _cluster(args), _options(args)
     _time_to_train_asked(args)
     result = plan(graph, cluster, PlanOptions(configs=options, ordering=args.ordering))
@@ -660,6 +686,9 @@ def _add_training_options(p: argparse.ArgumentParser) -> None:
                    help="Transformer Engine's tensor-parallel communication overlap (Megatron-Core's "
                         "--tp-comm-overlap; a calibrated cluster): the forward all-gathers and reduce-scatters "
                         "pipelined with the products they feed or come from (default: exposed)")
+    g.add_argument("--framework", metavar="NAME",
+                   help="cut the stages as that framework runs them (megatron, torchtitan, deepspeed: whole "
+                        "transformer blocks) and refuse what it does not run; any: balanced whole-block cuts")
     e = p.add_argument_group("experts (mixture-of-experts models; see pase.model.experts)")
     e.add_argument("--ep", type=_SIZE, help="expert parallelism: the experts dealt out over this many devices of a "
                                             "stage (default 1)")
@@ -678,7 +707,7 @@ def _add_training_options(p: argparse.ArgumentParser) -> None:
 
 
 _TRAINING_FLAGS = ("tp", "pp", "dp", "cp", "vp", "microbatch_size", "global_batch", "seq", "recompute", "zero",
-                   "schedule", "ep", "etp", "expert_imbalance", "capacity_factor")
+                   "schedule", "ep", "etp", "expert_imbalance", "capacity_factor", "framework")
 
 
 def _training_asked(args) -> bool:
@@ -753,6 +782,11 @@ def _evaluate_training(args) -> int:
         raise ConfigurationError(f"the global batch {batch} does not split over {dp} data-parallel replicas; "
                                  "give a --global-batch that is a multiple of --dp")
     best, error = None, None
+    if args.framework is not None:
+        from pase.frameworks import framework, framework_cuts
+
+        fw = None if args.framework == "any" else framework(args.framework)
+    cache: dict = {}
     for b in microbatches:
         for v in virtual:
             try:
@@ -764,7 +798,9 @@ def _evaluate_training(args) -> int:
                                   capacity_factor=args.capacity_factor, expert_overlap=args.ep_overlap,
                                   fp8_dispatch=args.fp8_dispatch,
                                   overlap=cluster.efficiency is not None if args.overlap is None else args.overlap)
-                got = evaluate_training(build, cluster, par, options=_options(args))
+                if args.framework is not None:
+                    par = replace(par, stage_cuts=framework_cuts(fw, build, cluster, par, _options(args), cache))
+                got = evaluate_training(build, cluster, par, options=_options(args), cache=cache)
             except ConfigurationError as exc:
                 if len(microbatches) * len(virtual) == 1:
                     raise
@@ -871,8 +907,12 @@ def _evaluate(args) -> int:
         document = load_plan_document(args.plan)
     except FormatError:
         document = None  # the strategy reader below reports the problem in its own words
+        if _looks_exported(args.plan):
+            return _evaluate_exported(args)
     if is_training_plan(document):
         return _evaluate_training_plan(args, document)
+    if isinstance(document, dict) and "zero_optimization" in document and "train_batch_size" in document:
+        return _evaluate_exported(args)  # a DeepSpeed configuration: says what it lacks
     graph, cluster, options = _load_model(args), _cluster(args), _options(args)
     strategy, label = _strategy(args)
     try:
@@ -888,6 +928,53 @@ def _evaluate(args) -> int:
     print(f"{given} of {len(graph)} layers configured by {_printable(label)}" +
           ("" if given == len(graph) else f"; the other {len(graph) - given} data parallel"))
     _print_memory(result)
+    _print_time_to_train(trained)
+    return 0
+
+
+def _looks_exported(path: str) -> bool:
+    """Whether the file at ``path`` reads like a Megatron-LM or torchtitan export (pase.frameworks.read_export)."""
+    from pase.io.files import read_limited
+    from pase.limits import MAX_FILE_BYTES
+
+    text = read_limited(Path(path), MAX_FILE_BYTES, what="plan file").decode("utf-8", "replace")
+    return ("torchrun" in text and ".py" in text) or "[parallelism]" in text
+
+
+def _evaluate_exported(args) -> int:
+    """``pase evaluate MODEL --plan EXPORT``: a Megatron-LM or torchtitan export of a 3-D plan, re-costed on the
+    cluster the options describe in the export's precision and attention (its stage cuts from its blocks per
+    stage)."""
+    from pase.frameworks import block_layout, read_export
+    from pase.io.files import read_limited
+    from pase.limits import MAX_FILE_BYTES
+    from pase.model.training import evaluate_training
+
+    label = Path(args.plan).name
+    text = read_limited(Path(args.plan), MAX_FILE_BYTES, what="plan file").decode("utf-8", "replace")
+    try:
+        name, settings, counts = read_export(text)
+    except FormatError as exc:
+        raise FormatError(f"{label}: {exc}") from None
+    build, cluster = _builder(args), _cluster(args)
+    par = settings.parallelism
+    try:
+        cuts = None
+        if par.pipeline * par.virtual_stages > 1:
+            if not counts:
+                raise FormatError("it gives no transformer blocks per stage (--num-layers or a layout)")
+            cuts = block_layout([layer.name for layer in build(1).layers]).cuts_of(counts)
+        par = replace(par, stage_cuts=cuts, overlap=cluster.efficiency is not None)
+        options = replace(_options(args), precision=settings.precision,
+                          attention=settings.attention or _options(args).attention)
+        result = evaluate_training(build, cluster, par, options=options, label=f"{label} ({name}): {par.describe()}")
+    except (GraphError, ConfigurationError, FormatError) as exc:
+        raise type(exc)(f"{label}: {exc}") from None
+    trained = _time_to_train(result, args, build(1).parameter_count)
+    if args.json:
+        _print_json(result.to_dict() if trained is None else {**result.to_dict(), "time_to_train": trained.to_dict()})
+        return 0
+    _print_training(result)
     _print_time_to_train(trained)
     return 0
 
@@ -947,6 +1034,7 @@ def _add_sweep(sub) -> None:
                         "count (sample language models and Hugging Face configs) with its time to train, failures "
                         "included (give --train-tokens)")
     p.add_argument("--global-batch", type=_BATCH, help="samples per step for --search 3d (default: the sample's)")
+    _add_framework_option(p)
     _add_time_to_train_options(p)
     p.set_defaults(func=_sweep)
 
@@ -965,9 +1053,9 @@ def _sweep(args) -> int:
 
     if _time_to_train_asked(args) and args.search == "3d":
         return _sweep_training(args)
-    if args.search == "3d" or args.global_batch is not None:
+    if args.search == "3d" or args.global_batch is not None or args.framework is not None:
         raise GraphError("--search 3d sweeps the time to train: give --train-tokens N (or --train-steps N); "
-                         "--global-batch applies to --search 3d")
+                         "--global-batch and --framework apply to --search 3d")
     names = list(dict.fromkeys(args.clusters)) if args.clusters else [args.cluster]
     cluster = [_cluster(argparse.Namespace(**{**vars(args), "cluster": name, "devices": args.devices[0]}))
                for name in names]
@@ -1046,7 +1134,8 @@ def _sweep_training(args) -> int:
     progress = None if args.json else lambda done, total: print(f"  searched {done}/{total}", file=sys.stderr)
     records = scale_sweep(_builder(args), cluster, args.devices, _global_batch(args), tokens=args.train_tokens,
                           steps=args.train_steps, failures=failures, power=power,
-                          price_per_gpu_hour=args.price_per_gpu_hour, options=_options(args), progress=progress)
+                          price_per_gpu_hour=args.price_per_gpu_hour, options=_options(args), progress=progress,
+                          framework=_framework(args))
     if args.json:
         _print_json(records)
         return 0
@@ -1164,8 +1253,10 @@ def _add_export(sub) -> None:
                                    "docs/plan-format.md). A per-layer plan (pase solve --json) exports to every "
                                    "format, to Megatron-LM, torchtitan and DeepSpeed when its layers split as "
                                    "Megatron-LM's rule does; a 3-D training plan (pase evaluate --tp ... --json, "
-                                   "pase solve --search 3d --json) to megatron, torchtitan and deepspeed. What the "
-                                   "format cannot express is refused, naming the layers or settings.")
+                                   "pase solve --search 3d --json) to every format, its dtensor and partitionspec "
+                                   "on the mesh pp x dp_replicate x dp_shard x cp x tp. What the format cannot "
+                                   "express is refused, naming the layers or settings (pase.frameworks: the "
+                                   "versions each targets).")
     p.add_argument("plan", metavar="PLAN.json", help="a plan document pase wrote (either kind)")
     p.add_argument("--format", required=True, choices=EXPORT_FORMATS, help="what to write")
     p.add_argument("--out", metavar="FILE", help="write to FILE (default: standard output)")
@@ -1182,9 +1273,9 @@ def _export(args) -> int:
     document = load_plan_document(args.plan)
     if args.model is None and args.batch is not None:
         raise GraphError("--batch applies to the model given with --model")
-    if args.model is not None and is_training_plan(document):
-        raise GraphError(f"--model applies to per-layer plans; {_printable(label)} is a 3-D training plan, which "
-                         "names its model")
+    if args.model is not None and is_training_plan(document) and args.format not in ("dtensor", "partitionspec"):
+        raise GraphError(f"--model applies to per-layer plans and to the dtensor and partitionspec exports; "
+                         f"{_printable(label)} is a 3-D training plan, which names its model")
     graph = None if args.model is None else _load_model(argparse.Namespace(model=args.model, batch=args.batch))
     try:
         text = export_plan(document, args.format, graph=graph)
@@ -1219,8 +1310,8 @@ _HELP = {
     "show": "list a model's layers, dimensions and configuration counts",
     "sweep": "step time and speedup over data parallelism across device counts",
     "solve-instance": "solve a solver-level instance file (the ../shared/instances format)",
-    "export": "write a plan as DTensor placements, JAX PartitionSpecs, Megatron-LM arguments, "
-              "torchtitan or DeepSpeed settings",
+    "export": "write a plan as DTensor placements, JAX PartitionSpecs, Megatron-LM arguments, a Megatron-Bridge "
+              "override, torchtitan or DeepSpeed settings, or its launch line",
     "calibrate": "measure this machine's GPU (and its links) and write a calibration file pase plans with",
 }
 _COMMANDS = {

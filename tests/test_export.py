@@ -30,9 +30,12 @@ def run(capsys, *argv):
     return code, out, err
 
 
-def training_plan(capsys, *args, devices=16) -> dict:
-    code, out, err = run(capsys, "evaluate", "megatron-1.7b", "--devices", str(devices), "--cluster", "dgx-a100", "--peak-rates",
-                         "--json", *args)
+def training_plan(capsys, *args, devices=16, framework=None, peak=True) -> dict:
+    """`pase evaluate megatron-1.7b --json` of a 3-D configuration; with `framework`, its stages cut as it runs them
+    (whole transformer blocks); `peak` at peak rates (unfused attention), else calibrated (flash attention)."""
+    code, out, err = run(capsys, "evaluate", "megatron-1.7b", "--devices", str(devices), "--cluster", "dgx-a100",
+                         *(["--peak-rates"] if peak else []), "--json", *args,
+                         *([] if framework is None else ["--framework", framework]))
     assert code == 0, err
     return json.loads(out)
 
@@ -181,12 +184,21 @@ def test_partition_spec_source_and_pending_sums():
 
 
 def megatron_parser() -> argparse.ArgumentParser:
-    """The arguments as Megatron-LM's `megatron/training/arguments.py` declares them."""
+    """The arguments as Megatron-LM's `megatron/training/arguments.py` (NVIDIA/Megatron-LM d98e8a6) takes them
+    (tests/test_frameworks.py checks them against megatron-core's own configuration classes)."""
     p = argparse.ArgumentParser(exit_on_error=False)
     for flag in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
                  "--expert-model-parallel-size"):
         p.add_argument(flag, type=int, default=1)
-    p.add_argument("--virtual-pipeline-model-parallel-size", type=int, default=None)
+    for flag in ("--num-layers", "--num-virtual-stages-per-pipeline-rank", "--decoder-first-pipeline-num-layers",
+                 "--decoder-last-pipeline-num-layers"):
+        p.add_argument(flag, type=int, default=None)
+    p.add_argument("--pipeline-model-parallel-layout", default=None)
+    p.add_argument("--bf16", action="store_true")
+    p.add_argument("--attention-backend", choices=("flash", "fused", "unfused", "local", "auto"))
+    p.add_argument("--use-megatron-fsdp", action="store_true")
+    p.add_argument("--data-parallel-sharding-strategy", choices=("no_shard", "optim", "optim_grads",
+                                                                 "optim_grads_params"), default="optim_grads_params")
     p.add_argument("--sequence-parallel", action="store_true")
     p.add_argument("--recompute-granularity", choices=("full", "selective"), default=None)
     p.add_argument("--recompute-method", choices=("uniform", "block"), default=None)
@@ -219,31 +231,46 @@ ROUND_TRIP = [
 
 
 @pytest.mark.parametrize("args", ROUND_TRIP, ids=["t4p2v2", "t2p4", "t8p1"])
-def test_megatron_and_torchtitan_settings_parse_back_to_the_plan(capsys, args):
-    d = training_plan(capsys, *args)
+def test_megatron_settings_parse_back_to_the_plan(capsys, args):
+    d = training_plan(capsys, *args, framework="megatron")
     t, p, dp = d["tensor_parallel"], d["pipeline_parallel"], d["data_parallel"]
     v, mb, gb = d["pipeline"]["virtual_stages"], d["pipeline"]["microbatch_size"], d["pipeline"]["global_batch"]
 
     world, m = parse_megatron(export_plan(d, "megatron"))
     assert (m.tensor_model_parallel_size, m.pipeline_model_parallel_size, m.context_parallel_size) == (t, p, 1)
     assert world // (t * p * m.context_parallel_size) == dp and world == 16
-    assert (m.virtual_pipeline_model_parallel_size or 1) == v
+    layout = m.pipeline_model_parallel_layout  # uneven blocks per stage: the layout gives the stages
+    assert (m.num_virtual_stages_per_pipeline_rank or (layout.count("|") + 1) // p if layout else 1) == v
     assert (m.micro_batch_size, m.global_batch_size) == (mb, gb)
     assert m.sequence_parallel == d["sequence_parallel"]
     assert (m.recompute_granularity or "none") == d["recompute"]
     assert not m.use_distributed_optimizer
 
+
+TITAN_ROUND_TRIP = [
+    ["--tp", "4", "--pp", "2", "--vp", "2", "--sp", "--zero", "3", "--recompute", "full", "--microbatch-size", "1"],
+    ["--tp", "2", "--pp", "4", "--microbatch-size", "2", "--sp", "--zero", "3"],
+    ["--tp", "8", "--pp", "1", "--microbatch-size", "4", "--sp", "--zero", "3"],
+]
+
+
+@pytest.mark.parametrize("args", TITAN_ROUND_TRIP, ids=["t4p2v2", "t2p4", "t8p1"])
+def test_torchtitan_settings_parse_back_to_the_plan(capsys, args):
+    d = training_plan(capsys, *args, framework="torchtitan", peak=False)
+    t, p, dp = d["tensor_parallel"], d["pipeline_parallel"], d["data_parallel"]
+    v, mb, gb = d["pipeline"]["virtual_stages"], d["pipeline"]["microbatch_size"], d["pipeline"]["global_batch"]
     titan = tomllib.loads(export_plan(d, "torchtitan"))
     par = titan["parallelism"]
     assert (par["tensor_parallel_degree"], par["pipeline_parallel_degree"], par["context_parallel_degree"]) == (t, p, 1)
     assert par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"] == dp
-    assert par["data_parallel_shard_degree"] == 1  # ZeRO 0: plain DDP
+    assert par["data_parallel_shard_degree"] == dp and par["fsdp_reshard_after_forward"] == "always"  # ZeRO 3
     assert titan["activation_checkpoint"]["mode"] == d["recompute"]
     assert titan["training"]["global_batch_size"] == gb
     if p > 1:
-        # One split point between consecutive (virtual) stages, each at a transformer block.
-        assert (len(par["pipeline_parallel_split_points"]) + 1) // p == v
-        assert all(re.fullmatch(r"layers\.\d+", s) for s in par["pipeline_parallel_split_points"])
+        # One model part per (virtual) stage, each of whole transformer blocks.
+        assert len(par["module_fqns_per_model_part"]) == p * v
+        assert all(re.fullmatch(r"layers\.\d+|tok_embeddings|norm|output", m)
+                   for part in par["module_fqns_per_model_part"] for m in part)
         assert par["pipeline_parallel_microbatch_size"] == mb
         assert par["pipeline_parallel_schedule"] == ("Interleaved1F1B" if v > 1 else "1F1B")
         assert titan["training"]["local_batch_size"] == gb // dp
@@ -253,16 +280,21 @@ def test_megatron_and_torchtitan_settings_parse_back_to_the_plan(capsys, args):
 
 
 def test_zero_stages_map_to_each_frameworks_sharding(capsys):
-    one = training_plan(capsys, "--tp", "4", "--pp", "2", "--zero", "1", "--microbatch-size", "1", "--sp")
+    one = training_plan(capsys, "--tp", "4", "--pp", "2", "--zero", "1", "--microbatch-size", "1", "--sp",
+                        framework="megatron")
     _, m = parse_megatron(export_plan(one, "megatron"))
-    assert m.use_distributed_optimizer
+    assert m.use_distributed_optimizer and not m.use_megatron_fsdp
+    for zero, strategy in ((2, "optim_grads"), (3, "optim_grads_params")):
+        _, m = parse_megatron(export_plan(training_plan(capsys, "--tp", "4", "--zero", str(zero), "--sp",
+                                                        "--microbatch-size", "1"), "megatron"))
+        assert m.use_megatron_fsdp and m.data_parallel_sharding_strategy == strategy
     three = tomllib.loads(export_plan(training_plan(capsys, "--tp", "4", "--zero", "3", "--microbatch-size", "1",
-                                                    "--sp"), "torchtitan"))["parallelism"]
+                                                    "--sp", peak=False), "torchtitan"))["parallelism"]
     assert (three["data_parallel_shard_degree"], three["data_parallel_replicate_degree"]) == (4, 1)
-    assert "fsdp_reshard_after_forward" not in three
-    two = tomllib.loads(export_plan(training_plan(capsys, "--tp", "4", "--zero", "2", "--microbatch-size", "1",
-                                                  "--sp"), "torchtitan"))["parallelism"]
-    assert two["data_parallel_shard_degree"] == 4 and two["fsdp_reshard_after_forward"] == "never"
+    assert three["fsdp_reshard_after_forward"] == "always"
+    with pytest.raises(NotExpressibleError, match="ZeRO stage 2: torchtitan's FSDP2 shards the weights too"):
+        export_plan(training_plan(capsys, "--tp", "4", "--zero", "2", "--microbatch-size", "1", "--sp", peak=False),
+                    "torchtitan")
 
 
 def test_a_megatron_shaped_per_layer_plan_exports_its_global_flags():
@@ -280,8 +312,9 @@ def test_a_megatron_shaped_per_layer_plan_exports_its_global_flags():
     data = pase.evaluate(g, pase.preset("dgx-a100", devices=8, calibrated=False), strategy).to_dict()
     _, m = parse_megatron(export_plan(data, "megatron"))
     assert m.sequence_parallel
-    par = tomllib.loads(export_plan(data, "torchtitan"))["parallelism"]
-    assert (par["tensor_parallel_degree"], par["data_parallel_replicate_degree"]) == (4, 2)
+    # torchtitan runs DDP only as the one parallelism: beside tensor parallelism it needs FSDP (ZeRO 3).
+    with pytest.raises(NotExpressibleError, match=re.escape("ZeRO stage 0 (DDP) beside tensor")):
+        export_plan(data, "torchtitan")
 
 
 # -- refusals ---------------------------------------------------------------------------------------------------------
@@ -304,12 +337,16 @@ def test_per_layer_plans_that_split_otherwise_name_the_layers():
 
 
 @pytest.mark.parametrize("args,fmt,named", [
-    (["--tp", "4", "--zero", "3", "--sp", "--microbatch-size", "1"], "megatron", "ZeRO stage 3"),
-    (["--tp", "4", "--zero", "2", "--sp", "--microbatch-size", "1"], "megatron", "ZeRO stage 2"),
+    (["--tp", "4", "--pp", "2", "--zero", "3", "--sp", "--microbatch-size", "1"], "megatron",
+     "ZeRO stage 3 with 2 pipeline stages"),
+    (["--tp", "4", "--pp", "2", "--zero", "2", "--sp", "--microbatch-size", "1"], "megatron",
+     "ZeRO stage 2 with 2 pipeline stages"),
     (["--tp", "4", "--pp", "2", "--schedule", "gpipe", "--sp", "--microbatch-size", "1"], "megatron", "GPipe"),
     (["--tp", "4", "--zero", "1", "--sp", "--microbatch-size", "1"], "torchtitan", "ZeRO stage 1"),
     (["--tp", "4", "--pp", "2", "--microbatch-size", "1"], "torchtitan", "without sequence parallelism"),
     (["--tp", "2", "--pp", "2", "--zero", "2", "--microbatch-size", "1"], "deepspeed", "ZeRO stage 2 with 2 pipeline"),
+    (["--tp", "4", "--pp", "2", "--sp", "--microbatch-size", "1"], "megatron", "inside block"),
+    (["--tp", "4", "--pp", "4", "--sp", "--zero", "1", "--microbatch-size", "1"], "deepspeed", "inside block"),
 ])
 def test_settings_a_framework_lacks_are_refused_by_name(capsys, args, fmt, named):
     d = training_plan(capsys, *args)
@@ -329,10 +366,14 @@ def test_splits_searched_inside_a_stage_are_refused_everywhere(capsys, tmp_path)
     assert code == 2 and "searched per layer" in err
 
 
-def test_dtensor_of_a_training_plan_points_to_the_3d_formats(capsys):
-    d = training_plan(capsys, "--tp", "4", "--microbatch-size", "1")
-    with pytest.raises(pase.errors.FormatError, match="exports as megatron, torchtitan or deepspeed"):
-        export_plan(d, "dtensor")
+def test_dtensor_of_a_training_plan_is_on_the_named_3d_mesh(capsys):
+    d = training_plan(capsys, "--tp", "4", "--pp", "2", "--microbatch-size", "1")
+    doc = json.loads(export_plan(d, "dtensor"))
+    assert dict(zip(doc["mesh"]["dim_names"], doc["mesh"]["shape"])) == {
+        "pp": 2, "dp_replicate": 2, "dp_shard": 1, "cp": 1, "tp": 4}
+    d["label"] += ", searched layer splits"
+    with pytest.raises(NotExpressibleError, match="searched per layer"):
+        export_plan(d, "partitionspec")
 
 
 @pytest.mark.parametrize("change,match", [
@@ -375,7 +416,7 @@ def test_bad_plan_files_are_one_line_errors(capsys, tmp_path, text, match):
     ["--tp", "4", "--pp", "4", "--microbatch-size", "1", "--global-batch", "64"],
 ])
 def test_deepspeed_batch_arithmetic_holds(capsys, args):
-    d = training_plan(capsys, *args)
+    d = training_plan(capsys, *args, framework="deepspeed")
     ds = json.loads(export_plan(d, "deepspeed"))
     replicas = 16 // (d["tensor_parallel"] * d["pipeline_parallel"] * d["context_parallel"])
     assert ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * replicas == \
@@ -387,7 +428,8 @@ def test_deepspeed_batch_arithmetic_holds(capsys, args):
 
 
 def test_cli_exports_what_solve_wrote(capsys, tmp_path):
-    code, out, _ = run(capsys, "solve", "megatron-1.7b", "--devices", "8", "--cluster", "dgx-a100", "--peak-rates", "--json")
+    code, out, _ = run(capsys, "solve", "megatron-1.7b", "--devices", "8", "--cluster", "dgx-a100", "--peak-rates", "--json",
+                       "--framework", "deepspeed")
     assert code == 0
     plan = tmp_path / "plan.json"
     plan.write_text(out)
@@ -395,6 +437,10 @@ def test_cli_exports_what_solve_wrote(capsys, tmp_path):
     code, out, err = run(capsys, "export", str(plan), "--format", "deepspeed")
     assert code == 0, err
     assert json.loads(out)["zero_optimization"]["stage"] == searched["zero_stage"]
+    code, out, _ = run(capsys, "solve", "megatron-1.7b", "--devices", "8", "--cluster", "dgx-a100", "--json",
+                       "--framework", "torchtitan")
+    plan.write_text(out)
+    searched = json.loads(out)
     code, out, err = run(capsys, "export", str(plan), "--format", "torchtitan", "--out", str(tmp_path / "t.toml"))
     assert code == 0 and out == "" and "t.toml" in err
     par = tomllib.loads((tmp_path / "t.toml").read_text())["parallelism"]
@@ -410,7 +456,8 @@ def test_cli_exports_what_solve_wrote(capsys, tmp_path):
 
 def test_cli_refusals_are_one_line_without_traceback(capsys, tmp_path):
     plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps(training_plan(capsys, "--tp", "4", "--zero", "3", "--microbatch-size", "1")))
+    plan.write_text(json.dumps(training_plan(capsys, "--tp", "4", "--pp", "2", "--zero", "3", "--microbatch-size",
+                                             "1")))
     code, out, err = run(capsys, "export", str(plan), "--format", "megatron")
     assert code == 2 and out == ""
     assert err.startswith("pase: error: plan.json: the plan is not expressible in Megatron-LM: ZeRO stage 3")

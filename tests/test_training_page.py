@@ -281,10 +281,16 @@ def test_the_page_models_the_step_by_its_own_step_time_model():
     # Each model's step is pase's, on the preset with and without its calibration.
     from ui.fmt import fmt_time
 
+    from pase.frameworks import framework_cuts
+    from pase.ir.configs import ConfigOptions
+
     build = batch_builder("megatron-1.7b")
     for shown, calibrate in ((calibrated, True), (peak, False)):
+        cluster = preset("dgx-a100", 8, calibrated=calibrate)
         par = Parallelism(tensor=2, pipeline=2, data=2, global_batch=16, overlap=calibrate)
-        assert shown == fmt_time(evaluate_training(build, preset("dgx-a100", 8, calibrated=calibrate), par).step_time_s)
+        # The page's default framework, any, cuts the stages between whole transformer blocks.
+        par = replace(par, stage_cuts=framework_cuts(None, build, cluster, par, ConfigOptions(), {}))
+        assert shown == fmt_time(evaluate_training(build, cluster, par).step_time_s)
     # A preset switch resets the default (the choice above was explicit, so it stays) ...
     at.selectbox(key="tr_preset").set_value("dgx-h100").run()
     assert at.radio(key="tr_step_model").value == "peak"
@@ -315,3 +321,20 @@ def test_the_page_overlaps_the_tensor_parallel_backward_under_the_calibrated_mod
                                                replace(par, tp_overlap=False)).step_time_s)
     at.radio(key="tr_step_model").set_value("peak").run()
     assert at.checkbox(key="tr_tp_overlap").disabled
+
+
+def test_the_export_menu_offers_the_plan_each_framework_runs_in_one_click():
+    """With the framework "any", every framework's export is one download: the best plan's, or, where that
+    framework cannot run it, the best plan it runs."""
+    at = page()
+    at.number_input(key="tr_devices").set_value(8).run()
+    at.number_input(key="tr_batch_megatron-1.7b").set_value(16).run()
+    assert at.selectbox(key="tr_framework").value == "any"
+    at.button(key="tr_search").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    for fmt, title in (("megatron", "Megatron-LM"), ("torchtitan", "torchtitan"), ("deepspeed", "DeepSpeed")):
+        at.selectbox(key="tr_best_export_format").set_value(fmt).run()
+        assert not at.exception, [e.value for e in at.exception]
+        labels = {b.label for b in at.get("download_button")}
+        assert f"Export ({fmt})" in labels or any(l.startswith(f"Export the best plan {title} runs") for l in labels), \
+            (fmt, labels, [e.value for e in at.error])

@@ -664,7 +664,7 @@ def with_time_to_train(records, parameters: int, clusters, *, tokens: float | No
 def scale_sweep(build, cluster, devices, global_batch: int, *, tokens: float | None = None,
                 steps: float | None = None, failures: FailureModel = FailureModel(),
                 power: PowerModel = PowerModel(), price_per_gpu_hour: float | None = None, options=None,
-                progress=None) -> list[dict]:
+                progress=None, framework: str | None = None) -> list[dict]:
     """The 3-D search (:func:`pase.search.stages.search_training`) at each device count, with its time to train.
 
     ``build(batch)`` builds the model (``pase.models.batch_builder``);
@@ -675,7 +675,8 @@ def scale_sweep(build, cluster, devices, global_batch: int, *, tokens: float | N
     ``fits_memory``, ``failure_free_days``, ``checkpoint_bytes`` and
     :data:`SWEEP_FIELDS`. Where no configuration fits memory, ``fits_memory``
     is False and the rest None (only plans that fit are priced).
-    ``progress(done, total)`` is called after each count.
+    ``progress(done, total)`` is called after each count. ``framework``
+    keeps only what that framework runs (``search_training(framework=)``).
 
     Raises
     ------
@@ -696,7 +697,8 @@ def scale_sweep(build, cluster, devices, global_batch: int, *, tokens: float | N
     for i, p in enumerate(devices):
         point = cluster.with_devices(int(p))
         try:
-            plan = search_training(build, point, global_batch, options=options or ConfigOptions(), cache=cache).best
+            plan = search_training(build, point, global_batch, options=options or ConfigOptions(), cache=cache,
+                                   framework=framework).best
         except InsufficientMemoryError:
             records.append({"cluster": point.name, "devices": int(p), "label": "nothing fits memory",
                             "step_time_s": None, "tokens_per_s": None, "mfu": None, "memory_per_device_bytes": None,

@@ -1,4 +1,4 @@
-"""Plans out of pase: DTensor placements, JAX PartitionSpecs, Megatron-LM, torchtitan and DeepSpeed settings.
+"""Plans out of pase: DTensor placements, JAX PartitionSpecs, Megatron-LM, Megatron-Bridge, torchtitan, DeepSpeed.
 
 :func:`export_plan` turns a plan document into the text a framework reads
 (``pase export PLAN.json --format ...``, the app's downloads). It takes both
@@ -38,26 +38,35 @@ contraction lacks (the pending sum of a split reduction), else
 tensor axis, the mesh axes sharding it (``None``, one name, or a tuple, outer
 first); pending sums have no place in a spec and are listed as ``unreduced``.
 
+3-D plans on a named mesh
+-------------------------
+A 3-D training plan's tensor-parallel layers export as DTensor placements and
+PartitionSpecs too (:func:`training_layouts`), on the mesh ``pp x
+dp_replicate x dp_shard x cp x tp``.
+
 3-D plans as framework settings
 -------------------------------
-``t c d p`` map to Megatron-LM's tensor, context, (implied) data and
-pipeline sizes, whose default rank order ``tp-cp-ep-dp-pp`` (tensor
-innermost) is pase's placement (:mod:`pase.model.training`: the ``t x c``
-group innermost, then data, then pipeline); the data size is the world size
-over ``t p c``, so the export starts with the ``torchrun`` line giving the
-world. torchtitan gets its ``[parallelism]`` degrees, and DeepSpeed the ZeRO
-stage and batch arithmetic (``train_batch_size = micro x accumulation x d``).
-A per-layer plan exports to these when its layers split exactly as
-Megatron-LM's rule does (:func:`~pase.strategies.baselines.tensor_parallel_strategy`)
-for some ``t``, ``c`` and sequence parallelism, the batch split over the
-rest of the devices: one pipeline stage, no ZeRO, no recomputation.
+:mod:`pase.frameworks` writes them, one module per framework at a stated
+version: Megatron-LM's arguments (main of 2026-08 with megatron-core 0.16)
+and a Megatron-Bridge override, torchtitan 0.2.2's job TOML, DeepSpeed's
+JSON, and the launch line (``launch``: nodes, GPUs per node, world size).
+``t c d p`` map to the frameworks' tensor, context, data and pipeline sizes,
+whose default rank order (tensor innermost, then context, data, pipeline)
+is pase's placement (:mod:`pase.model.training`); the data size is the world
+size over ``t p c``, so each export names the world. Transformer blocks per
+stage are read from the plan's layer names (``pipeline.stages_detail``): a
+cut inside a block is refused, and an export never claims layers split
+evenly when they do not. A per-layer plan exports to these when its layers
+split exactly as Megatron-LM's rule does
+(:func:`~pase.strategies.baselines.tensor_parallel_strategy`) for some ``t``,
+``c`` and sequence parallelism, the batch split over the rest of the
+devices: one pipeline stage, no ZeRO, no recomputation.
 
 What a target cannot express is refused with :class:`NotExpressibleError`,
 naming the layers or settings: a per-layer plan whose layers split otherwise
-(a per-layer plan is richer than global flags), ZeRO stages Megatron-LM or
-torchtitan lack, GPipe in Megatron-LM, ZeRO 2 or 3 with pipeline stages in
-DeepSpeed, layer splits searched per layer inside a stage (the training plan
-does not record them).
+(a per-layer plan is richer than global flags), what a framework does not run
+(:meth:`pase.frameworks.Framework.problems`), layer splits searched per layer
+inside a stage (the training plan does not record them).
 """
 
 from __future__ import annotations
@@ -65,14 +74,17 @@ from __future__ import annotations
 import json
 import math
 import re
-import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Mapping
 
 import numpy as np
 
-from pase.errors import ConfigurationError, FormatError, GraphError, PaseError
+from pase.errors import ConfigurationError, FormatError, GraphError
+from pase.frameworks.base import NotExpressibleError, TrainingSettings, launch_line
+from pase.frameworks.deepspeed import DEEPSPEED
+from pase.frameworks.megatron import MEGATRON
+from pase.frameworks.torchtitan import TORCHTITAN
 from pase.hardware.mesh import DeviceMesh, MeshAxis
 from pase.io.files import read_limited
 from pase.io.strategy_json import strategy_from_dict
@@ -87,38 +99,13 @@ from pase.search.stages import SEARCHED_SPLITS
 __all__ = ["FORMATS", "NotExpressibleError", "TrainingSettings", "export_plan", "load_plan_document",
            "loads_plan_document", "is_training_plan", "training_from_dict", "plan_graph", "plan_strategy",
            "layer_layouts", "dtensor_export", "partitionspec_export", "megatron_equivalent", "megatron_arguments",
-           "megatron_script", "torchtitan_toml", "deepspeed_config", "file_name"]
+           "megatron_script", "torchtitan_toml", "deepspeed_config", "file_name", "training_layouts",
+           "training_dtensor_export", "training_partitionspec_export", "launch_text", "TRAINING_MESH"]
 
-FORMATS = ("dtensor", "partitionspec", "megatron", "torchtitan", "deepspeed")
+FORMATS = ("dtensor", "partitionspec", "megatron", "megatron-bridge", "torchtitan", "deepspeed", "launch")
 # Marker and version of the DTensor and PartitionSpec documents this module writes.
 VERSION = 1
-_TITAN_SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe"}
 _SHOWN = 8  # offending layers named in a refusal before "and N more"
-
-
-class NotExpressibleError(PaseError):
-    """The plan cannot be written in the target framework's settings; the message names what cannot."""
-
-
-@dataclass(frozen=True)
-class TrainingSettings:
-    """A plan as global 3-D settings: what the Megatron-LM, torchtitan and DeepSpeed exports write.
-
-    ``parallelism`` holds the sizes, batch, schedule, recomputation and ZeRO
-    stage; ``expert`` the expert-parallel size (1 without experts);
-    ``nodes`` the nodes the devices span (1 on a flat mesh); ``stages`` per
-    virtual stage its first and last layer name (empty when unknown);
-    ``searched`` whether the splits inside a stage were searched per layer
-    rather than Megatron's rule; ``label`` and ``model`` for comments.
-    """
-
-    parallelism: Parallelism
-    model: str
-    label: str = ""
-    expert: int = 1
-    nodes: int = 1
-    stages: tuple[tuple[str, str], ...] = ()
-    searched: bool = False
 
 
 # -- reading plan documents ------------------------------------------------------------------
@@ -239,9 +226,18 @@ def training_from_dict(data: Mapping) -> TrainingSettings:
             # Device s runs virtual stages s, s + p, ...: order the runs by virtual stage.
             stages.append((chunk * par.pipeline + index, (run[0], run[1])))
     label = str(data.get("label", ""))
+    model = data.get("step_time_model")
+    model = model if isinstance(model, dict) else {}
+    precision, attention = model.get("precision", "bf16"), model.get("attention", "")
+    if precision not in ("bf16", "fp8") or attention not in ("flash", "unfused", ""):
+        raise FormatError(f"field 'step_time_model' must name precision bf16 or fp8 and attention flash or unfused, "
+                          f"got {str(model)[:80]!r}")
     return TrainingSettings(parallelism=par, model=str(data.get("graph", "")), label=label,
                             expert=_count(data, "expert_parallel", 1), nodes=_nodes(data.get("mesh"), par.devices),
-                            stages=tuple(run for _, run in sorted(stages)), searched=label.endswith(SEARCHED_SPLITS))
+                            stages=tuple(run for _, run in sorted(stages)), searched=label.endswith(SEARCHED_SPLITS),
+                            precision=precision, attention=attention,
+                            blocks=_count(data, "transformer_blocks") if data.get("transformer_blocks") is not None
+                            else None)
 
 
 def plan_graph(data: Mapping, graph: Graph | None = None) -> Graph:
@@ -564,195 +560,192 @@ def _settings(data: Mapping, graph: Graph | None) -> TrainingSettings:
     return training_from_dict(data) if is_training_plan(data) else megatron_equivalent(data, graph)
 
 
-# -- 3-D settings: Megatron-LM, torchtitan, DeepSpeed -------------------------------------------
+# -- 3-D plans on a named device mesh: DTensor and PartitionSpec -------------------------------------
+
+# The mesh a 3-D plan's tensor-parallel layers live on, outermost first (torchtitan's ParallelDims order).
+TRAINING_MESH = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
 
 
-def _refuse(target: str, problems: list[str]) -> None:
-    if problems:
-        raise NotExpressibleError(f"the plan is not expressible in {target}: " + "; ".join(problems))
+def training_layouts(data: Mapping, graph: Graph | None = None):
+    """The named mesh of a 3-D training plan and the placements of its layers' tensors on it.
+
+    The mesh is ``pp x dp_replicate x dp_shard x cp x tp`` (torchtitan's
+    order, ranks row-major as ``torchrun`` numbers them and Megatron-LM's
+    ``tp-cp-dp-pp`` places them): the data-parallel replicas are
+    ``dp_shard`` under ZeRO 3 (FSDP shards each weight's first axis over
+    them) and ``dp_replicate`` otherwise. A layer runs on one pipeline stage,
+    so its placements are over the four inner dimensions (``layer_mesh``):
+    the batch over both data-parallel dimensions, the sequence over ``cp``
+    (and over ``tp`` under sequence parallelism, in the layers without a
+    model dimension), the model dimension (vocabulary, heads, feed-forward)
+    over ``tp`` as Megatron-LM's rule splits it
+    (:func:`~pase.strategies.baselines.tensor_parallel_strategy`), a row-
+    parallel product's output ``Partial()`` over ``tp``. Shapes are global:
+    an activation's batch is the microbatch times the replicas.
+
+    Listed are the layers outside the transformer blocks and those of the
+    first block; every other block's layers split as the first's. ``graph``
+    is the model at the microbatch size (default: the sample the plan names).
+
+    Returns ``(axes, layer_mesh, records)``: ``axes`` the ``(name, size)`` of
+    the mesh, ``layer_mesh`` the names of its inner dimensions, ``records``
+    per layer ``(layer, stage, layouts)``.
+
+    Raises
+    ------
+    FormatError
+        The document is no valid training plan.
+    GraphError
+        No graph is given and the plan's model is not a sample.
+    NotExpressibleError
+        Its layer splits were searched per layer (the plan does not record them).
+    ConfigurationError
+        Megatron's rule does not split the model at the plan's sizes.
+    """
+    from pase.frameworks.base import block_index
+    from pase.strategies.baselines import tensor_parallel_strategy
+
+    s = training_from_dict(data)
+    par = s.parallelism
+    if s.searched:
+        raise NotExpressibleError(f"its layer splits inside a stage were searched per layer ({s.label!r}), which "
+                                  "the training plan does not record; export a plan with Megatron layer splits")
+    if graph is None:
+        from pase.models import SAMPLES, sample  # late: the samples import every model builder
+
+        if s.model not in SAMPLES:
+            raise GraphError(f"the plan is for model {s.model!r}, which is not a sample; give the model it was made "
+                             "for (pase export PLAN.json --model MODEL)")
+        graph = sample(s.model, batch=par.microbatch_size)
+    rule = tensor_parallel_strategy(graph, par.tensor, par.context, par.sequence_parallel)
+    zero3 = par.zero == 3 and par.data > 1
+    axes = list(zip(TRAINING_MESH, (par.pipeline, 1 if zero3 else par.data, par.data if zero3 else 1, par.context,
+                                    par.tensor)))
+    inner = axes[1:]
+    index = [block_index(layer.name) for layer in graph]
+    first_block = next((k for k in index if k is not None), None)
+    seen_block = False
+    records = []
+    for layer, k in zip(graph, index):
+        seen_block |= k is not None
+        if k is not None and k != first_block:
+            continue
+        splits = dict(zip(layer.dims, rule[layer.name]))
+        model = next((d for d, f in splits.items() if d != "s" and f > 1), None)
+        sequence_tp = model is None and splits.get("s", 1) == par.context * par.tensor and par.tensor > 1
+        owners = ["b" if "b" in layer.dims else None] * 2 + [
+            "s" if par.context > 1 and "s" in layer.dims else None, "s" if sequence_tp else model]
+        layouts = []
+        for role, tensors in (("input", layer.inputs), ("output", layer.outputs), ("weight", layer.weights)):
+            for i, t in enumerate(tensors):
+                global_t = replace(t, shape=tuple(n * par.data if a == "b" else n for n, a in zip(t.shape, t.axes)))
+                lay = _tensor_layout(layer, role, i, global_t, owners, inner)
+                if role == "weight" and zero3 and t.shape:
+                    # FSDP2 shards each weight's first axis over dp_shard (nested inside any tensor-parallel shard).
+                    placements = list(lay.placements)
+                    placements[1] = ("S", 0)
+                    lay = _Layout(role, i, global_t, tuple(placements),
+                                  _local_shape(global_t.shape, placements, [n for _, n in inner]))
+                layouts.append(lay)
+        # The layers before the blocks run on the first stage, those after them on the last (its device).
+        stage = 0 if k is not None or not seen_block else (par.pipeline * par.virtual_stages - 1) % par.pipeline
+        records.append((layer, stage, layouts))
+    return axes, [a for a, _ in inner], records
 
 
-def _common(s: TrainingSettings) -> list[str]:
-    """What no global-flag target expresses: splits searched per layer, virtual stages without a pipeline."""
-    out = [f"its layer splits inside a stage were searched per layer ({s.label!r}), which the training plan does "
-           "not record and global flags cannot express; export a plan with Megatron layer splits"] if s.searched else []
-    p = s.parallelism
-    if p.virtual_stages > 1 and p.pipeline == 1:
-        out.append(f"{p.virtual_stages} virtual stages on one pipeline stage: frameworks interleave chunks across "
-                   "several stages only")
+def _local_shape(shape, placements, sizes) -> tuple[int, ...]:
+    split = [1] * len(shape)
+    for p, n in zip(placements, sizes):
+        if p[0] == "S":
+            split[p[1]] *= n
+    return tuple(-(-x // k) for x, k in zip(shape, split))
+
+
+def _training_header(data: Mapping, fmt: str, axes) -> dict:
+    s = training_from_dict(data)
+    return {"format": f"pase-{fmt}", "version": VERSION, "model": s.model, "devices": s.parallelism.devices,
+            "label": s.label, "plan": "3-D training plan: the layers outside the transformer blocks and those of "
+            "the first block; every block's layers split as the first's"}
+
+
+def training_dtensor_export(data: Mapping, graph: Graph | None = None) -> dict:
+    """A 3-D training plan as DTensor placements on the named mesh of :func:`training_layouts`.
+
+    ``mesh`` builds the device mesh (``init_device_mesh("cuda", shape,
+    mesh_dim_names=dim_names)``); each tensor's ``placements`` are over
+    ``layer_mesh`` (``mesh[tuple(layer_mesh)]``, the sub-mesh of the layer's
+    pipeline ``stage``), its ``shape`` global and ``local_shape`` what the
+    first device holds (DTensor gives the first devices the larger blocks of
+    an uneven split). Raises as :func:`training_layouts`.
+    """
+    axes, layer_mesh, records = training_layouts(data, graph)
+    out = _training_header(data, "dtensor", axes)
+    out["mesh"] = {"shape": [n for _, n in axes], "dim_names": [a for a, _ in axes], "layer_mesh": layer_mesh}
+    out["layers"] = [{
+        "name": layer.name, "op": layer.op, "dims": list(layer.dims), "stage": stage,
+        "tensors": [{"role": t.role, "index": t.index, "name": t.tensor.name, "shape": list(t.tensor.shape),
+                     "placements": [_dtensor_text(p) for p in t.placements], "local_shape": list(t.local_shape)}
+                    for t in layouts]} for layer, stage, layouts in records]
     return out
 
 
+def training_partitionspec_export(data: Mapping, graph: Graph | None = None) -> dict:
+    """A 3-D training plan as JAX PartitionSpecs on the named mesh of :func:`training_layouts` (``pp`` never
+    appears in a spec: a layer lives on its ``stage``). Raises as :func:`training_layouts`."""
+    axes, layer_mesh, records = training_layouts(data, graph)
+    out = _training_header(data, "partitionspec", axes)
+    out["mesh"] = {"axis_names": [a for a, _ in axes], "shape": [n for _, n in axes]}
+    out["layers"] = [{"name": layer.name, "op": layer.op, "dims": list(layer.dims), "stage": stage,
+                      "tensors": [_spec_record(t, [(a, 0) for a in layer_mesh]) for t in layouts]}
+                     for layer, stage, layouts in records]
+    return out
+
+
+def _spec_record(t: "_Layout", axes) -> dict:
+    """One tensor's PartitionSpec record: per axis the mesh axes sharding it, outer first; pending sums apart."""
+    spec: list = [[] for _ in t.tensor.shape]
+    for (name, _), p in zip(axes, t.placements):
+        if p[0] == "S":
+            spec[p[1]].append(name)
+    spec = [None if not x else x[0] if len(x) == 1 else x for x in spec]
+    return {"role": t.role, "index": t.index, "name": t.tensor.name, "shape": list(t.tensor.shape), "spec": spec,
+            "unreduced": [n for (n, _), p in zip(axes, t.placements) if p[0] == "P"], "python": _spec_source(spec)}
+
+
+# -- 3-D settings: Megatron-LM, torchtitan, DeepSpeed (pase.frameworks), the launch line -------------
+
+
 def megatron_arguments(s: TrainingSettings) -> list[str]:
-    """Megatron-LM's command-line arguments for the settings ``s`` (the data size is the world's, see
-    :func:`megatron_script`).
-
-    Raises
-    ------
-    NotExpressibleError
-        ZeRO 2 or 3 over several replicas (Megatron-LM's distributed
-        optimizer shards the optimizer state only, ZeRO 1), GPipe over
-        several stages (Megatron-LM runs 1F1B or interleaved), virtual stages
-        on one stage, or layer splits searched per layer.
-    """
-    p = s.parallelism
-    problems = _common(s)
-    if p.zero >= 2 and p.data > 1:
-        problems.append(f"ZeRO stage {p.zero} shards the {'weights and ' if p.zero == 3 else ''}gradients, which "
-                        "Megatron-LM's distributed optimizer does not (it shards the optimizer state: ZeRO 1); "
-                        "re-cost with --zero 1 or export --format deepspeed")
-    if p.schedule == "gpipe" and p.pipeline > 1:
-        problems.append("the GPipe schedule: Megatron-LM runs 1F1B or, with virtual stages, the interleaved schedule")
-    _refuse("Megatron-LM", problems)
-    args = ["--tensor-model-parallel-size", str(p.tensor), "--pipeline-model-parallel-size", str(p.pipeline),
-            "--context-parallel-size", str(p.context), "--expert-model-parallel-size", str(s.expert)]
-    if p.virtual_stages > 1:
-        args += ["--virtual-pipeline-model-parallel-size", str(p.virtual_stages)]
-    if p.sequence_parallel and p.tensor > 1:
-        args.append("--sequence-parallel")
-    if p.recompute == "selective":
-        args += ["--recompute-granularity", "selective"]
-    elif p.recompute == "full":
-        # pase's full recomputation keeps each transformer layer's input and recomputes the layer.
-        args += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
-    if p.zero == 1:
-        args.append("--use-distributed-optimizer")
-    args += ["--micro-batch-size", str(p.microbatch_size), "--global-batch-size", str(p.global_batch)]
-    return args
-
-
-def _stage_comment(s: TrainingSettings) -> list[str]:
-    if len(s.stages) < 2:
-        return []
-    runs = ", ".join(f"{a} .. {b}" for a, b in s.stages)
-    return [f"pase's {len(s.stages)} (virtual) stages run {runs}"]
+    """Megatron-LM's arguments of ``s`` (:meth:`pase.frameworks.megatron.Megatron.arguments`)."""
+    return MEGATRON.arguments(s)
 
 
 def megatron_script(s: TrainingSettings) -> str:
-    """The ``torchrun`` line and Megatron-LM arguments of ``s``, as shell text with comments.
-
-    The world size ``nodes x devices per node`` fixes Megatron-LM's data size,
-    ``world / (t p c)``. Raises as :func:`megatron_arguments`.
-    """
-    p = s.parallelism
-    args = megatron_arguments(s)
-    per_node = p.devices // s.nodes
-    lines = [f"# Megatron-LM for pase plan {s.label or p.describe()!r} of {s.model or 'the model'} on {p.devices} "
-             f"devices: data parallel {p.data} = {p.devices} / (tp {p.tensor} x pp {p.pipeline} x cp {p.context}).",
-             "# Add the model's own arguments (--num-layers, --hidden-size, --seq-length ...) and data paths."]
-    lines += [f"# {c}; Megatron-LM splits the transformer layers evenly over the stages."
-              for c in _stage_comment(s)]
-    pairs = []
-    i = 0
-    while i < len(args):
-        take = 2 if i + 1 < len(args) and not args[i + 1].startswith("--") else 1
-        pairs.append(" ".join(shlex.quote(a) for a in args[i:i + take]))
-        i += take
-    lines.append(f"torchrun --nnodes {s.nodes} --nproc-per-node {per_node} pretrain_gpt.py \\")
-    lines += [f"  {a} \\" for a in pairs[:-1]] + [f"  {pairs[-1]}"]
-    return "\n".join(lines) + "\n"
-
-
-def _block(name: str) -> int | None:
-    """The transformer block number of a layer name (``h.12.ln2`` -> 12), None outside the blocks."""
-    parts = name.split(".")
-    return next((int(x) for x in parts if x.isdigit()), None)
+    """The ``torchrun`` line and Megatron-LM arguments of ``s`` (:meth:`pase.frameworks.megatron.Megatron.script`)."""
+    return MEGATRON.script(s)
 
 
 def torchtitan_toml(s: TrainingSettings) -> str:
-    """torchtitan's ``[parallelism]``, ``[training]`` and ``[activation_checkpoint]`` settings of ``s`` (TOML).
-
-    Data parallelism is DDP (``data_parallel_replicate_degree``) under ZeRO
-    0, FSDP (``data_parallel_shard_degree``) under ZeRO 3, and FSDP keeping
-    the gathered weights until the backward (``fsdp_reshard_after_forward =
-    "never"``, ZeRO 2's memory) under ZeRO 2. Virtual stages are split points
-    at the transformer blocks (``layers.N``) where pase's stages begin,
-    rounded down to the block holding the cut.
-
-    Raises
-    ------
-    NotExpressibleError
-        ZeRO 1 (torchtitan shards gradients with the optimizer state),
-        tensor parallelism without sequence parallelism (torchtitan's
-        tensor-parallel plans always shard the norms over the sequence), a
-        stage beginning outside the numbered blocks, or layer splits
-        searched per layer.
-    """
-    p = s.parallelism
-    problems = _common(s)
-    if p.zero == 1 and p.data > 1:
-        problems.append("ZeRO stage 1: torchtitan's FSDP shards the gradients too (ZeRO 2 or 3); re-cost with "
-                        "--zero 2 or export --format megatron")
-    if p.tensor > 1 and not p.sequence_parallel:
-        problems.append(f"tensor parallel {p.tensor} without sequence parallelism: torchtitan's tensor-parallel "
-                        "plans always shard the norms and dropouts over the sequence; re-cost with --sp")
-    splits = []
-    if p.pipeline * p.virtual_stages > 1:
-        if len(s.stages) != p.pipeline * p.virtual_stages:
-            problems.append("the plan lists no layers per stage (pipeline.stages_detail), so no split points follow")
-        for first, _ in s.stages[1:]:
-            k = _block(first)
-            if k is None:
-                problems.append(f"a stage begins at {first!r}, outside the numbered transformer blocks, where "
-                                "torchtitan cannot split (it splits at layers.N)")
-            elif f"layers.{k}" in splits:
-                problems.append(f"two stages begin inside block {k} ({first!r}); torchtitan splits at whole blocks")
-            else:
-                splits.append(f"layers.{k}")
-    _refuse("torchtitan", problems)
-    replicate, shard = (p.data, 1) if p.zero == 0 else (1, p.data)
-    lines = [f"# torchtitan settings for pase plan {s.label or p.describe()!r} of {s.model or 'the model'} on "
-             f"{p.devices} devices."]
-    lines += [f"# {c}; split points round down to the block holding each cut." for c in _stage_comment(s)]
-    lines += ["", "[parallelism]",
-              f"data_parallel_replicate_degree = {replicate}",
-              f"data_parallel_shard_degree = {shard}"]
-    if p.zero == 2 and p.data > 1:
-        lines.append('fsdp_reshard_after_forward = "never"')
-    lines += [f"tensor_parallel_degree = {p.tensor}",
-              f"context_parallel_degree = {p.context}",
-              f"expert_parallel_degree = {s.expert}",
-              f"pipeline_parallel_degree = {p.pipeline}"]
-    if p.pipeline > 1:
-        lines += [f'pipeline_parallel_schedule = "{_TITAN_SCHEDULES[p.schedule]}"',
-                  f"pipeline_parallel_microbatch_size = {p.microbatch_size}",
-                  "pipeline_parallel_split_points = [" + ", ".join(f'"{x}"' for x in splits) + "]"]
-    # Without stages torchtitan accumulates gradients over local batches; with stages a local batch is one
-    # pipeline pass of all its microbatches.
-    local = p.microbatch_size if p.pipeline == 1 else p.global_batch // p.data
-    lines += ["", "[training]",
-              f"local_batch_size = {local}",
-              f"global_batch_size = {p.global_batch}",
-              "", "[activation_checkpoint]",
-              f'mode = "{p.recompute}"']
-    if p.recompute == "selective":
-        lines.append('selective_ac_option = "op"')
-    return "\n".join(lines) + "\n"
+    """torchtitan's job TOML of ``s`` (:meth:`pase.frameworks.torchtitan.Torchtitan.toml`)."""
+    return TORCHTITAN.toml(s)
 
 
 def deepspeed_config(s: TrainingSettings) -> dict:
-    """DeepSpeed's configuration of ``s``: ZeRO stage and batch, ``train_batch_size = micro x accumulation x d``.
+    """DeepSpeed's configuration of ``s`` (:meth:`pase.frameworks.deepspeed.DeepSpeed.config`)."""
+    return DEEPSPEED.config(s)
 
-    The tensor, context and pipeline sizes are the launcher's (Megatron-DeepSpeed's
-    Megatron-LM arguments), not the configuration's; bf16 mixed precision is
-    what pase's memory model counts (2-byte weights and gradients, fp32 Adam
-    state).
 
-    Raises
-    ------
-    NotExpressibleError
-        ZeRO 2 or 3 with several pipeline stages (DeepSpeed's pipeline engine
-        takes ZeRO 0 or 1), or layer splits searched per layer.
-    """
+def launch_text(s: TrainingSettings) -> str:
+    """The plan's launch lines: nodes, GPUs per node and world size, and each framework's launcher."""
     p = s.parallelism
-    problems = _common(s)
-    if p.zero >= 2 and p.pipeline > 1:
-        problems.append(f"ZeRO stage {p.zero} with {p.pipeline} pipeline stages: DeepSpeed's pipeline engine "
-                        "supports ZeRO stages 0 and 1 only")
-    _refuse("DeepSpeed", problems)
-    return {"train_batch_size": p.global_batch, "train_micro_batch_size_per_gpu": p.microbatch_size,
-            "gradient_accumulation_steps": p.microbatches, "zero_optimization": {"stage": p.zero},
-            "bf16": {"enabled": True}}
+    return "\n".join([
+        f"# {s.model or 'the model'}, pase plan {s.label or p.describe()!r}: {s.nodes} nodes x "
+        f"{p.devices // s.nodes} GPUs per node = world size {p.devices} (tp {p.tensor} x cp {p.context} x dp "
+        f"{p.data} x pp {p.pipeline})",
+        f"NNODES={s.nodes} NPROC_PER_NODE={p.devices // s.nodes} WORLD_SIZE={p.devices}",
+        "# Megatron-LM:  " + launch_line(s, "pretrain_gpt.py ..."),
+        "# torchtitan:   " + launch_line(s, "-m torchtitan.train --job.config_file JOB.toml"),
+        "# DeepSpeed:    " + DEEPSPEED.launch(s)]) + "\n"
 
 
 # -- the front door ----------------------------------------------------------------------------
@@ -762,15 +755,15 @@ def export_plan(data: Mapping, fmt: str, *, graph: Graph | None = None) -> str:
     """Plan document ``data`` (either kind) as the text of ``fmt``, one of :data:`FORMATS`.
 
     ``graph`` is the model of a per-layer plan (default: the sample its
-    ``model`` names); a 3-D training plan needs none.
+    ``model`` names), or of a 3-D training plan's DTensor and PartitionSpec
+    exports at its microbatch size (default: the sample it names).
 
     Raises
     ------
     FormatError
-        ``fmt`` is unknown, or the document is malformed; DTensor and
-        PartitionSpec asked of a training plan.
+        ``fmt`` is unknown, or the document is malformed.
     GraphError, ConfigurationError
-        The per-layer plan does not suit the graph.
+        The plan does not suit the graph.
     NotExpressibleError
         The target cannot express the plan; the message names the layers or settings.
     """
@@ -778,20 +771,24 @@ def export_plan(data: Mapping, fmt: str, *, graph: Graph | None = None) -> str:
         raise FormatError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if fmt in ("dtensor", "partitionspec"):
         if is_training_plan(data):
-            raise FormatError(f"{fmt} placements come from a per-layer plan (pase solve --search layers --json); a "
-                              "3-D training plan exports as megatron, torchtitan or deepspeed")
-        doc = dtensor_export(data, graph) if fmt == "dtensor" else partitionspec_export(data, graph)
+            doc = (training_dtensor_export if fmt == "dtensor" else training_partitionspec_export)(data, graph)
+        else:
+            doc = dtensor_export(data, graph) if fmt == "dtensor" else partitionspec_export(data, graph)
         return json.dumps(doc, indent=1) + "\n"
     settings = _settings(data, graph)
     if fmt == "megatron":
-        return megatron_script(settings)
+        return MEGATRON.script(settings)
+    if fmt == "megatron-bridge":
+        return MEGATRON.bridge(settings)
     if fmt == "torchtitan":
-        return torchtitan_toml(settings)
-    return json.dumps(deepspeed_config(settings), indent=1) + "\n"
+        return TORCHTITAN.toml(settings)
+    if fmt == "launch":
+        return launch_text(settings)
+    return json.dumps(DEEPSPEED.config(settings), indent=1) + "\n"
 
 
 def file_name(model: str, fmt: str) -> str:
     """A download name for ``fmt`` of ``model``: ``gpt-megatron.sh``, ``gpt-torchtitan.toml``..."""
-    ext = {"megatron": "sh", "torchtitan": "toml"}.get(fmt, "json")
+    ext = {"megatron": "sh", "launch": "sh", "torchtitan": "toml", "megatron-bridge": "txt"}.get(fmt, "json")
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", model or "plan")
     return f"{safe}-{fmt}.{ext}"

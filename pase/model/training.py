@@ -115,7 +115,8 @@ from pase.ops import OPS, block_elements
 
 __all__ = ["RECOMPUTE", "Parallelism", "StageReport", "TrainingPlan", "LayerTimes", "evaluate_training",
            "cached_graph", "cached_times", "layer_times", "group_times", "assemble", "average_load_s", "check_devices",
-           "group_extents", "group_cluster", "balanced_cuts", "attention_core", "blocks", "zero3_ring_s"]
+           "group_extents", "group_cluster", "balanced_cuts", "attention_core", "blocks", "zero3_ring_s",
+           "cut_weights_s"]
 
 RECOMPUTE = ("none", "selective", "full")
 # Mixed-precision Adam's update touches, per parameter: fp32 master, first and second moments read and
@@ -459,6 +460,7 @@ class TrainingPlan:
     attention: str = "unfused"
     precision: str = "bf16"
     experts: dict | None = None
+    transformer_blocks: int | None = None  # blocks of the graph (frameworks stack and cut whole blocks)
 
     def step_time_model(self) -> dict:
         """Which step-time model priced the plan, in words (:func:`pase.model.cost.describe_model`)."""
@@ -531,6 +533,7 @@ class TrainingPlan:
             "chosen_by_search": list(self.chosen),
             "step_time_model": self.step_time_model(),
             "experts": self.experts_dict(),
+            "transformer_blocks": self.transformer_blocks,
         }
 
     def experts_dict(self) -> dict | None:
@@ -1079,6 +1082,15 @@ def average_load_s(lt: "LayerTimes", cluster: Cluster, data_k: Sequence[int], ze
     return microbatches * _loads(lt, cluster, zero3, overlap, expert3)["total"] / stages
 
 
+def cut_weights_s(lt: "LayerTimes", cluster: Cluster, data_k: Sequence[int], zero: int, overlap: bool) -> np.ndarray:
+    """Per layer, the seconds the balanced cuts even out (:func:`balanced_cuts`) under ZeRO stage ``zero`` over
+    the data-parallel extents ``data_k``: a layer's forward and backward, or under ``overlap`` with ZeRO 3 the
+    larger of its compute and its gathers. For searches that cut elsewhere than between any two layers (whole
+    transformer blocks, :mod:`pase.frameworks`)."""
+    zero3 = tuple(data_k) if zero == 3 and math.prod(data_k) > 1 else None
+    return _loads(lt, cluster, zero3, overlap)["weight"]
+
+
 def _stage_sums(lt: "LayerTimes", cluster: Cluster, par: Parallelism, zero3: tuple[int, ...] | None,
                 expert3: tuple[int, ...] | None = None):
     """The cuts of ``par``'s ``p v`` virtual stages (given, or balanced) and, per virtual stage, one
@@ -1292,4 +1304,5 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
         hardware_flops_per_step=(lt.model_flops + float(lt.recompute_flops.sum()) * par.group) * replicas,
         memory_capacity_bytes=capacity, tokens_per_sample=sequence_length(graph), label=label or par.describe(),
         attention=lt.attention, precision=lt.precision, experts=lt.experts,
+        transformer_blocks=len(set(graph.derived("blocks", lambda: blocks(graph)).values())) or None,
     )

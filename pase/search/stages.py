@@ -27,6 +27,14 @@ fastest whose every stage fits device memory:
 * stage cuts: for each of the above, the time-balanced cut (the smallest
   slowest stage, :func:`~pase.model.training.balanced_cuts`).
 
+With ``framework`` the search keeps only what that framework runs
+(:mod:`pase.frameworks`: its ZeRO stages, schedules, recomputation, context
+parallelism, precision) and cuts the stages between whole transformer blocks
+as it does (balanced over the blocks, or DeepSpeed's uniform partition), the
+embedding on the first stage and the head on the last. With ``"any"`` it
+keeps every configuration, cut between blocks, and also the best plan each
+framework runs (``TrainingSearch.by_framework``).
+
 Exact over that space: every configuration is modelled, except those
 skipped because a lower bound of their step already reaches the slowest of
 the plans kept (the best and its runners-up), so skipping never loses one.
@@ -50,8 +58,8 @@ pipeline size, schedule and ZeRO stage.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
-from typing import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Callable, Mapping, Sequence
 
 from pase.errors import ConfigurationError, SearchTooLargeError
 from pase.hardware.cluster import Cluster
@@ -63,7 +71,7 @@ from pase.model.memory import InsufficientMemoryError, MemoryOptions
 from pase.model.pipeline import SCHEDULES
 from pase.model.training import (
     RECOMPUTE, LayerTimes, Parallelism, TrainingPlan, assemble, average_load_s, cached_graph, cached_times,
-    evaluate_training, group_cluster, group_extents, layer_times,
+    cut_weights_s, evaluate_training, group_cluster, group_extents, layer_times,
 )
 from pase.search.solver import exact
 
@@ -96,13 +104,26 @@ class TrainingSearch:
     search_time_s: float
     gap_bound_s: float
     notes: tuple[str, ...] = ()
+    framework: str | None = None
+    by_framework: Mapping[str, TrainingPlan | None] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        """The best plan's JSON plus the search's statistics and runners-up."""
+        """The best plan's JSON plus the search's statistics and runners-up; with a framework, its name, and
+        under ``"any"`` the best plan each framework runs (``by_framework``: label, step, how much slower, or
+        null where it runs none)."""
         out = self.best.to_dict()
         out["search"] = {"configurations": self.configurations, "skipped_by_bound": self.skipped,
                          "search_time_s": self.search_time_s, "gap_bound_s": self.gap_bound_s,
                          "notes": list(self.notes)}
+        if self.framework is not None:
+            out["framework"] = self.framework
+        if self.by_framework:
+            out["by_framework"] = {
+                name: None if r is None else {
+                    "label": r.label, "step_time_s": r.step_time_s,
+                    "slower_by": r.step_time_s / self.best.step_time_s - 1 if self.best.step_time_s else None,
+                    "memory_per_device_bytes": r.memory_per_device_bytes}
+                for name, r in self.by_framework.items()}
         out["runners_up"] = [{"label": r.label, "step_time_s": r.step_time_s,
                               "slower_by": r.step_time_s / self.best.step_time_s - 1 if self.best.step_time_s else None,
                               "memory_per_device_bytes": r.memory_per_device_bytes} for r in self.runners_up]
@@ -153,6 +174,7 @@ def search_training(
     runners_up: int = 5,
     progress: Callable[[int, int], None] | None = None,
     cache: dict | None = None,
+    framework: str | None = None,
 ) -> TrainingSearch:
     """Find the fastest 3-D parallel configuration that fits (see the module docstring).
 
@@ -169,12 +191,16 @@ def search_training(
     ``cache`` (a dict, :func:`~pase.model.training.cached_times`) shares the
     graphs and layer times with later calls for the same model, cluster and
     options (:func:`training_baselines`, ``evaluate_training``).
+    ``framework`` (``"megatron"``, ``"torchtitan"``, ``"deepspeed"`` or
+    ``"any"``; None: every configuration, cut anywhere) as the module
+    docstring says.
 
     Raises
     ------
     ConfigurationError
-        The global batch is not a positive integer, or the restrictions leave
-        nothing to try.
+        The global batch is not a positive integer, the restrictions leave
+        nothing to try, the framework is unknown or runs none of them, or the
+        model has no transformer blocks to cut between.
     InsufficientMemoryError
         No configuration fits; the message gives the least memory seen.
     """
@@ -189,6 +215,11 @@ def search_training(
     probe = cached_graph(build, 1, cache)
     layers, sequence = len(probe), sequence_length(probe)
     experts = {b.experts for b in moe_blocks(probe)}
+    targets = _targets(framework)
+    if targets:
+        from pase.frameworks import block_layout
+
+        layers = block_layout([l.name for l in probe.layers]).blocks  # stages hold whole blocks
     groups = [g for g in _groups(cluster, cluster.devices, sequence, context)
               if (tensor is None or g[0] in tensor) and (pipeline is None or g[3] in pipeline) and g[3] <= layers]
     work = sorted({(b, t, c) for t, c, d, p, _ in groups for b in divisors(global_batch // d)
@@ -245,31 +276,60 @@ def search_training(
                         for z in zero:
                             if z and d == 1:
                                 continue
+                            rules = _rules(targets, framework, replace(base, sequence_parallel=sp[0], ep=sp[1],
+                                                                       etp=sp[2], recompute=rc, zero=z,
+                                                                       schedule=schedule, virtual_stages=v),
+                                           options.precision, lt.attention)
+                            if not rules:
+                                continue
                             floor_s = average_load_s(lt, cluster, data_k, z, m, p, overlap)
-                            pending.append((floor_s, len(pending), lt, base, (sp, rc, z, schedule, v), label))
+                            for rule, lists in rules:
+                                pending.append((floor_s, len(pending), lt, base, (sp, rc, z, schedule, v), label,
+                                                data_k, rule, lists))
         if progress is not None:
             progress(n + 1, len(work))
+    if targets and not pending:
+        names = " or ".join(f.title for f in targets.values())
+        raise ConfigurationError(f"{names} runs none of the {probe.name!r} configurations on {cluster.devices:,} "
+                                 "devices left to try (its ZeRO stages, schedules, recomputation, context "
+                                 "parallelism, precision and attention); widen the sizes or change --precision / "
+                                 "--attention")
     pending.sort(key=lambda e: e[:2])
-    found: list[TrainingPlan] = []
+    # Kept plans per list: "" the best and its runners-up, a framework's name its best alone (under "any").
+    keep = {"": runners_up, **{name: 0 for name in targets if framework == "any"}}
+    kept: dict[str, list[TrainingPlan]] = {name: [] for name in keep}
     too_large: list[float] = []
     skipped = 0
-    for i, (floor_s, _, lt, base, (sp, rc, z, schedule, v), label) in enumerate(pending):
-        bound = _bound(found, runners_up)
-        if bound is not None and floor_s >= bound:
-            skipped += len(pending) - i
+    for i, (floor_s, _, lt, base, (sp, rc, z, schedule, v), label, data_k, rule, lists) in enumerate(pending):
+        bounds = {name: _bound(kept[name], keep[name]) for name in keep}
+        if None not in bounds.values() and floor_s >= max(bounds.values()):
+            skipped += len(pending) - i  # every later configuration's floor is at least this one's
             break
+        bound = None if any(bounds[n] is None for n in lists) else max(bounds[n] for n in lists)
+        if bound is not None and floor_s >= bound:
+            skipped += 1
+            continue
         sp, ep, etp = sp
         par = replace(base, sequence_parallel=sp, recompute=rc, zero=z, schedule=schedule, virtual_stages=v, ep=ep,
                       etp=etp)
+        if rule is not None:
+            try:
+                par = replace(par, stage_cuts=_block_cuts(lt, cluster, par, data_k, targets[rule] if rule in targets
+                                                          else None))
+            except ConfigurationError:  # more (virtual) stages than blocks
+                skipped += 1
+                continue
         got = assemble(lt, cluster, par, memory, capacity, label=f"{par.describe()}, {label}", bound_s=bound,
                        rejected=too_large.append)
         if got is None:
             skipped += 1
             continue
-        found.append(got)
-        # Equal steps (ZeRO stages often tie): the one needing less memory first.
-        found.sort(key=lambda r: (round(r.step_time_s, 12), r.memory_per_device_bytes))
-        del found[runners_up + 1:]
+        for name in lists:
+            kept[name].append(got)
+            # Equal steps (ZeRO stages often tie): the one needing less memory first.
+            kept[name].sort(key=lambda r: (round(r.step_time_s, 12), r.memory_per_device_bytes))
+            del kept[name][keep[name] + 1:]
+    found = kept[""]
     if not found:
         raise InsufficientMemoryError(
             f"no configuration of {probe.name!r} on {cluster.devices:,} devices fits in "
@@ -280,9 +340,56 @@ def search_training(
     best = found[0]
     lower = best.parallelism.microbatches * max(
         (sum(s.forward_s + s.backward_s for s in best.stages) / len(best.stages)), 0.0)
+    if targets:
+        notes.append("stage cuts between whole transformer blocks, the embedding on the first stage and the head on "
+                     "the last; " + ("every configuration, and the best each framework runs: "
+                                     if framework == "any" else "only what ")
+                     + ", ".join(repr(f) for f in targets.values()) + (" runs" if framework != "any" else ""))
     return TrainingSearch(best=best, runners_up=tuple(found[1:]), configurations=len(pending), skipped=skipped,
                           search_time_s=time.perf_counter() - started, gap_bound_s=max(0.0, best.step_time_s - lower),
-                          notes=tuple(dict.fromkeys(notes)))
+                          notes=tuple(dict.fromkeys(notes)), framework=framework,
+                          by_framework={name: (kept[name] or [None])[0] for name in targets}
+                          if framework == "any" else {})
+
+
+def _targets(framework: str | None) -> dict:
+    """The frameworks a search keeps plans for: none (None), one, or all of them ("any")."""
+    from pase.frameworks import FRAMEWORKS, framework as named
+
+    if framework is None:
+        return {}
+    return dict(FRAMEWORKS) if framework == "any" else {framework: named(framework)}
+
+
+def _rules(targets: dict, framework: str | None, par: Parallelism, precision: str, attention: str) -> list:
+    """How ``par`` enters the search: per way of cutting its stages (None: anywhere; a framework's name: as it
+    cuts), the kept lists the plan may join ("" the best and runners-up, a framework's name its best)."""
+    if not targets:
+        return [(None, ("",))]
+    runs = [name for name, f in targets.items() if f.runs(par, precision=precision, attention=attention)]
+    if framework != "any":
+        return [(framework, ("",))] if runs else []
+    # Megatron-LM and torchtitan take any whole-block cut (the balanced one); DeepSpeed partitions uniformly.
+    balanced = ("", *(n for n in runs if n != "deepspeed"))
+    return [("balanced", balanced)] + ([("deepspeed", ("deepspeed",))] if "deepspeed" in runs else [])
+
+
+def _block_cuts(lt: LayerTimes, cluster: Cluster, par: Parallelism, data_k: tuple, rule) -> tuple[int, ...]:
+    """The cuts of ``par``'s ``p v`` virtual stages between whole blocks, as framework ``rule`` cuts them (None:
+    balanced over the blocks); memoised on ``lt``."""
+    from pase.frameworks import block_layout
+    from pase.frameworks.base import balanced_block_cuts
+
+    if "blocks" not in lt.memo:
+        lt.memo["blocks"] = block_layout([l.name for l in lt.layers])
+    pieces = par.pipeline * par.virtual_stages
+    key = ("block cuts", getattr(rule, "name", None), pieces,
+           tuple(data_k) if par.zero == 3 and par.data > 1 else None, par.overlap)
+    if key not in lt.memo:
+        weights = cut_weights_s(lt, cluster, data_k, par.zero, par.overlap)
+        lt.memo[key] = (balanced_block_cuts(weights, pieces, lt.memo["blocks"]) if rule is None
+                        else rule.cuts(weights, pieces, lt.memo["blocks"]))
+    return lt.memo[key]
 
 
 def _expert_layouts(experts: set[int], t: int, stage: int, expert: Sequence[int] | None,

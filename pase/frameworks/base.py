@@ -1,0 +1,235 @@
+"""What every framework module shares: the settings a plan exports, the stack of transformer blocks, the cuts.
+
+A framework runs a transformer as a stack of whole blocks (Megatron-Core's
+``TransformerLayer``, torchtitan's ``layers.N``, Megatron-DeepSpeed's
+``ParallelTransformerLayerPipe``): a pipeline stage, or a chunk of one under
+the interleaved schedule, holds whole blocks, the first one also the
+embedding and the last one also the output layer and the loss. In pase's
+layer order a block is the run of layers whose names share a numbered prefix
+(``h.3`` for ``h.3.attn.q``, :func:`pase.model.roofline.blocks`); a stage cut
+a framework can run falls where one block ends and the next begins.
+
+:class:`BlockLayout` holds those positions for a graph; :func:`balanced_block_cuts`
+cuts the blocks into the virtual stages with the smallest slowest one (what
+pase's search does for Megatron-LM and torchtitan, which take any count per
+stage), and :func:`uniform_block_cuts` as DeepSpeed's pipeline splits them
+(``partition_method="type:transformer"``). :func:`stage_blocks` reads the
+blocks of each virtual stage back from a plan's layer names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from pase.errors import ConfigurationError, PaseError
+from pase.model.training import Parallelism, balanced_cuts
+
+__all__ = ["NotExpressibleError", "TrainingSettings", "Framework", "BlockLayout", "block_layout", "block_index",
+           "balanced_block_cuts", "uniform_block_cuts", "stage_blocks", "launch_line"]
+
+
+class NotExpressibleError(PaseError):
+    """The plan cannot be written in the target framework's settings; the message names what cannot."""
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    """A plan as global 3-D settings: what the Megatron-LM, torchtitan and DeepSpeed exports write.
+
+    ``parallelism`` holds the sizes, batch, schedule, recomputation and ZeRO
+    stage; ``expert`` the expert-parallel size (1 without experts);
+    ``nodes`` the nodes the devices span (1 on a flat mesh); ``stages`` per
+    virtual stage its first and last layer name (empty when unknown);
+    ``searched`` whether the splits inside a stage were searched per layer
+    rather than Megatron's rule; ``precision`` ``"bf16"`` or ``"fp8"``;
+    ``attention`` ``"flash"``, ``"unfused"`` or ``""`` (not recorded);
+    ``blocks`` the model's transformer blocks (None: not recorded);
+    ``label`` and ``model`` for comments.
+    """
+
+    parallelism: Parallelism
+    model: str
+    label: str = ""
+    expert: int = 1
+    nodes: int = 1
+    stages: tuple[tuple[str, str], ...] = ()
+    searched: bool = False
+    precision: str = "bf16"
+    attention: str = ""
+    blocks: int | None = None
+
+
+class Framework:
+    """What one framework runs at a stated version, and how it says it.
+
+    Subclasses set ``name`` (the ``--framework`` value), ``title`` and
+    ``version`` (what the checks and exports target) and implement
+    :meth:`problems`.
+    """
+
+    name = ""
+    title = ""
+    version = ""
+
+    def problems(self, par: Parallelism, *, precision: str = "bf16", attention: str = "") -> list[str]:
+        """What of ``par`` the framework cannot run in ``precision`` (``"bf16"``, ``"fp8"``) with ``attention``
+        (``"flash"``, ``"unfused"``, ``""`` unknown), each naming the setting; [] if it runs."""
+        raise NotImplementedError
+
+    def runs(self, par: Parallelism, *, precision: str = "bf16", attention: str = "") -> bool:
+        """Whether the framework runs ``par`` (:meth:`problems` is empty); the stage cuts are the caller's."""
+        return not self.problems(par, precision=precision, attention=attention)
+
+    def cuts(self, weights: Sequence[float], pieces: int, layout: "BlockLayout") -> tuple[int, ...]:
+        """The stage cuts the framework would run for ``pieces`` virtual stages, layer ``i`` weighing
+        ``weights[i]`` seconds: by default the balanced block cuts (the framework takes any count per stage)."""
+        return balanced_block_cuts(weights, pieces, layout)
+
+    def __repr__(self) -> str:
+        return f"{self.title} ({self.version})"
+
+
+@dataclass(frozen=True)
+class BlockLayout:
+    """Where a graph's transformer blocks begin in its layer order.
+
+    ``starts`` are the positions of the first layers of blocks 1 .. L-1 (the
+    cuts a framework can run), ``blocks`` is L, ``layers`` the graph's layer
+    count; the layers before block 0 (the embedding) go with it, those after
+    the last block (final norm, output layer, loss) with that one.
+    """
+
+    starts: tuple[int, ...]
+    blocks: int
+    layers: int
+
+    def units(self, weights: Sequence[float]) -> np.ndarray:
+        """Per block, the sum of ``weights`` over its layers (the embedding's in block 0, the head's in the last)."""
+        weights = np.asarray(weights, dtype=float)
+        return np.add.reduceat(weights, [0, *self.starts]) if len(weights) else weights
+
+    def cuts_of(self, counts: Sequence[int]) -> tuple[int, ...]:
+        """The layer positions of the cuts between virtual stages holding ``counts`` blocks each.
+
+        Raises ``ConfigurationError`` when the counts do not add up to the
+        blocks or leave a stage empty.
+        """
+        if sum(counts) != self.blocks or any(c < 1 for c in counts):
+            raise ConfigurationError(f"stages of {list(counts)} transformer blocks do not cover the model's "
+                                     f"{self.blocks} blocks with at least one per stage")
+        ends = np.cumsum(counts)[:-1]
+        return tuple(self.starts[e - 1] for e in ends)
+
+    def counts_of(self, cuts: Sequence[int]) -> tuple[int, ...]:
+        """Blocks per virtual stage of ``cuts`` (each one of :attr:`starts`)."""
+        where = {s: k + 1 for k, s in enumerate(self.starts)}
+        bounds = [0] + [where[c] for c in cuts] + [self.blocks]
+        return tuple(int(b - a) for a, b in zip(bounds, bounds[1:]))
+
+
+def block_index(name: str) -> int | None:
+    """The block number of a layer name (``h.12.ln2`` -> 12), None for a layer outside the blocks
+    (as :func:`pase.model.roofline.blocks` decides: a numbered part followed by more parts)."""
+    parts = name.split(".")
+    num = next((i for i, p in enumerate(parts) if p.isdigit()), None)
+    return int(parts[num]) if num is not None and num + 1 < len(parts) else None
+
+
+def block_layout(names: Sequence[str]) -> BlockLayout:
+    """The :class:`BlockLayout` of a layer order (the graph's layer names, in order).
+
+    Raises
+    ------
+    ConfigurationError
+        The graph has no transformer blocks, or a block's layers are not one
+        contiguous run in the order (a framework stacks whole blocks).
+    """
+    index = [block_index(n) for n in names]
+    seen: list[int] = []
+    starts = []
+    for i, k in enumerate(index):
+        if k is None:
+            if seen and any(j is not None for j in index[i:]):
+                raise ConfigurationError(f"layer {names[i]!r} sits between transformer blocks; frameworks stack "
+                                         "whole blocks with only the embedding before and the head after them")
+            continue
+        if not seen or k != seen[-1]:
+            if k in seen:
+                raise ConfigurationError(f"the layers of block {k} are not contiguous in the layer order (at "
+                                         f"{names[i]!r}); frameworks run each block whole")
+            if seen:
+                starts.append(i)
+            seen.append(k)
+    if not seen:
+        raise ConfigurationError("the model has no transformer blocks (layers named like 'h.3.attn.q'), which the "
+                                 "frameworks' pipelines cut between; plan it without --framework")
+    return BlockLayout(starts=tuple(starts), blocks=len(seen), layers=len(names))
+
+
+def balanced_block_cuts(weights: Sequence[float], pieces: int, layout: BlockLayout) -> tuple[int, ...]:
+    """Cut the blocks into ``pieces`` runs of whole blocks minimising the slowest run's weight.
+
+    ``weights`` are per layer (seconds); returns layer positions of the cuts.
+    Raises ``ConfigurationError`` when there are fewer blocks than pieces.
+    """
+    if pieces > layout.blocks:
+        raise ConfigurationError(f"{pieces} pipeline stages (x virtual stages) need at least {pieces} transformer "
+                                 f"blocks; the model has {layout.blocks}")
+    if pieces == 1:
+        return ()
+    units = balanced_cuts(layout.units(weights), pieces)
+    return tuple(layout.starts[u - 1] for u in units)
+
+
+def uniform_block_cuts(pieces: int, layout: BlockLayout) -> tuple[int, ...]:
+    """The cuts of DeepSpeed's uniform partition of the blocks (``deepspeed.runtime.utils.partition_uniform``):
+    ``L // pieces`` blocks a stage, the first ``L % pieces`` stages one more.
+
+    Raises ``ConfigurationError`` when there are fewer blocks than pieces.
+    """
+    if pieces > layout.blocks:
+        raise ConfigurationError(f"{pieces} pipeline stages need at least {pieces} transformer blocks; the model "
+                                 f"has {layout.blocks}")
+    size, extra = divmod(layout.blocks, pieces)
+    return layout.cuts_of([size + (q < extra) for q in range(pieces)])
+
+
+def stage_blocks(stages: Sequence[tuple[str, str]], total: int | None = None) -> tuple[tuple[int, ...], list[str]]:
+    """Blocks per virtual stage of a plan, from each stage's first and last layer name (``stages_detail``) and
+    the model's ``total`` blocks (None: unknown, then read from the names only when the last stage ends in a block).
+
+    Returns ``(counts, problems)``: ``problems`` names each cut that falls
+    inside a block (no framework runs part of a block on one stage and the
+    rest on the next), and ``counts`` is empty then or when the blocks are
+    unknown.
+    """
+    if not stages:
+        return (), []
+    known = [k for k in (block_index(n) for run in stages for n in run) if k is not None]
+    if total is None:
+        if not known or block_index(stages[-1][1]) is None:
+            return (), []
+        total = max(known) + 1
+    problems = []
+    counts = []
+    Q = len(stages)
+    for q, (first, last) in enumerate(stages):
+        a, b = block_index(first), block_index(last)
+        if q > 0:
+            before = block_index(stages[q - 1][1])
+            if a is not None and before == a:
+                problems.append(f"virtual stage {q} begins at {first!r}, inside block {a} (the stage before ends at "
+                                f"{stages[q - 1][1]!r}); frameworks cut between whole blocks")
+        lo = a if a is not None else (0 if q == 0 else total)  # a stage opening outside the blocks: the head
+        hi = b if b is not None else (total - 1 if q == Q - 1 else -1)  # one closing outside them: the embedding
+        counts.append(max(0, hi - lo + 1))
+    return (tuple(counts) if not problems else ()), problems
+
+
+def launch_line(s: TrainingSettings, program: str) -> str:
+    """``torchrun`` over the plan's nodes and devices per node running ``program`` (its arguments follow)."""
+    per_node = s.parallelism.devices // s.nodes
+    return f"torchrun --nnodes {s.nodes} --nproc-per-node {per_node} {program}"
