@@ -191,6 +191,8 @@ def test_inception3_at_p8_solves_and_draws_the_strategy_graph(page, fresh_app_ur
 
 def choose(page, label: str, option: str) -> None:
     page.get_by_role("combobox", name=label).click()
+    # The list is virtualised (only the options in view exist in the page): type to bring the option into it.
+    page.keyboard.type(option)
     page.get_by_role("option", name=option, exact=True).click()
     page.wait_for_timeout(300)
     wait_idle(page)
@@ -258,9 +260,11 @@ def test_cancel_stops_a_running_search_and_the_page_keeps_working(page, app_url)
 
 
 def upload(page, name: str, data: bytes) -> None:
-    page.get_by_text("Upload", exact=True).click()
-    page.locator('input[type="file"]').set_input_files(files=[{"name": name, "mimeType": "application/json",
-                                                               "buffer": data}])
+    page.get_by_role("radiogroup", name="Graph").get_by_text("Upload", exact=True).click()
+    # The graph's uploader, not the calibration file's below it.
+    uploader = page.locator('[data-testid="stFileUploader"]').filter(has_text="Graph file")
+    uploader.locator('input[type="file"]').set_input_files(files=[{"name": name, "mimeType": "application/json",
+                                                                   "buffer": data}])
     page.wait_for_timeout(500)
     wait_idle(page)
 
