@@ -141,6 +141,9 @@ def megatron_config(text: str, model: str = MODEL):
         assert field in fields or field in DECLARED.values()
     if kwargs.get("pipeline_model_parallel_size", 1) > 1:
         kwargs["pipeline_dtype"] = torch.bfloat16
+    experts = [l.size_of["x"] for l in graph.layers if l.op == "MoEExperts"]
+    if experts:  # a model argument of the user's, as the hidden size is
+        kwargs["num_moe_experts"] = experts[0]
     return nodes * per_node, flags, TransformerConfig(**kwargs), DistributedDataParallelConfig(**ddp)
 
 
@@ -369,6 +372,19 @@ def test_the_llama3_70b_megatron_plan_passes_megatron_cores_checks(capsys):
     assert world == 64 and config.num_layers == 80
     if plan["pipeline_parallel"] > 1:
         assert megatron_blocks(config) == blocks_per_stage(plan, model="llama3-70b")
+
+
+def test_a_mixture_of_experts_megatron_plan_passes_megatron_cores_checks_with_its_expert_layout(capsys):
+    # Qwen3-30B-A3B on two DGX H100 nodes: the plan's expert parallelism reaches megatron-core's config as the
+    # expert-parallel and expert-tensor-parallel sizes the plan evaluated.
+    code, out, err = run(capsys, "solve", "qwen3-30b-a3b", "--devices", "16", "--cluster", "dgx-h100", "--seq", "4096",
+                         "--global-batch", "64", "--framework", "megatron", "--json")
+    assert code == 0, err
+    plan = json.loads(out)
+    world, flags, config, _ = megatron_config(export_plan(plan, "megatron"), model="qwen3-30b-a3b")
+    assert world == 16 and config.num_moe_experts == 128
+    assert config.expert_model_parallel_size == plan["experts"]["ep"] > 1
+    assert config.expert_tensor_parallel_size == plan["experts"]["etp"]
 
 
 # -- DTensor and PartitionSpec of a 3-D plan, applied by torch -------------------------------------------------------

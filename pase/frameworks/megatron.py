@@ -112,6 +112,8 @@ class Megatron(Framework):
             raise NotExpressibleError("the plan is not expressible in Megatron-LM: " + "; ".join(problems))
         args = ["--tensor-model-parallel-size", str(p.tensor), "--pipeline-model-parallel-size", str(p.pipeline),
                 "--context-parallel-size", str(p.context), "--expert-model-parallel-size", str(s.expert)]
+        if s.expert > 1:  # each expert's width split as the plan splits it (Megatron-Core's default: the TP size)
+            args += ["--expert-tensor-parallel-size", str(p.tensor if p.etp is None else p.etp)]
         args += self.layer_arguments(s)
         if p.sequence_parallel and p.tensor > 1:
             args.append("--sequence-parallel")
@@ -174,6 +176,7 @@ class Megatron(Framework):
         flags = _flags(args)
         model = {"tensor_model_parallel_size": p.tensor, "pipeline_model_parallel_size": p.pipeline,
                  "context_parallel_size": p.context, "expert_model_parallel_size": s.expert,
+                 **({"expert_tensor_parallel_size": p.tensor if p.etp is None else p.etp} if s.expert > 1 else {}),
                  "sequence_parallel": p.sequence_parallel and p.tensor > 1}
         if p.virtual_stages > 1 and "--pipeline-model-parallel-layout" not in flags:
             model["virtual_pipeline_model_parallel_size"] = p.virtual_stages

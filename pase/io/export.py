@@ -233,7 +233,7 @@ def training_from_dict(data: Mapping) -> TrainingSettings:
         raise FormatError(f"field 'step_time_model' must name precision bf16 or fp8 and attention flash or unfused, "
                           f"got {str(model)[:80]!r}")
     return TrainingSettings(parallelism=par, model=str(data.get("graph", "")), label=label,
-                            expert=_count(data, "expert_parallel", 1), nodes=_nodes(data.get("mesh"), par.devices),
+                            expert=par.ep, nodes=_nodes(data.get("mesh"), par.devices),
                             stages=tuple(run for _, run in sorted(stages)), searched=label.endswith(SEARCHED_SPLITS),
                             precision=precision, attention=attention,
                             blocks=_count(data, "transformer_blocks") if data.get("transformer_blocks") is not None
