@@ -74,6 +74,9 @@ HAND_COUNTED = [
     # 20 elements: the add (1), the fused op's value (1); backward the add's gradients are copies (0),
     # the fused op's derivative and product (2). 20 * 4 = 80.
     (L.elementwise("add", (4, 5), ("b", "n"), inputs=2, pointwise=1), 80),
+    # A key of 4 x 5 copied to 3 heads (b h n = 60 outputs): no forward FLOPs; backward the gradient summed over
+    # the heads, one add per summed element as a bias gradient is counted: 60.
+    (L.broadcast("bcast", (4, 3, 5), ("b", "h", "n"), ["h"]), 60),
     # One input: no add; value, derivative, product: 20 * 3 = 60.
     (L.elementwise("relu", (4, 5), ("b", "n"), inputs=1, pointwise=1), 60),
     # A gate, y = silu(x0) * x1 over 20 elements: forward silu's value (1) and the product (1); backward

@@ -394,6 +394,7 @@ EVERY_OP = [
     L.moe_router("router", b=2, s=8, d=8, experts=4, top_k=2, capacity=4),
     L.moe_experts("experts", b=2, capacity=4, experts=4, d=8, f=16),
     L.moe_combine("combine", b=2, s=8, d=8, experts=4, top_k=2, capacity=4),
+    L.broadcast("bcast", (2, 4, 8), ("b", "h", "d"), ["h"]),
 ]
 
 

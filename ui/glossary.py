@@ -31,7 +31,8 @@ COMMON: dict[str, str] = {
     "d": "model width (features per position)",
     "e": "hidden units (feed-forward or LSTM)",
     "v": "vocabulary",
-    "l": "stacked layers",
+    "l": "stacked layers; the compressed key-value width of latent attention (DeepSeek's MLA)",
+    "q": "the compressed query width of latent attention (DeepSeek's MLA)",
     "i": "GEMM rows",
     "j": "GEMM columns",
 }
