@@ -142,7 +142,7 @@ def test_the_search_shared_out_over_workers_finds_what_one_search_finds(model, d
     cluster = preset("dgx-h100" if model.startswith("llama") else "dgx-a100", devices, calibrated=False)
     if memory_gb is not None:
         cluster = dataclasses.replace(cluster, memory_bytes=memory_gb * 1e9)
-    one, one_plan = training_search_with_group_plan(model, (), cluster, batch)
+    one, one_plan = training_search_with_group_plan(batch_builder(model), cluster, batch)
     for workers in (2, 3, 4):
         shares = training_shares(batch, workers)
         assert len(shares) == min(workers, len([b for b in range(1, 9) if batch % b == 0]))
@@ -150,7 +150,7 @@ def test_the_search_shared_out_over_workers_finds_what_one_search_finds(model, d
         parts = []
         for sizes in shares:
             try:
-                parts.append(training_search_with_group_plan(model, (), cluster, batch, None, sizes))
+                parts.append(training_search_with_group_plan(batch_builder(model), cluster, batch, None, sizes))
             except PaseError as exc:
                 parts.append(exc)
         merged, plan = merge_training(parts, time.perf_counter())
@@ -170,11 +170,11 @@ def test_when_no_share_fits_the_error_gives_the_least_memory_of_all():
 
     cluster = dataclasses.replace(preset("dgx-h100", 8, calibrated=False), memory_bytes=16e9)
     with pytest.raises(InsufficientMemoryError) as whole:
-        training_search_with_group_plan("llama3-8b", (), cluster, 64)
+        training_search_with_group_plan(batch_builder("llama3-8b"), cluster, 64)
     parts = []
     for sizes in training_shares(64, 2):
         try:
-            training_search_with_group_plan("llama3-8b", (), cluster, 64, None, sizes)
+            training_search_with_group_plan(batch_builder("llama3-8b"), cluster, 64, None, sizes)
         except InsufficientMemoryError as exc:
             parts.append(exc)
     with pytest.raises(InsufficientMemoryError) as merged:
