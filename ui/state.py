@@ -467,12 +467,24 @@ def _sweep_points(problem: Problem, graph: Graph, devices: list[int], cluster: C
     """The sweep's points in the order of today's records: ``(point key, fn, args, kwargs)`` per point.
 
     One point is one device count (and one varied value): a call of :func:`pase.analysis.sweep.sweep`
-    (or ``batch_sweep``) over that point alone, whose records are the whole sweep's records for it.
+    (or ``batch_sweep``) over that point alone, whose records are the whole sweep's records for it; for a
+    language model (:func:`is_language_model`), of :func:`pase.analysis.sweep.training_sweep`: the 3-D
+    search and its baselines, as ``pase sweep`` runs them.
     """
-    from pase.analysis.sweep import batch_sweep, sweep as grid_sweep
+    from pase.analysis.sweep import batch_sweep, sweep as grid_sweep, training_sweep
     from pase.models import batch_builder
 
     options = problem.options
+    if is_language_model(problem.source):
+        build, batch = training_builder(problem.source), global_batch(problem.source)
+        if vary == "batch":
+            return [((int(v), p), training_sweep, (build, [p], cluster, int(v)), {"options": options})
+                    for v in values for p in devices]
+        if vary in ("bandwidth_Bps", "peak_flops"):
+            name, scale = {"bandwidth_Bps": ("bandwidths_Bps", 1e9), "peak_flops": ("peak_flops", 1e12)}[vary]
+            return [((p, v), training_sweep, (build, [p], cluster, batch), {"options": options, name: [v * scale]})
+                    for p in devices for v in values]
+        return [((p, None), training_sweep, (build, [p], cluster, batch), {"options": options}) for p in devices]
     if vary == "batch":
         others = {k: v for k, v in problem.source.params if k != "batch"}
         build = batch_builder(problem.source.name, **others)

@@ -7,7 +7,8 @@
   kept by the forwards and freed by the backwards (needs a recorded schedule);
 * :func:`mesh_figure`: the cluster's devices as a grid coloured by pipeline stage,
   from :func:`device_coordinates`;
-* :func:`stage_rows`: the stage table.
+* :func:`stage_rows`: the stage table;
+* :func:`plans_figure`: the step times of several plans (the search's best and the baselines) side by side.
 
 Every number comes from the plan; these functions only arrange and colour it.
 """
@@ -23,7 +24,8 @@ from ui.fmt import fmt_time, plotly_text
 from ui.palette import CAPACITY_COLOR, INK, MEMORY_COLORS, device_color
 
 __all__ = ["OPERATION_COLORS", "IDLE_COLOR", "CHUNK_PATTERNS", "MAX_DEVICE_CELLS", "time_unit", "schedule_figure",
-           "stage_memory_figure", "memory_timeline_figure", "device_coordinates", "mesh_figure", "stage_rows"]
+           "stage_memory_figure", "memory_timeline_figure", "device_coordinates", "mesh_figure", "stage_rows",
+           "plans_figure"]
 
 # The pipeline schedule's colours, used nowhere else in the app (ui/palette.py has none of these hues):
 # forward and backward work, the gradient reduction after a device's last backward, and idle time.
@@ -337,6 +339,32 @@ def mesh_figure(plan: TrainingPlan) -> go.Figure:
                       height=int(min(900, max(220, 34 * len(z) + 110))), margin=dict(l=10, r=10, t=40, b=40),
                       xaxis=dict(title=x_title, showgrid=False), plot_bgcolor="white",
                       yaxis=dict(title=y_title, autorange="reversed", showgrid=False))
+    return fig
+
+
+def plans_figure(plans: dict[str, TrainingPlan], best: str) -> go.Figure:
+    """One horizontal bar per plan that fits memory: its step time, and how many times slower than ``best`` it is.
+
+    A plan that does not fit (``fits_memory`` False) gets no bar (it cannot run, so its time is no result) but
+    keeps its row, labelled "does not fit"; the x axis is the step time in the unit of :func:`time_unit`.
+    """
+    names = list(plans)
+    runs = {n: p for n, p in plans.items() if p.fits_memory is not False}
+    scale, unit = time_unit(max((p.step_time_s for p in runs.values()), default=1.0))
+    base = plans[best].step_time_s if best in runs else None
+    text = [("does not fit in memory" if n not in runs else
+             fmt_time(plans[n].step_time_s) + ("" if base is None or n == best
+                                               else f" ({plans[n].step_time_s / base:.2f}× the best)"))
+            for n in names]
+    fig = go.Figure(go.Bar(
+        y=[plotly_text(n) for n in names], x=[runs[n].step_time_s / scale if n in runs else None for n in names],
+        orientation="h", text=text, textposition="outside", cliponaxis=False,
+        marker_color=[OPERATION_COLORS["forward"] if n == best else "#9c9c9c" for n in names],
+        hovertext=[plotly_text(p.label) for p in plans.values()], hoverinfo="text+x", showlegend=False))
+    fig.update_yaxes(autorange="reversed", automargin=True)
+    fig.update_xaxes(title_text=f"step time ({unit})", rangemode="tozero")
+    # Room on the right for the longest bar's label (outside text is not counted by automargin).
+    fig.update_layout(height=80 + 44 * len(names), margin=dict(l=10, r=170, t=20, b=40))
     return fig
 
 
