@@ -169,15 +169,6 @@ else:
 
 # -- headline numbers and downloads (above the graph) ---------------------------------------
 
-TRAINING_INPUTS = "_training_inputs"  # pages/training.py's saved inputs (its SAVED)
-
-
-def _to_training_page() -> None:
-    """Open the Training page in its search mode: it plans the same problem (the sidebar's), whose search is cached."""
-    st.session_state.setdefault(TRAINING_INPUTS, {})["mode"] = "Search the best plan"
-    st.session_state.pop("tr_mode", None)
-
-
 def training_summary(search, group_plan) -> None:
     """The 3-D plan's label and numbers, runners-up, a download, and the way to its schedule (the Training page)."""
     best = search.best
@@ -219,9 +210,9 @@ def training_summary(search, group_plan) -> None:
     l1.download_button("Plan (JSON)", json.dumps(search.to_dict(), indent=1),
                        file_name=f"{source.name}-p{c.devices}-training.json", mime="application/json",
                        icon=":material/download:", key="dl_training_json")
-    if l2.button("See its pipeline schedule, memory per stage and device mesh on the Training page",
-                 icon=":material/view_timeline:", key="ex_to_training", on_click=_to_training_page):
-        st.switch_page("pages/training.py")
+    # A link, as the navigation's: st.switch_page from a button would drop the sidebar's widget state (the problem).
+    l2.page_link("pages/training.py", label="See its pipeline schedule, memory per stage and device mesh on the "
+                 "Training page (the same problem)", icon=":material/view_timeline:")
 
 
 if training is not None:
