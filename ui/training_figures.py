@@ -35,6 +35,12 @@ IDLE_COLOR = "#ededed"
 CHUNK_PATTERNS = ["", "/", ".", "x", "\\", "+", "-", "|"]
 # Above this many devices the mesh grid draws one cell per node (row of the mesh) instead of one per device.
 MAX_DEVICE_CELLS = 1024
+# Above this many microbatches the schedule draws the first and last WINDOW_MICROBATCHES of them bar by bar and the
+# steady state between as one band per stage: 1,024 microbatches bar by bar are a 3.7 MB figure that reads as a
+# barcode and blocks a browser for tens of seconds.
+MAX_DRAWN_MICROBATCHES = 48
+WINDOW_MICROBATCHES = 16
+STEADY_COLOR = "#c9a27e"  # between the forward blue and the backward orange: both, interleaved
 # Below this share of the step a bar is too narrow for its microbatch number.
 _TEXT_SHARE = 0.012
 # Stage rows of the Gantt chart: the operations' lane and, below it, the reductions' lane (in row units).
@@ -60,6 +66,14 @@ def schedule_figure(plan: TrainingPlan) -> go.Figure:
     so idle time shows as grey gaps. Times on the x axis in ms (steps under a
     second) or s; hover gives stage, microbatch, chunk, start and end.
 
+    Above :data:`MAX_DRAWN_MICROBATCHES` microbatches, only the first and the
+    last :data:`WINDOW_MICROBATCHES` (the fill and the drain, where the bubble
+    is) are drawn bar by bar; each stage's operations on the microbatches
+    between are one ``"steady state"`` band from the first one's start to the
+    last one's end (hover: how many, and the share of the band spent working),
+    so the figure's size does not grow with the microbatches. The legend's
+    swatches are plain colours, the bars' own.
+
     Raises ``ValueError`` when the plan's schedule holds no operations (evaluated without ``record``).
     """
     sched = plan.schedule
@@ -70,6 +84,11 @@ def schedule_figure(plan: TrainingPlan) -> go.Figure:
     scale, unit = time_unit(step)
     S = len(plan.stages)
     v = plan.parallelism.virtual_stages
+    m = plan.parallelism.microbatches
+    windowed = m > MAX_DRAWN_MICROBATCHES
+    middle = [o for o in ops if WINDOW_MICROBATCHES <= o.microbatch < m - WINDOW_MICROBATCHES] if windowed else []
+    if windowed:
+        ops = [o for o in ops if not WINDOW_MICROBATCHES <= o.microbatch < m - WINDOW_MICROBATCHES]
     # Bar outlines separate wide bars; on hundreds of bars a row they would paint the row white.
     outline = 0.5 if len(ops) <= 100 * S else 0.0
     fig = go.Figure()
@@ -84,7 +103,7 @@ def schedule_figure(plan: TrainingPlan) -> go.Figure:
     for kind, name in (("F", "forward"), ("B", "backward")):
         mine = [o for o in ops if o.kind == kind]
         fig.add_trace(go.Bar(
-            name=name, orientation="h", y=[o.device for o in mine], base=[o.start_s / scale for o in mine],
+            name=name, legendgroup=name, showlegend=False, orientation="h", y=[o.device for o in mine], base=[o.start_s / scale for o in mine],
             x=[(o.end_s - o.start_s) / scale for o in mine], width=_OP_LANE[1], offset=_OP_LANE[0],
             marker=dict(color=OPERATION_COLORS[name], line=dict(width=outline, color="white"),
                         pattern=dict(shape=[CHUNK_PATTERNS[o.chunk % len(CHUNK_PATTERNS)] for o in mine],
@@ -96,6 +115,27 @@ def schedule_figure(plan: TrainingPlan) -> go.Figure:
                            + (", chunk %{customdata[2]}" if v > 1 else "")
                            + "<br>%{customdata[3]} to %{customdata[4]}<extra></extra>"),
         ))
+    if middle:
+        rows = sorted({o.device for o in middle})
+        band = {s: (min(o.start_s for o in middle if o.device == s), max(o.end_s for o in middle if o.device == s),
+                    sum(o.end_s - o.start_s for o in middle if o.device == s)) for s in rows}
+        fig.add_trace(go.Bar(
+            name="steady state", legendgroup="steady state", showlegend=False, orientation="h", y=rows,
+            base=[band[s][0] / scale for s in rows], x=[(band[s][1] - band[s][0]) / scale for s in rows],
+            width=_OP_LANE[1], offset=_OP_LANE[0], marker=dict(color=STEADY_COLOR),
+            text=[f"microbatches {WINDOW_MICROBATCHES} to {m - WINDOW_MICROBATCHES - 1}"] * len(rows),
+            textposition="inside", insidetextanchor="middle", textfont=dict(color="white", size=10),
+            customdata=[[s, m - 2 * WINDOW_MICROBATCHES, fmt_time(band[s][0]), fmt_time(band[s][1]),
+                         band[s][2] / (band[s][1] - band[s][0]) if band[s][1] > band[s][0] else 1.0] for s in rows],
+            hovertemplate=("<b>steady state</b> stage %{customdata[0]}: forwards and backwards of %{customdata[1]} "
+                           "microbatches, interleaved<br>%{customdata[2]} to %{customdata[3]}, working "
+                           "%{customdata[4]:.0%} of it<extra></extra>"),
+        ))
+    # The legend: plain swatches in the bars' colours (a bar trace's swatch would show its first bar's pattern).
+    for name, color in (("forward", OPERATION_COLORS["forward"]), ("backward", OPERATION_COLORS["backward"]),
+                        *((("steady state", STEADY_COLOR),) if middle else ())):
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name, legendgroup=name,
+                                 marker=dict(symbol="square", size=12, color=color), hoverinfo="skip"))
     last = {}  # device -> its last backward
     for o in ops:
         if o.kind == "B" and (o.device not in last or o.end_s > last[o.device].end_s):
@@ -121,8 +161,10 @@ def schedule_figure(plan: TrainingPlan) -> go.Figure:
         yaxis=dict(tickvals=list(range(S)), ticktext=[f"stage {s}" for s in range(S)], autorange="reversed"),
         uniformtext=dict(minsize=8, mode="hide"), plot_bgcolor="white", hovermode="closest",
         legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0),
-        title=dict(y=0.98, yanchor="top", text=f"{p.schedule} schedule, {p.microbatches} microbatches"
-                        + (f", {v} chunks per stage (patterns)" if v > 1 else ""), font=dict(size=13)),
+        title=dict(y=0.98, yanchor="top", text=f"{p.schedule} schedule, {p.microbatches:,} microbatches"
+                        + (f", {v} chunks per stage (patterns)" if v > 1 else "")
+                        + (f"; the first and last {WINDOW_MICROBATCHES} drawn one by one, the steady state between "
+                           "as one band" if middle else ""), font=dict(size=13)),
     )
     return fig
 
@@ -184,7 +226,11 @@ def memory_timeline_figure(plan: TrainingPlan) -> go.Figure:
     held all step; the title gives the largest). The time axis is the Gantt
     chart's (:func:`schedule_figure`, :func:`time_unit`), from 0 to the step
     time; a dashed line marks the capacity when it is known. Hover gives the
-    stage, the time, the GB and the microbatches' worth in flight.
+    stage, the time, the GB and the microbatches' worth in flight. Above
+    :data:`MAX_DRAWN_MICROBATCHES` microbatches, a stage's steady state (the
+    band of :func:`schedule_figure`) is drawn at its highest level, the fill
+    and the drain step by step, so the figure's size does not grow with the
+    microbatches.
 
     Raises ``ValueError`` when the plan's schedule holds no operations (evaluated without ``record``).
     """
@@ -199,6 +245,14 @@ def memory_timeline_figure(plan: TrainingPlan) -> go.Figure:
     events: list[list[tuple[float, int]]] = [[] for _ in plan.stages]
     for o in ops:
         events[o.device].append((o.start_s, 1) if o.kind == "F" else (o.end_s, -1))
+    # Above MAX_DRAWN_MICROBATCHES, each stage's steady state (as in schedule_figure) is drawn as its highest level.
+    m = plan.parallelism.microbatches
+    steady: dict[int, tuple[float, float]] = {}
+    if m > MAX_DRAWN_MICROBATCHES:
+        for o in ops:
+            if WINDOW_MICROBATCHES <= o.microbatch < m - WINDOW_MICROBATCHES:
+                t0, t1 = steady.get(o.device, (o.start_s, o.end_s))
+                steady[o.device] = (min(t0, o.start_s), max(t1, o.end_s))
     fig = go.Figure()
     for st, mine in zip(plan.stages, events):
         resident = st.weights_bytes + st.gradient_bytes + st.optimizer_bytes + st.fp8_bytes
@@ -213,13 +267,23 @@ def memory_timeline_figure(plan: TrainingPlan) -> go.Figure:
                 counts.append(counts[-1] + delta)
         times.append(step)
         counts.append(counts[-1])
+        if st.index in steady:  # the steady state's points: its highest level from its start to its end
+            t0, t1 = steady[st.index]
+            inside = [i for i, t in enumerate(times) if t0 <= t <= t1]
+            if len(inside) > 2:
+                first, last = inside[0], inside[-1]
+                top = max(counts[i] for i in inside[:-1])
+                times[first:last + 1] = [t0, t1]
+                counts[first:last + 1] = [top, counts[last]]
         gb = [(resident + st.activation_bytes * k / peak) / 1e9 for k in counts]
+        # One number of hover data per point, no text: a step of 1,024 microbatches has thousands of points a
+        # stage, and the figure's size is the page's load time.
         fig.add_trace(go.Scatter(
-            name=f"stage {st.index}", x=[t / scale for t in times], y=gb, mode="lines", line_shape="hv",
-            line=dict(color=device_color(st.index), width=2),
-            customdata=[[st.index, fmt_time(t), k / v] for t, k in zip(times, counts)],
-            hovertemplate=("stage %{customdata[0]} at %{customdata[1]}: %{y:.4g} GB, "
-                           "%{customdata[2]:.3g} microbatches' activations held"
+            name=f"stage {st.index}", x=[t / scale for t in times], y=gb,
+            mode="lines", line_shape="hv", line=dict(color=device_color(st.index), width=2),
+            customdata=[_sig(k / v, 4) for k in counts],
+            hovertemplate=(f"stage {st.index} at %{{x:.4g}} {unit}: %{{y:.4g}} GB, "
+                           "%{customdata:.3g} microbatches' activations held"
                            + (f" (each chunk's counted as 1/{v} of the stage's: split evenly over its chunks)"
                               if v > 1 else "") + "<extra></extra>"),
         ))
@@ -399,6 +463,6 @@ def stage_rows(plan: TrainingPlan) -> list[dict]:
     } for s in plan.stages]
 
 
-def _sig(x: float) -> float:
-    """``x`` to 4 significant digits (table cells)."""
-    return float(f"{x:.4g}")
+def _sig(x: float, digits: int = 4) -> float:
+    """``x`` to ``digits`` significant digits (table cells, figure data)."""
+    return float(f"{x:.{digits}g}")
