@@ -74,3 +74,13 @@ def test_the_memory_over_a_long_step_keeps_each_stages_peak(long_plan):
         resident = st.weights_bytes + st.gradient_bytes + st.optimizer_bytes + st.fp8_bytes
         assert max(line.y) * 1e9 == pytest.approx(resident + st.activation_bytes, rel=1e-9)
         assert list(line.x) == sorted(line.x)
+
+
+def test_the_memory_charts_legends_lie_below_the_plot_clear_of_the_toolbar(long_plan):
+    """Plotly's toolbar sits at the top right of a chart: a legend above the plot of a half-width column wraps
+    under it. The memory charts (the Training page's two columns) keep theirs below the plot."""
+    for fig in (stage_memory_figure(long_plan), memory_timeline_figure(long_plan)):
+        legend = fig.layout.legend
+        assert legend.y < 0 and legend.yanchor == "top" and legend.x == 0, legend
+        # The bars' and lines' legend entries are the traces' own colours (nothing hidden, nothing extra).
+        assert all(t.showlegend is not False for t in fig.data if t.name)

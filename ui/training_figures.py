@@ -41,6 +41,8 @@ MAX_DEVICE_CELLS = 1024
 MAX_DRAWN_MICROBATCHES = 48
 WINDOW_MICROBATCHES = 16
 STEADY_COLOR = "#c9a27e"  # between the forward blue and the backward orange: both, interleaved
+# A legend under the plot (and its x axis title), left-aligned: clear of plotly's toolbar at the top right.
+LEGEND_BELOW = dict(orientation="h", x=0, xanchor="left", y=-0.22, yanchor="top")
 # Below this share of the step a bar is too narrow for its microbatch number.
 _TEXT_SHARE = 0.012
 # Stage rows of the Gantt chart: the operations' lane and, below it, the reductions' lane (in row units).
@@ -201,9 +203,10 @@ def stage_memory_figure(plan: TrainingPlan) -> go.Figure:
         fig.add_hline(y=cap / 1e9, line=dict(color=CAPACITY_COLOR, dash="dash"),
                       annotation_text=f"capacity {cap / 1e9:.3g} GB", annotation_position="top left")
     top = max([s.memory_bytes for s in stages] + [cap or 0.0]) / 1e9
-    fig.update_layout(barmode="stack", height=360, margin=dict(l=10, r=10, t=30, b=40),
+    # The legend below the bars: above them, in a half-width column, it wraps under plotly's toolbar (top right).
+    fig.update_layout(barmode="stack", height=400, margin=dict(l=10, r=10, t=30, b=40),
                       yaxis=dict(title="memory per device (GB)", range=[0, top * 1.12]),
-                      legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0))
+                      legend=LEGEND_BELOW)
     return fig
 
 
@@ -296,10 +299,10 @@ def memory_timeline_figure(plan: TrainingPlan) -> go.Figure:
               + [cap or 0.0]) / 1e9
     big = max(plan.stages, key=lambda s: s.transient_bytes)
     fig.update_layout(
-        height=380, margin=dict(l=10, r=10, t=70, b=40), plot_bgcolor="white", hovermode="closest",
+        height=420, margin=dict(l=10, r=10, t=70, b=40), plot_bgcolor="white", hovermode="closest",
         xaxis=dict(title=f"time in the step ({unit})", range=[0, step / scale * 1.01]),
         yaxis=dict(title="memory per device (GB)", range=[0, top * 1.12], gridcolor=IDLE_COLOR),
-        legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0),
+        legend=LEGEND_BELOW,
         title=dict(y=0.98, yanchor="top", font=dict(size=12),
                    text=f"transient buffers not drawn: up to {big.transient_bytes / 1e9:.3g} GB more at moments "
                         f"(stage {big.index})"),
