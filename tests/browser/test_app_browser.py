@@ -191,6 +191,8 @@ def test_inception3_at_p8_solves_and_draws_the_strategy_graph(page, fresh_app_ur
 
 def choose(page, label: str, option: str) -> None:
     page.get_by_role("combobox", name=label).click()
+    # The list is virtualised (only the options in view exist in the page): type to bring the option into it.
+    page.keyboard.type(option)
     page.get_by_role("option", name=option, exact=True).click()
     page.wait_for_timeout(300)
     wait_idle(page)

@@ -46,7 +46,7 @@ def test_llama3_70b_on_64_h100s_solves_in_3d_and_draws(page, fresh_app_url, arti
     page.get_by_text("global batch").first.wait_for()
     solve_from_the_page(page)
     page.get_by_text("one t x c group").first.wait_for()  # drawn a moment after the run ends
-    page.get_by_text("Memory per device").first.wait_for()
+    page.locator('[data-testid="stMetric"]').filter(has_text="Memory per device").first.wait_for()
     shoot(page, artifacts / "browser-llama3-70b-solved.png")
 
 
