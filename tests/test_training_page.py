@@ -43,7 +43,7 @@ def op_bars(fig):
     """(kind, row, start, end, microbatch, chunk) of every forward and backward bar, in the axis's unit."""
     out = []
     for trace in fig.data:
-        if trace.name in ("forward", "backward"):
+        if trace.name in ("forward", "backward") and trace.type == "bar":  # not the legend's swatches
             for y, base, width, cd in zip(trace.y, trace.base, trace.x, trace.customdata):
                 out.append((trace.name, y, base, base + width, cd[1], cd[2]))
     return out
