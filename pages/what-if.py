@@ -96,7 +96,9 @@ gpu_picked = g1.multiselect("GPU types", gpu_names, default=[cluster.name], key=
                                  "published peak figures (pase.hardware.cluster.PRESETS). All priced by the "
                                  "sidebar's step-time model: calibrated, each preset with its own calibration "
                                  "(peak rates where it has none).")
-clusters = [cluster if n == cluster.name else with_model(PRESETS[n], step_model, n) for n in gpu_picked]
+# Every GPU type keeps the sidebar's memory reserve (Nodes and memory): "fits" means the same on each.
+clusters = [cluster if n == cluster.name else replace(with_model(PRESETS[n], step_model, n),
+                                                      reserved_bytes=cluster.reserved_bytes) for n in gpu_picked]
 batch_mode = BATCH_MODES[g2.radio(
     "Batch", list(BATCH_MODES), key="wi_batch_mode",
     help="Fixed global batch (strong scaling): the same batch at every device count, split over more devices. "
