@@ -7,8 +7,11 @@ from pase.errors import PaseError
 from pase.io.strategy_json import loads_strategy
 from ui import state
 from ui.figures import layer_compare_figure, totals_figure
-from ui.fmt import fmt_time, md
-from ui.pagekit import require_problem, routed, solve_button
+from ui.fmt import fmt_fit, fmt_time, md
+from pase.search.stages import training_baselines
+from ui import jobs
+from ui.pagekit import require_problem, routed, solve_button, solve_training_button
+from ui.training_figures import plans_figure
 from ui.palette import HIGHLIGHT_ROW
 from ui.stepmodel import show_model
 from ui.tables import comparison_table, differing_layers, totals_table
@@ -28,6 +31,52 @@ problem = require_problem()
 graph = state.load_graph(problem.source)
 st.markdown(f"**{md(graph.name)}** ({md(problem.source)}) on **{md(problem.cluster)}**")
 show_model([problem.cluster])  # every strategy below, your own plan too, is priced by it
+
+
+def compare_training() -> None:
+    """A language model: the 3-D search's best beside the 3-D baselines (pase.search.stages.training_baselines)."""
+    st.caption(f"**{md(graph.name)}** is a language model, so this page compares what `pase solve` compares for it: "
+               "the **3-D search**'s best plan (tensor, pipeline and data parallelism, microbatches, schedule, "
+               "recomputation, ZeRO) beside the 3-D baselines (data parallel, ZeRO-3 / FSDP, Megatron), each at its "
+               "best microbatch, by the same model.")
+    found = solve_training_button(problem, key="solve_compare", label="Solve")
+    if found is None:
+        st.info("Press **Solve** to run the 3-D search (shared with the Explorer and the Training page).",
+                icon=":material/info:")
+        st.stop()
+    search = found[0]
+    key = ("training-baselines", problem)
+    store = state.stores()["baselines"]
+    baselines = store.get(key)
+    if baselines is None:
+        try:
+            with st.spinner("Costing the 3-D baselines (data parallel, ZeRO-3 / FSDP, Megatron)..."):
+                baselines = jobs.run(training_baselines, state.training_builder(problem.source), problem.cluster,
+                                     state.global_batch(problem.source), options=problem.options,
+                                     what="costing the 3-D baselines")
+        except PaseError as exc:
+            st.error(f"The baselines could not be costed: {md(exc)}")
+            st.stop()
+        store.put(key, baselines)
+    plans = {PASE: search.best, **baselines}
+    st.subheader("Step time")
+    st.plotly_chart(plans_figure(plans, PASE), key="cmp_training")
+    best = search.best.step_time_s
+    st.dataframe([{"plan": name, "configuration": p.label,
+                   "step time": "does not fit" if p.fits_memory is False else fmt_time(p.step_time_s),
+                   "× the best's step": None if p.fits_memory is False else round(p.step_time_s / best, 3),
+                   "MFU (% of peak)": None if p.fits_memory is False or p.mfu is None else round(p.mfu * 100, 1),
+                   "memory per device (GB)": round(p.memory_per_device_bytes / 1e9, 3 if p.memory_per_device_bytes < 1e11 else 0),
+                   "fits memory": fmt_fit(p.memory_per_device_bytes, p.memory_capacity_bytes)}
+                  for name, p in plans.items()], hide_index=True, key="cmp_training_table")
+    st.caption("A plan that does not fit device memory (with the reserve, sidebar: Nodes and memory) is listed "
+               "with its memory but not charted: it cannot run. The Training page draws each plan's pipeline "
+               "schedule and memory per stage.")
+
+
+if state.is_language_model(problem.source):
+    compare_training()
+    st.stop()
 
 plan = solve_button(problem, key="solve_compare", label="Solve")
 if plan is None:

@@ -10,7 +10,7 @@ from pase.errors import PaseError
 from pase.io.export import FORMATS as EXPORT_FORMATS, export_plan, file_name
 from ui import state
 from ui.figures import SORT_KEYS, cost_breakdown_figure, memory_figure, strategy_graph_figure
-from ui.fmt import fmt_count, fmt_percent, fmt_time, md
+from ui.fmt import fmt_count, fmt_fit, fmt_percent, fmt_time, md
 from ui.graphview import auto_group_depth, build_graph_view, group_key, groups_of, toggle_module
 from ui.pagekit import headline, require_problem, routed, solve_button, solve_training_button
 from ui.stepmodel import show_model
@@ -169,26 +169,8 @@ else:
 
 # -- headline numbers and downloads (above the graph) ---------------------------------------
 
-TRAINING_INPUTS = "_training_inputs"  # pages/training.py's saved inputs (its SAVED)
-
-
-def _to_training_page(model: str, preset_name: str, devices: int, batch: int, step_model: str) -> None:
-    """Fill the Training page's inputs with this problem (it keeps them in TRAINING_INPUTS), its step-time model
-    (ui.stepmodel) taken as the user's choice there, so that the page models the plan as the explorer did."""
-    saved = dict(st.session_state.get(TRAINING_INPUTS, {}))
-    saved.update({"model": model, "preset": preset_name, "devices": devices, f"batch_{model}": batch,
-                  "mode": "Search the best plan", "step_model": {"chosen": step_model}})
-    st.session_state[TRAINING_INPUTS] = saved
-    for name in ("model", "preset", "devices", f"batch_{model}", "mode", "step_model"):
-        st.session_state.pop(f"tr_{name}", None)
-
-
 def training_summary(search, group_plan) -> None:
     """The 3-D plan's label and numbers, runners-up, a download, and the way to its schedule (the Training page)."""
-    from pase.hardware.cluster import PRESETS
-    from ui.sidebar import sample_parameters
-    from ui.stepmodel import CALIBRATED, PEAK
-
     best = search.best
     par = best.parallelism
     d = best.to_dict()
@@ -204,12 +186,11 @@ def training_summary(search, group_plan) -> None:
     m3.metric("MFU (of peak)", "n/a" if best.mfu is None else f"{best.mfu:.1%}",
               help=f"Model FLOPs per device per second / the cluster's peak, {c.peak_flops / 1e12:g} TFLOP/s.")
     mem, cap = best.memory_per_device_bytes, best.memory_capacity_bytes
-    m4.metric("Memory per device (largest stage)", f"{mem / 1e9:.3g} GB",
-              delta=None if cap is None else (f"fits {cap / 1e9:g} GB" if best.fits_memory else
-                                              f"exceeds {cap / 1e9:g} GB"),
+    m4.metric("Memory per device", f"{mem / 1e9:.3g} GB", delta=None if cap is None else fmt_fit(mem, cap),
               delta_color="normal" if best.fits_memory in (True, None) else "inverse",
-              help="Weights, gradients, optimizer state, activations in flight and transient buffers of the stage "
-                   "needing most" + ("" if cap is not None else "; no capacity given (Nodes and memory)") + ".")
+              help="The stage needing most: weights, gradients, optimizer state, activations in flight, transient "
+                   "buffers and the reserve per device (CUDA context, workspaces, NCCL buffers, fragmentation; "
+                   "Nodes and memory)" + ("" if cap is not None else "; no capacity given (Nodes and memory)") + ".")
     schedule = (f"interleaved schedule, {par.virtual_stages} chunks per device" if par.virtual_stages > 1
                 else f"{par.schedule} schedule")
     st.caption(
@@ -225,21 +206,13 @@ def training_summary(search, group_plan) -> None:
     for note in search.notes:
         st.caption(md(note))
     source = problem.source
-    defaults = {k: v for k, v in sample_parameters(source.name).items() if k != "batch"}
-    same_model = {k: v for k, v in source.params if k != "batch"} == defaults
     l1, l2 = st.columns([1, 3])
     l1.download_button("Plan (JSON)", json.dumps(search.to_dict(), indent=1),
                        file_name=f"{source.name}-p{c.devices}-training.json", mime="application/json",
                        icon=":material/download:", key="dl_training_json")
-    if c.name in PRESETS and same_model:
-        if l2.button("See its pipeline schedule, memory per stage and device mesh on the Training page",
-                     icon=":material/view_timeline:", key="ex_to_training", on_click=_to_training_page,
-                     args=(source.name, c.name, c.devices, par.global_batch,
-                           PEAK if c.efficiency is None else CALIBRATED)):
-            st.switch_page("pages/training.py")
-    else:
-        l2.caption("The **Training** page (navigation) draws this plan's pipeline schedule, memory per stage and "
-                   "device mesh; it takes a cluster preset and the model's published sizes, so choose them there.")
+    # A link, as the navigation's: st.switch_page from a button would drop the sidebar's widget state (the problem).
+    l2.page_link("pages/training.py", label="See its pipeline schedule, memory per stage and device mesh on the "
+                 "Training page (the same problem)", icon=":material/view_timeline:")
 
 
 if training is not None:
@@ -262,7 +235,8 @@ with summary:
         capacity = plan.memory_capacity_bytes
         st.caption(
             f"Memory per device: {plan.memory_per_device_bytes / 1e9:.3g} GB"
-            + (f" of {capacity / 1e9:.3g} GB ({'fits' if plan.fits_memory else 'does not fit'})" if capacity else
+            + (f", the reserve of {plan.memory.reserved_bytes / 1e9:.3g} GB included: "
+               f"{fmt_fit(plan.memory_per_device_bytes, capacity)}" if capacity else
                " (no capacity given: set one under Nodes and memory to search only strategies that fit)")
         )
     table = strategy_table(plan)

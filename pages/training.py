@@ -3,11 +3,11 @@
 Search every configuration (:func:`pase.search.stages.search_training`) or
 evaluate one (:func:`pase.model.training.evaluate_training`), always in a
 worker process (:mod:`ui.jobs`), and see the step's pipeline schedule, the
-memory of each stage and where every device sits in the mesh. The page has
-its own model and cluster inputs (the sidebar's are for the other pages).
+memory of each stage and where every device sits in the mesh. The problem
+(model, cluster, devices, global batch, attention, precision, step-time model)
+is the sidebar's, the one every page plans.
 """
 
-import inspect
 import json
 from dataclasses import replace
 
@@ -16,31 +16,25 @@ import streamlit as st
 from pase.errors import PaseError
 from pase.frameworks import FRAMEWORK_CHOICES, FRAMEWORKS, framework, framework_cuts
 from pase.io.export import FORMATS as EXPORT_FORMATS, export_plan, file_name
-from pase.hardware.cluster import PRESETS, preset
-from pase.ir.configs import ATTENTION_KINDS, PRECISIONS, ConfigOptions
+from pase.hardware.cluster import PRESETS
 from pase.limits import MAX_BATCH, MAX_DEVICES
 from pase.model.pipeline import SCHEDULES
 from pase.model.training import RECOMPUTE, Parallelism, evaluate_training
-from pase.models import LANGUAGE_MODELS, SAMPLES, batch_builder
+from pase.models import LANGUAGE_MODELS
 from pase.search.stages import search_training, training_baselines
 from ui import jobs, state
-from ui.fmt import fmt_count, fmt_percent, fmt_time, md
-from ui.hfupload import uploaded_config
-from ui.pagekit import routed
-from ui.stepmodel import CALIBRATED, model_choice, show_model
+from pase.model.memory import MemoryOptions
+from ui.fmt import fmt_count, fmt_fit, fmt_percent, fmt_time, md
+from ui.pagekit import require_problem, routed
+from ui.stepmodel import CALIBRATED, PEAK, show_model
 from ui.training_figures import (
     memory_timeline_figure, mesh_figure, schedule_figure, stage_memory_figure, stage_rows,
 )
 
 routed()  # first of all: run under app.py's router (see ui.pagekit.routed)
 
-DEFAULT_MODEL = "megatron-1.7b"
-DEFAULT_PRESET = "dgx-a100"
-DEFAULT_DEVICES = 32
 MODES = ["Search the best plan", "Evaluate a configuration"]
 AUTO = "auto (interleaved when v > 1, else 1F1B)"
-# The model choice that plans an uploaded Hugging Face config.json (ui.hfupload) instead of a sample.
-YOUR_MODEL = "your model (Hugging Face config.json)"
 # Every input of the page, by name, outside the widgets' own state: Streamlit drops a widget's state on runs
 # that do not draw it (the other mode, another page), and these values bring it back.
 SAVED = "_training_inputs"
@@ -48,8 +42,8 @@ SAVED = "_training_inputs"
 st.title("Training plans")
 st.caption("3-D parallel training of a large language model: tensor (t), context (c), data (d) and pipeline (p) "
            "parallelism, microbatches, recomputation and ZeRO, modelled step by step "
-           "(pase.model.training). This page has its own model and cluster inputs; the sidebar's are for the "
-           "other pages.")
+           "(pase.model.training). The model, cluster, devices, global batch, attention and precision are the "
+           "sidebar's, as on every page.")
 
 
 def kept(widget, name: str, default, *args, **kwargs):
@@ -64,11 +58,19 @@ def kept(widget, name: str, default, *args, **kwargs):
 
 
 def peak_source(name: str, bytes_per_element: int) -> str:
-    """Where preset ``name``'s peak FLOP/s and memory come from, in words (pase.hardware.cluster.PRESETS)."""
+    """Where cluster ``name``'s peak FLOP/s and memory come from, in words (pase.hardware.cluster.PRESETS)."""
     if name == "paper-model":
         return "the paper's cost-model setting (not a real device's specification; no memory limit)"
+    if name not in PRESETS:
+        return "the figures typed in the sidebar (Cluster)"
     precision = "bf16/fp16 dense tensor-core" if bytes_per_element == 2 else "fp32"
     return f"the {name} preset's published specification (its GPU's {precision} peak and memory)"
+
+
+def _plan_sample() -> None:
+    """Make the language model picked here the sidebar's (the problem of every page)."""
+    st.session_state["in_graph_kind"] = "Sample"
+    st.session_state["in_sample"] = st.session_state["tr_pick"]
 
 
 class Work:
@@ -100,74 +102,43 @@ class Work:
                         progress=state.throttled_progress(self.bar, counts) if counts else None, **kwargs)
 
 
-# -- inputs ------------------------------------------------------------------------------------------
+# -- the problem (the sidebar's) ---------------------------------------------------------------------
 
-c1, c2, c3, c4 = st.columns([3, 2, 2, 2])
-model = kept(c1.selectbox, "model", DEFAULT_MODEL, "Model", [*LANGUAGE_MODELS, YOUR_MODEL],
-             help="Megatron-LM's GPT runs, GPT-3 and Llama 3 (pase.models): their published sequence and global "
-                  f"batch; or **{YOUR_MODEL}**: upload the config.json of a Hugging Face model (as `pase solve "
-                  "config.json` plans it; Llama, Mistral, Qwen2, GPT-2, GPT-NeoX, BERT).")
-preset_name = kept(c2.selectbox, "preset", DEFAULT_PRESET, "Cluster preset", list(PRESETS),
-                   help="Published figures of the device and its links (pase.hardware.cluster.PRESETS); 8 GPUs "
-                        "per node.")
-devices = int(kept(c3.number_input, "devices", DEFAULT_DEVICES, "Devices", min_value=1, max_value=MAX_DEVICES,
-                   step=1, help=f"1 to {MAX_DEVICES}; more than a node's 8 makes several nodes."))
-model_id = model  # the model's identity in the caches below: its name, or an upload's content
-if model == YOUR_MODEL:
-    upload = c1.file_uploader("config.json", type=["json"], key="tr_hf_config",
-                              help="A Hugging Face model's config.json: the architecture from its sizes, no weights.")
-    if upload is None:
-        st.info("Upload a Hugging Face **config.json** to plan that model, or choose a built-in model.",
-                icon=":material/upload_file:")
-        st.stop()
-    try:
-        own = uploaded_config(upload.getvalue(), upload.name)
-    except PaseError as exc:
-        st.error(f"Cannot plan {md(upload.name)}: {md(exc)}", icon=":material/error:")
-        st.stop()
-    model, model_id, build, sample_batch = own.name, ("upload", own.digest), own.build, own.default_batch
-    batch_help = f"Samples (sequences) per step; {sample_batch} unless you change it, as `pase solve config.json`."
-else:
-    build = batch_builder(model)
-    sample_batch = inspect.signature(SAMPLES[model]).parameters["batch"].default
-    batch_help = f"Samples per step; {model}'s published run uses {sample_batch}."
-global_batch = int(kept(c4.number_input, f"batch_{model}", sample_batch, "Global batch (samples)", min_value=1,
-                        max_value=MAX_BATCH, step=1, help=batch_help))
-m1, m2 = st.columns([2, 3])
-with m1:
-    mode = kept(st.radio, "mode", MODES[0], "Mode", MODES, horizontal=True)
-# This page's own step-time model, resolved for its own preset as the sidebar's is for the sidebar's (its memory
-# in SAVED, beside the other inputs; the explorer's way here fills it with the explorer's model).
-step_model = model_choice(m2, "tr_step_model", preset_name,
-                          st.session_state.setdefault(SAVED, {}).setdefault("step_model", {}), horizontal=True)
-
-try:
-    cluster = preset(preset_name, devices, calibrated=step_model == CALIBRATED)
-except PaseError as exc:
-    st.error(f"Cannot use this cluster: {md(exc)}", icon=":material/error:")
+problem = require_problem()
+source, cluster, options = problem.source, problem.cluster, problem.options
+if not state.is_language_model(source):
+    st.info(f"The sidebar's model, **{md(source)}**, is not a language model this page plans in 3-D (the "
+            "large samples and Hugging Face configs of dense models are; the Explorer plans the others per layer). "
+            "Choose one here, or in the sidebar (Sample graph, or Upload a config.json): it becomes the problem "
+            "of every page.", icon=":material/info:")
+    st.selectbox("Plan a language model", list(LANGUAGE_MODELS), index=None, key="tr_pick", on_change=_plan_sample,
+                 placeholder="Choose a language model",
+                 help="Megatron-LM's GPT runs, GPT-3 and Llama 3 (pase.models), at their published sequence and "
+                      "global batch.")
     st.stop()
-k1, k2, k3 = st.columns(3)
+try:
+    build = state.training_builder(source)
+    model = state.load_graph(source).name if source.kind == "config" else source.name
+except PaseError as exc:
+    st.error(f"Cannot plan {md(source)}: {md(exc)}", icon=":material/error:")
+    st.stop()
+global_batch = state.global_batch(source)
+devices = cluster.devices
+step_model = PEAK if cluster.efficiency is None else CALIBRATED
+mode = kept(st.radio, "mode", MODES[0], "Mode", MODES, horizontal=True)
 NO_FRAMEWORK = "none (cut anywhere)"
-framework_name = kept(k3.selectbox, "framework", "any", "Framework", [NO_FRAMEWORK, *FRAMEWORK_CHOICES],
+framework_name = kept(st.selectbox, "framework", "any", "Framework", [NO_FRAMEWORK, *FRAMEWORK_CHOICES],
                       help="Keep only what that framework runs, stages cut between whole transformer blocks "
                            "(pase.frameworks: Megatron-LM main 2026 with megatron-core 0.16, torchtitan 0.2.2, "
                            "DeepSpeed 0.16-0.19); any: every configuration cut between blocks, and the best each "
                            "framework runs; none: cuts anywhere, as no framework runs them.")
 chosen_framework = None if framework_name == NO_FRAMEWORK else framework_name
-attention = kept(k1.selectbox, "attention", "auto", "Attention", list(ATTENTION_KINDS),
-                 help="flash: each attention core one fused kernel (FlashAttention, cuDNN): no s x s tensor kept, a "
-                      "causal mask halving the work; unfused: 2021-22 Megatron-LM's separate products and softmax; "
-                      "auto: flash under the calibrated model, unfused at peak rates.")
-fp8_ok = cluster.fp8_peak_flops is not None and cluster.efficiency is not None
-precision = kept(k2.selectbox, "precision", "bf16", "Precision", list(PRECISIONS), disabled=not fp8_ok,
-                 help="fp8: the products of layers with weights at the GPU's FP8 rate, as Transformer Engine's "
-                      "recipes train; MFU stays against the BF16 peak, as NVIDIA's tables report it."
-                      + ("" if fp8_ok else " Needs an H100, H200 or B200 preset and the calibrated model."))
-options = ConfigOptions(attention=attention, precision=precision if fp8_ok else "bf16")
 cap = cluster.memory_bytes
 st.markdown(f"**{md(model)}**, global batch {global_batch:,} · **{md(cluster)}**, "
-            f"{'no memory limit' if cap is None else f'{cap / 1e9:g} GB per device'}")
-st.caption(f"Hardware figures: {md(peak_source(preset_name, cluster.bytes_per_element))}.")
+            f"{'no memory limit' if cap is None else f'{cap / 1e9:g} GB per device'} · attention "
+            f"{options.attention}, precision {options.precision}")
+st.caption(f"Hardware figures: {md(peak_source(cluster.name, cluster.bytes_per_element))}. Change the model, "
+           "cluster, devices, batch, attention or precision in the sidebar: every page plans the same problem.")
 show_model([cluster])
 
 
@@ -188,11 +159,13 @@ def headline(plan) -> None:
                    help=f"{what} per device per second / the cluster's peak, {peak / 1e12:g} TFLOP/s per device.")
     mem = plan.memory_per_device_bytes
     fits = plan.fits_memory
-    m5.metric("Memory per device (largest stage)", f"{mem / 1e9:.3g} GB",
-              delta=None if fits is None else (f"fits {cap_text(plan)}" if fits else f"exceeds {cap_text(plan)}"),
+    reserve = MemoryOptions().reserve_on(plan.cluster)
+    m5.metric("Memory per device", f"{mem / 1e9:.3g} GB",
+              delta=None if fits is None else fmt_fit(mem, plan.memory_capacity_bytes),
               delta_color="normal" if fits else "inverse",
-              help="Weights, gradients, optimizer state, FP8 weight copies, activations in flight and transient "
-                   "buffers of the stage needing most.")
+              help="The stage needing most: weights, gradients, optimizer state, FP8 weight copies, activations in "
+                   f"flight, transient buffers and the reserve of {reserve / 1e9:.3g} GB per device (CUDA context, "
+                   "workspaces, NCCL buffers, fragmentation; the sidebar's Nodes and memory).")
     st.caption(f"MFU and HFU are of the cluster's peak, {peak / 1e12:g} TFLOP/s per device: "
                f"{md(peak_source(plan.cluster.name, plan.cluster.bytes_per_element))}. "
                + ("Step times at peak rates (the paper's model), so real runs are slower. "
@@ -280,7 +253,7 @@ store = state.stores()["misc"]
 # -- search ------------------------------------------------------------------------------------------
 
 if mode == MODES[0]:
-    key = ("training-search", model_id, cluster, global_batch, options, chosen_framework)
+    key = ("training-search", problem, chosen_framework)
     found = store.get(key)
     clicked = st.button("Search", type="primary", key="tr_search", icon=":material/play_arrow:",
                         help="Model every configuration that tiles the mesh and keep the fastest that fits.")
@@ -381,7 +354,7 @@ try:
 except PaseError as exc:
     st.error(f"Not a valid configuration: {md(exc)}", icon=":material/error:")
     st.stop()
-key = ("training-eval", model_id, cluster, par, options, chosen_framework)
+key = ("training-eval", problem, par, chosen_framework)
 plan = store.get(key)
 if st.button("Evaluate", type="primary", key="tr_evaluate", icon=":material/play_arrow:",
              help="Model this configuration's step, memory and schedule.") and plan is None:

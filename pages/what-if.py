@@ -61,6 +61,15 @@ st.markdown(f"**{md(graph.name)}** ({md(problem.source)}); hardware: {cluster.pe
             f"{cluster.bandwidth_Bps / 1e9:g} GB/s links")
 # The sidebar's step-time model (ui.stepmodel) prices every GPU type: calibrated, each with its own calibration.
 step_model = PEAK if cluster.efficiency is None else CALIBRATED
+# A language model is planned at every point as `pase sweep` (and `pase solve`) plans it: by the 3-D search.
+three_d = state.is_language_model(problem.source)
+SEARCH = ("the **3-D search** at every point (tensor, pipeline, data parallelism, microbatches, schedule, "
+          "recomputation, ZeRO; pase.search.stages.search_training) against the 3-D baselines (data parallel, "
+          "ZeRO-3 / FSDP, Megatron), as `pase sweep` runs it for a language model" if three_d else
+          "the **per-layer search** (the paper's) at every point against data parallelism and the expert "
+          "strategies that apply")
+st.caption(f"Search: {SEARCH}. A plan that does not fit memory (with the reserve, sidebar: Nodes and memory) is "
+           "marked, never charted as a time, rate or cost.")
 
 c1, c2, c3 = st.columns([3, 2, 2])
 picked = c1.multiselect("Devices", DEVICE_CHOICES, default=[1, 2, 4, 8, 16, 32], key="wi_devices",
@@ -87,23 +96,26 @@ gpu_picked = g1.multiselect("GPU types", gpu_names, default=[cluster.name], key=
                                  "published peak figures (pase.hardware.cluster.PRESETS). All priced by the "
                                  "sidebar's step-time model: calibrated, each preset with its own calibration "
                                  "(peak rates where it has none).")
-clusters = [cluster if n == cluster.name else with_model(PRESETS[n], step_model, n) for n in gpu_picked]
+# Every GPU type keeps the sidebar's memory reserve (Nodes and memory): "fits" means the same on each.
+clusters = [cluster if n == cluster.name else replace(with_model(PRESETS[n], step_model, n),
+                                                      reserved_bytes=cluster.reserved_bytes) for n in gpu_picked]
 batch_mode = BATCH_MODES[g2.radio(
     "Batch", list(BATCH_MODES), key="wi_batch_mode",
     help="Fixed global batch (strong scaling): the same batch at every device count, split over more devices. "
          "Fixed per-device batch (weak scaling): each device keeps B samples, so at p devices the global batch "
          "is B x p.")]
 global_batch = dict(problem.source.params).get("batch")
-if batch_mode == "per device" and (problem.source.kind != "sample" or global_batch is None):
-    g2.warning("A per-device batch needs a sample graph with a batch size; the global batch stays fixed.")
+if batch_mode == "per device" and (problem.source.kind == "upload" or global_batch is None):
+    g2.warning("A per-device batch needs a sample graph or a Hugging Face config with a batch size; the global "
+               "batch stays fixed.")
     batch_mode = "global"
 
 vary_label = c2.selectbox("Also vary", list(VARY), key="wi_vary")
 vary = VARY[vary_label]
 values: list[float] = []
 if vary is not None:
-    if vary == "batch" and problem.source.kind != "sample":
-        c3.warning("Batch size can only vary for sample graphs.")
+    if vary == "batch" and problem.source.kind == "upload":
+        c3.warning("Batch size can only vary for sample graphs and Hugging Face configs.")
         vary = None
     elif vary != "batch" and len(clusters) > 1:
         c3.warning(f"{vary_label} would override every GPU type's own figure; compare GPU types or vary it, "
@@ -180,6 +192,16 @@ if vary in ("bandwidth_Bps", "peak_flops") and cluster.efficiency is not None:
 MODELLED = ("Step times at peak rates (the paper's model), so real runs are slower." if step_model == PEAK else
             "Step times by the calibrated model (above, with its sources)"
             + (f", at peak rates on {', '.join(md(n) for n in uncalibrated)}." if uncalibrated else "."))
+
+
+def _fits(r: dict) -> str:
+    """A record's fit: "yes, N GB to spare", "no (N GB of C GB)" or "no limit"."""
+    need, cap = r["memory_per_device_bytes"], r["memory_capacity_bytes"]
+    if r["fits_memory"] is None:
+        return "no limit"
+    if r["fits_memory"]:
+        return f"yes, {(cap - need) / 1e9:.3g} GB to spare"
+    return "no" if need is None else f"no ({need / 1e9:.3g} of {cap / 1e9:g} GB)"
 
 
 def _duration(seconds: float) -> str:
@@ -300,8 +322,7 @@ elif cancelled and records is None:
             icon=":material/stop_circle:")
 
 if records is None:
-    st.info("Press **Run sweep**: each point runs the search and costs every applicable baseline.",
-            icon=":material/info:")
+    st.info(f"Press **Run sweep**: each point runs {SEARCH}.", icon=":material/info:")
     st.stop()
 
 several_gpus = len({r["cluster"] for r in records}) > 1
@@ -345,7 +366,9 @@ if idle:
 
 
 st.subheader("Side by side: throughput, MFU, memory, time and cost to train")
-tokens = sequence_length(graph) is not None and all(r.get("tokens_per_s") is not None for r in records)
+# Records without a step (nothing fits there) have no rate of either kind.
+tokens = sequence_length(graph) is not None and all(r.get("tokens_per_s") is not None for r in records
+                                                    if r["step_time_s"] is not None)
 unit_name = "tokens" if tokens else "samples"
 t1, t2 = st.columns(2)
 amount_text = t1.text_input(f"Train on N {unit_name}", value="1e9" if tokens else "1e6", key=f"wi_train_{unit_name}",
@@ -374,12 +397,17 @@ if estimated:
             **({"GPU type": r["cluster"]} if several_gpus else {}),
             "devices": r["devices"],
             "global batch": r["global_batch"],
-            f"{unit_name}/s": None if r[f"{unit_name}_per_s"] is None else float(f"{r[f'{unit_name}_per_s']:.4g}"),
-            "time to train": "undefined (0 s step)" if r["time_to_train_s"] is None else _duration(r["time_to_train_s"]),
-            "GPU-hours": None if r["gpu_hours"] is None else float(f"{r['gpu_hours']:.4g}"),
-            **({} if price is None else {"cost": None if r["train_cost"] is None else round(r["train_cost"], 2)}),
-            "MFU (% of peak)": None if r.get("mfu") is None else round(r["mfu"] * 100, 1),
-            "fits memory": {True: "yes", False: "no", None: "no limit"}[r["fits_memory"]],
+            f"{unit_name}/s": None if r[f"{unit_name}_per_s"] is None or r["fits_memory"] is False
+            else float(f"{r[f'{unit_name}_per_s']:.4g}"),
+            "plan": r["label"],
+            "time to train": ("does not fit" if r["fits_memory"] is False else "undefined (0 s step)"
+                              if r["time_to_train_s"] is None else _duration(r["time_to_train_s"])),
+            # A plan that does not fit cannot run: no rate, hours or cost for it.
+            "GPU-hours": None if r["gpu_hours"] is None or r["fits_memory"] is False else float(f"{r['gpu_hours']:.4g}"),
+            **({} if price is None else {"cost": None if r["train_cost"] is None or r["fits_memory"] is False
+                                         else round(r["train_cost"], 2)}),
+            "MFU (% of peak)": None if r.get("mfu") is None or r["fits_memory"] is False else round(r["mfu"] * 100, 1),
+            "fits memory": _fits(r),
             "idle devices": r["idle_devices"],
         })
     st.dataframe(table, hide_index=True, key="wi_train_table")
@@ -441,6 +469,10 @@ st.download_button("Sweep records (CSV)", records_csv(estimated or records), fil
                         "throughput, MFU, speedup, memory and its fit, devices used and idle, the time, GPU-hours and "
                         "cost to train N, and PaSE's configurations.")
 
+if three_d:
+    st.caption("Each device count's 3-D configuration is in the table above (plan); the Explorer and the Training "
+               "page draw one on the graph and as a pipeline schedule.")
+    st.stop()
 st.subheader("Where each layer's split changes")
 pase_records = [r for r in records if r["strategy"] == "PaSE" and r["cluster"] == records[0]["cluster"]]
 where = [f"on {records[0]['cluster']}"] if several_gpus else []

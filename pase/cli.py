@@ -36,6 +36,7 @@ from pase.limits import (
     MIN_BANDWIDTH_BPS, MIN_MEMORY_BYTES, MIN_PEAK_FLOPS,
 )
 from pase.model.cost import options_on
+from pase.model.memory import DEFAULT_RESERVE, MemoryOptions
 from pase.models import LANGUAGE_MODELS, SAMPLES, batch_builder, sample
 from pase.ops import training_flops
 from pase.planner import Plan, PlanOptions, parallelism_kind, plan
@@ -253,6 +254,12 @@ def _add_cluster_options(p: argparse.ArgumentParser) -> None:
                    help=f"memory per device in GB (1e9 bytes), {MIN_MEMORY_BYTES / 1e9:g} to "
                         f"{MAX_MEMORY_BYTES / 1e9:g}; the strategy must fit; 0: no limit, as in the app "
                         "(overrides the preset)")
+    p.add_argument("--reserve-gb", type=_amount("reserve per device", 1e9, 0.0, MAX_MEMORY_BYTES, "GB"),
+                   help="memory per device no strategy can use, in GB (1e9 bytes): CUDA context, cuBLAS and "
+                        "Transformer Engine workspaces, NCCL buffers, allocator fragmentation; a plan fits when "
+                        "its memory and the reserve fit (default: pase.model.memory.DEFAULT_RESERVE, "
+                        f"{DEFAULT_RESERVE.total_bytes / 1e9:.2f} GB, each part with its source, on a device whose "
+                        "memory is known; 0: none, the paper's model)")
     p.add_argument("--nodes", type=_whole("a node count", 1, MAX_DEVICES),
                    help="nodes the devices are spread over (devices per node = devices / nodes)")
     p.add_argument("--devices-per-node", type=_whole("a node size", 1, MAX_DEVICES),
@@ -347,6 +354,8 @@ def _cluster(args) -> Cluster:
         if cluster.efficiency is None and args.cluster in CALIBRATIONS:
             cluster = replace(cluster, efficiency=CALIBRATIONS[args.cluster])  # the preset's links, unless measured
         cluster = load_calibration(args.calibration).apply(cluster)
+    if getattr(args, "reserve_gb", None) is not None:  # not a hardware figure: the preset keeps its name
+        cluster = replace(cluster, reserved_bytes=args.reserve_gb * 1e9)
     return cluster
 
 
@@ -571,11 +580,22 @@ def _rates_line(result: Plan) -> str:
     return ", ".join(parts)
 
 
+def _memory_line(need: float, capacity: float | None, cluster: Cluster) -> str | None:
+    """"memory per device N GB of C GB (reserve R GB included): fits, M GB to spare" (or "does NOT fit, M GB
+    over"); None without a capacity."""
+    if capacity is None:
+        return None
+    reserve = MemoryOptions().reserve_on(cluster)
+    margin = capacity - need
+    verdict = f"fits, {margin / 1e9:.2f} GB to spare" if margin >= 0 else f"does NOT fit, {-margin / 1e9:.2f} GB over"
+    return (f"memory per device {need / 1e9:.2f} GB of {capacity / 1e9:.2f} GB (reserve {reserve / 1e9:.2f} GB "
+            f"included: CUDA context, workspaces, NCCL buffers, fragmentation; --reserve-gb): {verdict}")
+
+
 def _print_memory(result: Plan) -> None:
-    if result.memory_capacity_bytes is not None:
-        fits = "" if result.fits_memory else ": does NOT fit"
-        print(f"memory per device {result.memory_per_device_bytes / 1e9:.2f} GB of "
-              f"{result.memory_capacity_bytes / 1e9:.2f} GB{fits}")
+    line = _memory_line(result.memory_per_device_bytes, result.memory_capacity_bytes, result.cluster)
+    if line is not None:
+        print(line)
 
 
 def _speedup(result: Plan, baseline: Plan) -> float | None:
@@ -837,10 +857,9 @@ def _print_training(result) -> None:
           f"({p['schedule']}; idle {d['bubble_fraction'] * 100:.1f}% of it: bubble and exposed gradient reduction); "
           f"{d['model_flops_per_device_per_s'] / 1e12:.1f} TFLOP/s per device, MFU {d['mfu'] * 100:.1f}%, "
           f"HFU {d['hfu'] * 100:.1f}% of the cluster's peak")
-    if d["memory_capacity_bytes"] is not None:
-        fits = "fits" if d["fits_memory"] else "does NOT fit"
-        print(f"memory per device {d['memory_per_device_bytes'] / 1e9:.2f} GB of "
-              f"{d['memory_capacity_bytes'] / 1e9:.2f} GB: {fits}")
+    line = _memory_line(d["memory_per_device_bytes"], d["memory_capacity_bytes"], result.cluster)
+    if line is not None:
+        print(line)
     print(_memory_breakdown(max(result.stages, key=lambda s: s.memory_bytes)))
     if d.get("experts"):
         print(_experts_lines(d["experts"]))
@@ -882,7 +901,8 @@ def _memory_breakdown(stage) -> str:
     """The largest stage's memory per device by what holds it, one line."""
     parts = [("weights", stage.weights_bytes), ("gradients", stage.gradient_bytes),
              ("optimizer state", stage.optimizer_bytes), ("FP8 weight copies", stage.fp8_bytes),
-             ("activations", stage.activation_bytes), ("communication buffers and reserve", stage.transient_bytes)]
+             ("activations", stage.activation_bytes), ("communication buffers", stage.transient_bytes)]
+    parts.append(("reserve", stage.memory_bytes - sum(value for _, value in parts)))
     return f"  stage {stage.index}: " + ", ".join(f"{name} {value / 1e9:.2f} GB" for name, value in parts if value)
 
 
@@ -1029,11 +1049,15 @@ def _add_sweep(sub) -> None:
                         "published figures (calibrated with --calibrated; options that override a figure are "
                         f"refused); choose from {', '.join(sorted(PRESETS))}")
     p.add_argument("--json", action="store_true", help="print the records as a JSON list")
-    p.add_argument("--search", choices=("layers", "3d"), default="layers",
-                   help="layers (default): PaSE and the baselines at each point; 3d: the 3-D search at each device "
-                        "count (sample language models and Hugging Face configs) with its time to train, failures "
-                        "included (give --train-tokens)")
-    p.add_argument("--global-batch", type=_BATCH, help="samples per step for --search 3d (default: the sample's)")
+    p.add_argument("--search", choices=("auto", "layers", "3d"), default="auto",
+                   help="layers: PaSE's per-layer search and the baselines at each point; 3d: the 3-D search "
+                        "(tensor, pipeline, data parallelism, microbatches, recomputation, ZeRO) and the 3-D "
+                        "baselines at each point (sample language models and Hugging Face configs), with --train-tokens "
+                        "its time to train, failures included, at each device count; auto (default): 3d for the "
+                        "large language models and Hugging Face configs but mixtures of experts, else layers, as "
+                        "pase solve")
+    p.add_argument("--global-batch", type=_BATCH,
+                   help="samples per step for the 3-D search (default: the sample's; --batches to sweep several)")
     _add_framework_option(p)
     _add_time_to_train_options(p)
     p.set_defaults(func=_sweep)
@@ -1049,13 +1073,15 @@ def _working(graph: Graph) -> Graph:
 
 
 def _sweep(args) -> int:
-    from pase.analysis.sweep import batch_sweep, sweep
+    from pase.analysis.sweep import batch_sweep, sweep, training_sweep
 
-    if _time_to_train_asked(args) and args.search == "3d":
+    hf_3d = is_hf_config(args.model) and not is_moe_config(args.model)
+    three_d = args.search == "3d" or (args.search == "auto" and (args.model in LANGUAGE_MODELS or hf_3d))
+    if three_d and _time_to_train_asked(args):
         return _sweep_training(args)
-    if args.search == "3d" or args.global_batch is not None or args.framework is not None:
-        raise GraphError("--search 3d sweeps the time to train: give --train-tokens N (or --train-steps N); "
-                         "--global-batch and --framework apply to --search 3d")
+    if not three_d and (args.global_batch is not None or args.framework is not None):
+        raise GraphError("--global-batch and --framework apply to the 3-D search (--search 3d, the default for "
+                         "language models)")
     names = list(dict.fromkeys(args.clusters)) if args.clusters else [args.cluster]
     cluster = [_cluster(argparse.Namespace(**{**vars(args), "cluster": name, "devices": args.devices[0]}))
                for name in names]
@@ -1073,7 +1099,16 @@ def _sweep(args) -> int:
         options=_options(args),
         progress=None if args.json else lambda done, total: print(f"  solved {done}/{total}", file=sys.stderr),
     )
-    if args.batches is None:
+    if three_d:
+        build = _builder(argparse.Namespace(**{**vars(args), "batch": None}))
+        if args.per_device_batch:
+            records = [r for b in args.batches for r in training_sweep(build, args.devices, cluster, b,
+                                                                         per_device_batch=b, framework=_framework(args),
+                                                                         **grid)]
+        else:
+            records = [r for b in (args.batches or [_global_batch(args)])
+                       for r in training_sweep(build, args.devices, cluster, b, framework=_framework(args), **grid)]
+    elif args.batches is None:
         records = sweep(_working(_load_model(args)), args.devices, cluster, **grid)
     else:
         if args.batch is not None:
@@ -1099,14 +1134,19 @@ def _sweep(args) -> int:
     by_batch, by_cluster = args.batches is not None, len(cluster) > 1
     batch_head = "global batch" if args.per_device_batch else "batch"
     rows = [(["GPU type"] if by_cluster else []) + ([batch_head] if by_batch else [])
-            + ["devices", "GB/s", "TFLOP/s", "strategy", "fits", "step time (ms)", "speedup over DP", "idle devices"]]
+            + ["devices", "GB/s", "TFLOP/s", "strategy", "fits", "step time (ms)", "speedup over DP"]
+            + (["MFU"] if three_d else ["idle devices"])]
     for r in records:
         # A plan that does not fit memory cannot run: its time and speedup are bracketed, never read as a result.
         shown = (lambda text: f"[{text}]") if r["fits_memory"] is False else str
+        speedup = r["speedup_over_dp"]
         rows.append(([r["cluster"]] if by_cluster else []) + ([str(r["batch"])] if by_batch else []) + [
-            str(r["devices"]), f"{r['bandwidth_Bps'] / 1e9:g}", f"{r['peak_flops'] / 1e12:g}", r["label"],
-            _fits(r), shown(f"{r['step_time_s'] * 1e3:.2f}"), shown(f"{r['speedup_over_dp']:.2f}"),
-            str(r["idle_devices"])])
+            str(r["devices"]), f"{r['bandwidth_Bps'] / 1e9:g}", f"{r['peak_flops'] / 1e12:g}",
+            (f"{'PaSE 3-D' if r['strategy'] == 'PaSE' else r['strategy']}: " if three_d else "") + r["label"], _fits(r),
+            "-" if r["step_time_s"] is None else shown(f"{r['step_time_s'] * 1e3:.2f}"),
+            "-" if speedup is None else shown(f"{speedup:.2f}")]
+            + ([("-" if r["mfu"] is None or r["fits_memory"] is False else f"{r['mfu'] * 100:.1f}%")]
+               if three_d else [str(r["idle_devices"])]))
     if "goodput" in records[0]:
         rows[0] += ["days to train", "goodput"]
         for row, r in zip(rows[1:], records):
@@ -1115,6 +1155,9 @@ def _sweep(args) -> int:
     if any(r["fits_memory"] is False for r in records):
         print("[...]: the plan does not fit device memory (fits: no), so no run reaches that time; shown for "
               "comparison only")
+    print("search: " + ("3-D (pase.search.stages.search_training at each point; baselines: data parallel, "
+                        "ZeRO-3 / FSDP, Megatron, each at its best microbatch)" if three_d else
+                        "per layer (the paper's; baselines: data parallelism and the expert strategies)"))
     for c in cluster:
         print(f"{c.name}: " if len(cluster) > 1 else "", end="")
         _print_model(_model_of(c, grid["options"]))
@@ -1159,6 +1202,8 @@ def _fits(record: dict) -> str:
         return "no limit"
     if record["fits_memory"]:
         return "yes"
+    if record["memory_per_device_bytes"] is None:
+        return "no"
     need, capacity = record["memory_per_device_bytes"] / 1e9, record["memory_capacity_bytes"] / 1e9
     return f"no ({need:,.0f} of {capacity:g} GB)" if need >= 100 else f"no ({need:.3g} of {capacity:g} GB)"
 

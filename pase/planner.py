@@ -349,7 +349,7 @@ def _solver(model: CostModel, options: PlanOptions) -> Solver:
 
 def _fit(model: CostModel, memory, limit: float, options: PlanOptions, solver: Solver, kwargs) -> MemorySearchResult:
     """The memory-feasible search, with the reserve taken off the capacity and errors in whole-strategy terms."""
-    reserved = options.memory.reserved_bytes
+    reserved = options.memory.reserve_on(model.cluster)
     try:
         fit = solve_within_memory(model.cost_graph(), memory.resident_vectors(), limit - reserved,
                                   transient=memory.buffer_vectors(), max_solves=options.max_memory_solves,

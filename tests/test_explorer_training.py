@@ -63,13 +63,14 @@ def test_a_language_model_is_solved_in_3d_and_its_group_graph_drawn():
     assert expected.label in success, success
     metrics = {m.label: m.value for m in at.metric}
     assert "Estimated step time" in metrics and "MFU (of peak)" in metrics, metrics
-    assert metrics["Memory per device (largest stage)"] == f"{expected.memory_per_device_bytes / 1e9:.3g} GB"
+    assert metrics["Memory per device"] == f"{expected.memory_per_device_bytes / 1e9:.3g} GB"
     captions = shown(" ".join(c.value for c in at.caption))
     assert f"Tensor t = {par.tensor}" in captions and f"pipeline p = {par.pipeline}" in captions, captions
     assert f"data d = {par.data}" in captions and f"microbatch {par.microbatch_size} x" in captions
     assert f"ZeRO stage {par.zero}" in captions and f"recomputation {par.recompute}" in captions
     assert "one microbatch" in captions and "one t x c group" in captions, captions
-    assert "Training" in captions  # a custom cluster (the memory edited): the way to the schedule in words
+    # The way to the schedule: the Training page plans the same problem, a custom cluster (the memory edited) too.
+    assert any(link.proto.page == "training" for link in at.get("page_link"))
     # The strategy graph of one microbatch on the t x c group, coloured by each layer's split.
     charts = graph_chart(at)
     assert len(charts) == 1
@@ -83,24 +84,27 @@ def test_a_language_model_is_solved_in_3d_and_its_group_graph_drawn():
     assert expected.label in shown(" ".join(s.value for s in at.success))
 
 
-def test_a_preset_cluster_offers_the_training_page():
+def test_the_training_page_draws_the_same_problem():
     at = llama_app(devices=8, batch=64)
-    # The Training page opens dgx-h100 calibrated; the explorer's own choice goes with the plan.
     at.radio(key="in_model").set_value("peak").run()
     at.button(key="solve").click().run()
     no_exception(at)
     assert not at.error, [e.value for e in at.error]
-    at.button(key="ex_to_training").click().run()
+    assert any(link.proto.page == "training" for link in at.get("page_link"))
+    at.switch_page("pages/training.py").run()  # as the link does
     no_exception(at)
-    saved = at.session_state["_training_inputs"]
-    assert saved["model"] == "llama3-8b" and saved["devices"] == 8 and saved["batch_llama3-8b"] == 64
-    assert saved["preset"] == "dgx-h100"
-    # The button went to the Training page, its inputs filled with this problem.
+    # The Training page plans the sidebar's problem (one problem, one planner): the same model, batch, devices and
+    # step-time model, whose search the Explorer cached.
     assert [t.value for t in at.title] == ["Training plans"], [t.value for t in at.title]
-    assert at.selectbox(key="tr_model").value == "llama3-8b"
-    assert at.number_input(key="tr_devices").value == 8
-    assert at.number_input(key="tr_batch_llama3-8b").value == 64
-    assert at.radio(key="tr_step_model").value == "peak"
+    assert at.radio(key="tr_mode").value == "Search the best plan"
+    at.button(key="tr_search").click().run()
+    no_exception(at)
+    assert not at.error, [e.value for e in at.error]
+    assert any(m.value.startswith("**llama3\\-8b**, global batch 64") for m in at.markdown), \
+        [m.value for m in at.markdown]
+    assert at.sidebar.number_input(key="in_devices").value == 8
+    assert at.sidebar.radio(key="in_model").value == "peak"
+    assert any("Step-time model: **peak rates**" in c.value for c in at.caption)
 
 
 def test_a_language_model_that_cannot_fit_shows_an_error_not_a_traceback():
@@ -142,7 +146,7 @@ def test_the_search_shared_out_over_workers_finds_what_one_search_finds(model, d
     cluster = preset("dgx-h100" if model.startswith("llama") else "dgx-a100", devices, calibrated=False)
     if memory_gb is not None:
         cluster = dataclasses.replace(cluster, memory_bytes=memory_gb * 1e9)
-    one, one_plan = training_search_with_group_plan(model, (), cluster, batch)
+    one, one_plan = training_search_with_group_plan(batch_builder(model), cluster, batch)
     for workers in (2, 3, 4):
         shares = training_shares(batch, workers)
         assert len(shares) == min(workers, len([b for b in range(1, 9) if batch % b == 0]))
@@ -150,7 +154,7 @@ def test_the_search_shared_out_over_workers_finds_what_one_search_finds(model, d
         parts = []
         for sizes in shares:
             try:
-                parts.append(training_search_with_group_plan(model, (), cluster, batch, None, sizes))
+                parts.append(training_search_with_group_plan(batch_builder(model), cluster, batch, None, sizes))
             except PaseError as exc:
                 parts.append(exc)
         merged, plan = merge_training(parts, time.perf_counter())
@@ -170,11 +174,11 @@ def test_when_no_share_fits_the_error_gives_the_least_memory_of_all():
 
     cluster = dataclasses.replace(preset("dgx-h100", 8, calibrated=False), memory_bytes=16e9)
     with pytest.raises(InsufficientMemoryError) as whole:
-        training_search_with_group_plan("llama3-8b", (), cluster, 64)
+        training_search_with_group_plan(batch_builder("llama3-8b"), cluster, 64)
     parts = []
     for sizes in training_shares(64, 2):
         try:
-            training_search_with_group_plan("llama3-8b", (), cluster, 64, None, sizes)
+            training_search_with_group_plan(batch_builder("llama3-8b"), cluster, 64, None, sizes)
         except InsufficientMemoryError as exc:
             parts.append(exc)
     with pytest.raises(InsufficientMemoryError) as merged:

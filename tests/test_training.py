@@ -20,7 +20,9 @@ BUILD = batch_builder("gpt", **SMALL)
 
 
 def _cluster(devices=8, per_node=4, memory=None):
-    return Cluster(devices, 100e12, 100e9, 2, memory, "test", per_node, 10e9)
+    # Toy capacities (0.12 GB...) test the search; the reserve of a real GPU (pase.model.memory.DEFAULT_RESERVE,
+    # about 4 GB) would leave them nothing, so it is 0 here.
+    return Cluster(devices, 100e12, 100e9, 2, memory, "test", per_node, 10e9, reserved_bytes=0.0)
 
 
 def test_parameters_and_states_follow_zero_formulas():

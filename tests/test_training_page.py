@@ -43,7 +43,7 @@ def op_bars(fig):
     """(kind, row, start, end, microbatch, chunk) of every forward and backward bar, in the axis's unit."""
     out = []
     for trace in fig.data:
-        if trace.name in ("forward", "backward"):
+        if trace.name in ("forward", "backward") and trace.type == "bar":  # not the legend's swatches
             for y, base, width, cd in zip(trace.y, trace.base, trace.x, trace.customdata):
                 out.append((trace.name, y, base, base + width, cd[1], cd[2]))
     return out
@@ -109,9 +109,10 @@ def test_memory_bars_sum_to_each_stages_memory(plan):
             totals[x] += y
     assert [totals[f"stage {s.index}"] for s in plan.stages] == pytest.approx(
         [s.memory_bytes / 1e9 for s in plan.stages], rel=1e-9)
-    # The default options reserve nothing, so there are exactly the five parts.
-    assert MemoryOptions().reserved_bytes == 0
-    assert [t.name for t in fig.data] == ["weights", "gradients", "optimizer state", "activations", "transient"]
+    # The cluster has a capacity, so the default reserve (pase.model.memory.DEFAULT_RESERVE) is a part of its own.
+    assert MemoryOptions().reserve_on(CLUSTER) > 0
+    assert [t.name for t in fig.data] == ["weights", "gradients", "optimizer state", "activations", "transient",
+                                          "reserve"]
     (line,) = fig.layout.shapes
     assert line.y0 == line.y1 == pytest.approx(plan.memory_capacity_bytes / 1e9)
 
@@ -171,27 +172,44 @@ def test_the_stage_table_lists_every_stage():
 
 # -- the page ----------------------------------------------------------------------------------------
 
-def page() -> AppTest:
+def page(model: str = "megatron-1.7b", preset: str = "dgx-a100", devices: int = 8, batch: int = 16) -> AppTest:
+    """The Training page planning the sidebar's problem: ``model`` at a global ``batch`` on ``devices`` of ``preset``."""
     at = AppTest.from_file(APP, default_timeout=120)
     at.run()
+    at.sidebar.selectbox(key="in_sample").set_value(model).run()
+    at.sidebar.selectbox(key="in_preset").set_value(preset).run()
+    at.sidebar.number_input(key="in_devices").set_value(devices).run()
+    at.sidebar.number_input(key=f"in_{model}_batch").set_value(batch).run()
     at.switch_page("pages/training.py").run()
     assert not at.exception, [e.value for e in at.exception]
     return at
 
 
+def test_the_page_plans_the_sidebars_problem_and_offers_a_language_model_otherwise():
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    at.switch_page("pages/training.py").run()
+    assert not at.exception, [e.value for e in at.exception]
+    # The app opens on a Transformer sample, planned per layer: the page says so and offers a language model ...
+    assert any("not a language model" in i.value for i in at.info), [i.value for i in at.info]
+    at.selectbox(key="tr_pick").set_value("megatron-1.7b").run()
+    assert not at.exception, [e.value for e in at.exception]
+    # ... which becomes the sidebar's, the problem of every page.
+    assert at.sidebar.selectbox(key="in_sample").value == "megatron-1.7b"
+    assert any(m.value.startswith("**megatron\\-1\\.7b**, global batch 512") for m in at.markdown), \
+        [m.value for m in at.markdown]
+    assert "tr_search" in [b.key for b in at.button]
+
+
 def test_the_page_searches_and_shows_the_best_plan_runners_up_and_baselines():
-    at = page()
-    assert at.selectbox(key="tr_model").value == "megatron-1.7b"
-    assert at.selectbox(key="tr_preset").value == "dgx-a100"
-    assert at.number_input(key="tr_devices").value == 32
-    assert at.number_input(key="tr_batch_megatron-1.7b").value == 512
-    at.number_input(key="tr_devices").set_value(2).run()
-    at.number_input(key="tr_batch_megatron-1.7b").set_value(2).run()
+    at = page(devices=2, batch=2)
     at.button(key="tr_search").click().run()
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
     assert [m.label for m in at.metric] == ["Step time", "Tokens/s", "MFU (of peak)", "HFU (of peak)",
-                                            "Memory per device (largest stage)"]
+                                            "Memory per device"]
+    memory = next(m for m in at.metric if m.label == "Memory per device")
+    assert "GB to spare" in memory.delta or "exceeds" in memory.delta, memory.delta
     assert any("published specification" in c.value for c in at.caption)
     ids = [c.proto.id for c in at.get("plotly_chart")]
     keys = ("tr_best_gantt", "tr_best_memory", "tr_best_memory_timeline", "tr_best_mesh")
@@ -203,16 +221,16 @@ def test_the_page_searches_and_shows_the_best_plan_runners_up_and_baselines():
     assert all(x >= -1e-9 for x in slower[:plans.count("runner-up")]), "runners-up are never faster than the best"
     (stages,) = [df for df in at.dataframe if "in flight" in df.value.columns]
     assert len(stages.value) >= 1
-    # Inputs survive a trip to the other mode.
-    at.radio(key="tr_mode").set_value("Evaluate a configuration").run()
-    at.radio(key="tr_mode").set_value("Search the best plan").run()
-    assert at.number_input(key="tr_devices").value == 2
+    # The mode survives a trip to another page; the problem stays the sidebar's.
+    at.switch_page("pages/explorer.py").run()
+    at.switch_page("pages/training.py").run()
+    assert at.radio(key="tr_mode").value == "Search the best plan"
+    assert at.sidebar.number_input(key="in_devices").value == 2
 
 
 def test_the_page_evaluates_a_configuration_and_names_impossible_ones():
     at = page()
     at.radio(key="tr_mode").set_value("Evaluate a configuration").run()
-    at.number_input(key="tr_devices").set_value(8).run()
     for k, value in (("tr_t", 2), ("tr_p", 2), ("tr_v", 2)):
         at.number_input(key=k).set_value(value).run()
     assert not at.error, [e.value for e in at.error]
@@ -240,9 +258,9 @@ def test_the_page_evaluates_a_configuration_and_names_impossible_ones():
     # 8 GPUs of a node (3 nodes of 8: t2 p4 d3).
     at.selectbox(key="tr_schedule").set_value("1f1b").run()
     at.number_input(key="tr_v").set_value(1).run()
-    at.number_input(key="tr_devices").set_value(24).run()
+    at.sidebar.number_input(key="in_devices").set_value(24).run()
     at.number_input(key="tr_p").set_value(4).run()
-    at.number_input(key="tr_batch_megatron-1.7b").set_value(24).run()
+    at.sidebar.number_input(key="in_megatron-1.7b_batch").set_value(24).run()
     assert not at.error, [e.value for e in at.error]
     at.button(key="tr_evaluate").click().run()
     assert not at.exception, [e.value for e in at.exception]
@@ -250,17 +268,15 @@ def test_the_page_evaluates_a_configuration_and_names_impossible_ones():
     assert not at.metric
 
 
-def test_the_page_models_the_step_by_its_own_step_time_model():
+def test_the_page_models_the_step_by_the_sidebars_step_time_model():
     """Calibrated by default on the DGX presets (the gradient reduction overlapped, as the search assumes there),
     the paper's peak rates on the paper's; the step differs between the two, and the page says which it is."""
     from pase.hardware.cluster import preset
 
     at = page()
-    assert at.radio(key="tr_step_model").value == "calibrated"
+    assert at.sidebar.radio(key="in_model").value == "calibrated"
     assert any(c.value.startswith("Step-time model: **calibrated**") for c in at.caption)
     at.radio(key="tr_mode").set_value("Evaluate a configuration").run()
-    at.number_input(key="tr_devices").set_value(8).run()
-    at.number_input(key="tr_batch_megatron-1.7b").set_value(16).run()
     for k, value in (("tr_t", 2), ("tr_p", 2)):
         at.number_input(key=k).set_value(value).run()
     assert at.checkbox(key="tr_overlap_calibrated").value is True
@@ -273,7 +289,7 @@ def test_the_page_models_the_step_by_its_own_step_time_model():
 
     calibrated = step()
     assert any("Step times by the calibrated model" in c.value for c in at.caption)
-    at.radio(key="tr_step_model").set_value("peak").run()
+    at.sidebar.radio(key="in_model").set_value("peak").run()
     assert at.checkbox(key="tr_overlap_peak").value is False
     peak = step()
     assert peak != calibrated
@@ -291,13 +307,6 @@ def test_the_page_models_the_step_by_its_own_step_time_model():
         # The page's default framework, any, cuts the stages between whole transformer blocks.
         par = replace(par, stage_cuts=framework_cuts(None, build, cluster, par, ConfigOptions(), {}))
         assert shown == fmt_time(evaluate_training(build, cluster, par).step_time_s)
-    # A preset switch resets the default (the choice above was explicit, so it stays) ...
-    at.selectbox(key="tr_preset").set_value("dgx-h100").run()
-    assert at.radio(key="tr_step_model").value == "peak"
-    # ... and a fresh page opens on the paper's presets at peak rates.
-    fresh = page()
-    fresh.selectbox(key="tr_preset").set_value("paper-1080ti").run()
-    assert fresh.radio(key="tr_step_model").value == "peak"
 
 
 def test_the_page_overlaps_the_tensor_parallel_backward_under_the_calibrated_model_only():
@@ -306,8 +315,6 @@ def test_the_page_overlaps_the_tensor_parallel_backward_under_the_calibrated_mod
 
     at = page()
     at.radio(key="tr_mode").set_value("Evaluate a configuration").run()
-    at.number_input(key="tr_devices").set_value(8).run()
-    at.number_input(key="tr_batch_megatron-1.7b").set_value(16).run()
     at.number_input(key="tr_t").set_value(4).run()
     assert at.checkbox(key="tr_tp_overlap").value is False and not at.checkbox(key="tr_tp_overlap").disabled
     at.checkbox(key="tr_tp_overlap").check().run()
@@ -319,16 +326,14 @@ def test_the_page_overlaps_the_tensor_parallel_backward_under_the_calibrated_mod
     assert shown == fmt_time(evaluate_training(batch_builder("megatron-1.7b"), cluster, par).step_time_s)
     assert shown != fmt_time(evaluate_training(batch_builder("megatron-1.7b"), cluster,
                                                replace(par, tp_overlap=False)).step_time_s)
-    at.radio(key="tr_step_model").set_value("peak").run()
+    at.sidebar.radio(key="in_model").set_value("peak").run()
     assert at.checkbox(key="tr_tp_overlap").disabled
 
 
 def test_the_export_menu_offers_the_plan_each_framework_runs_in_one_click():
     """With the framework "any", every framework's export is one download: the best plan's, or, where that
     framework cannot run it, the best plan it runs."""
-    at = page()
-    at.number_input(key="tr_devices").set_value(8).run()
-    at.number_input(key="tr_batch_megatron-1.7b").set_value(16).run()
+    at = page(devices=8, batch=16)
     assert at.selectbox(key="tr_framework").value == "any"
     at.button(key="tr_search").click().run()
     assert not at.exception, [e.value for e in at.exception]

@@ -486,6 +486,19 @@ def paired_colors(records: Sequence[Mapping], series: str = "strategy") -> dict[
     return colors
 
 
+def _runs(record: Mapping) -> bool:
+    """Whether a sweep record's plan can run: it fits memory (or there is no limit) and has a step time."""
+    return record.get("fits_memory") is not False and record.get("step_time_s") is not None
+
+
+def _need_gb(record: Mapping) -> str:
+    """"N GB of C GB" for a record that does not fit (its least need where nothing fits)."""
+    need, cap = record.get("memory_per_device_bytes"), record.get("memory_capacity_bytes")
+    if need is None or cap is None:
+        return "more memory than the device has"
+    return f"{need / 1e9:.3g} GB of {cap / 1e9:g} GB"
+
+
 def sweep_figure(records: Sequence[Mapping], *, by: str = "devices", series: str = "strategy",
                  show: str = "step time") -> go.Figure:
     """Step time (or throughput, or MFU) and speedup over data parallelism against ``by`` (Fig. 6, modelled).
@@ -494,9 +507,11 @@ def sweep_figure(records: Sequence[Mapping], *, by: str = "devices", series: str
     (tokens/s when every record has ``tokens_per_s``, else samples/s) or
     ``"MFU"`` (``mfu`` in percent of the cluster's peak FLOP/s).
 
-    ``records`` are :func:`pase.analysis.sweep.sweep` records (``devices``,
+    ``records`` are :func:`pase.analysis.sweep.sweep` or
+    :func:`~pase.analysis.sweep.training_sweep` records (``devices``,
     ``strategy``, ``step_time_s``, ``speedup_over_dp``...); one line per
-    value of ``series``. When ``series`` is not ``"strategy"`` (a second
+    value of ``series``. A point whose plan does not fit memory
+    (``fits_memory`` False) is left out of both panels (a gap in its line). When ``series`` is not ``"strategy"`` (a second
     parameter varies), a strategy's lines share its hue and differ in
     lightness, darkest first. Device counts are labelled at every swept value;
     the speedup axis starts at 0.
@@ -520,8 +535,10 @@ def sweep_figure(records: Sequence[Mapping], *, by: str = "devices", series: str
         pts = sorted((r for r in records if r[series] == name), key=lambda r: r[by])
         color = colors[name]
         width = 3 if strategy_of[name] == "PaSE" else 1.8
-        hover = [f"{plotly_text(r.get('label', name))}<br>{by} = {r[by]:g}<br>{fmt_time(r['step_time_s'])}, "
-                 f"{r['speedup_over_dp']:.2f}× data parallel"
+        hover = [f"{plotly_text(r.get('label', name))}<br>{by} = {r[by]:g}<br>"
+                 + (f"does not fit in memory ({_need_gb(r)})" if not _runs(r) else
+                    f"{fmt_time(r['step_time_s'])}"
+                    + ("" if r.get("speedup_over_dp") is None else f", {r['speedup_over_dp']:.2f}× data parallel"))
                  + (f"<br>uses {r['devices_used']} of {r['devices']} devices"
                     if r.get("devices_used") is not None and r["devices_used"] < r["devices"] else "")
                  + (f"<br>MFU {r['mfu'] * 100:.1f}% of peak" if r.get("mfu") is not None else "")
@@ -529,7 +546,9 @@ def sweep_figure(records: Sequence[Mapping], *, by: str = "devices", series: str
         for col, key in ((1, left), (2, "speedup_over_dp")):
             scale = left_scale if col == 1 else 1.0
             fig.add_trace(go.Scatter(
-                x=[r[by] for r in pts], y=[None if r.get(key) is None else r[key] * scale for r in pts],
+                # A plan that does not fit cannot run: no time, rate or speedup is drawn for it (a gap).
+                x=[r[by] for r in pts], y=[None if r.get(key) is None or not _runs(r) else r[key] * scale
+                                           for r in pts],
                 mode="lines+markers",
                 name=str(name), legendgroup=str(name), showlegend=col == 1,
                 line=dict(color=color, width=width), hovertext=hover, hoverinfo="text",
@@ -570,7 +589,8 @@ def sweep_panels_figure(records: Sequence[Mapping], *, series: str = "strategy")
     samples/s), MFU (% of the cluster's peak FLOP/s), memory per device (GB,
     1e9 bytes, logarithmic so that capacity and use both show; each GPU type's
     capacity as a dotted line, a point that does not fit drawn as an x) and, with estimates, time to train, GPU-hours and (with
-    a price) cost. A series has the same colour (:func:`paired_colors`) in
+    a price) cost. A plan that does not fit memory is drawn in the memory
+    panel only: its time, rates and cost are not results. A series has the same colour (:func:`paired_colors`) in
     every panel and its GPU type the same marker symbol; a point where some
     devices stay idle (``idle_devices`` > 0) has an open marker. The device
     axes are logarithmic, labelled at every swept count.
@@ -610,14 +630,18 @@ def sweep_panels_figure(records: Sequence[Mapping], *, series: str = "strategy")
         dash = "solid" if pts[0].get("strategy", "") == strategies[0] else "dash"
         symbols = [("x" if r.get("fits_memory") is False else symbol) + ("-open" if r.get("idle_devices") else "")
                    for r in pts]
-        hover = [f"{plotly_text(str(name))}<br>p = {r['devices']}: {fmt_time(r['step_time_s'])} per step"
+        hover = [f"{plotly_text(str(name))}<br>p = {r['devices']}: "
+                 + (f"needs {_need_gb(r)}" if not _runs(r) else f"{fmt_time(r['step_time_s'])} per step")
                  + (f"<br>idle: {r['idle_devices']} of {r['devices']} devices (layers split over at most "
                     f"{r['devices_used']})" if r.get("idle_devices") else "")
                  + ("<br>does not fit in memory" if r.get("fits_memory") is False else "")
                  for r in pts]
         for i, (key, _, _, scale, _) in enumerate(panels):
+            # Only memory is drawn for a plan that does not fit (an x); its time, rate and cost are not results.
             fig.add_trace(go.Scatter(
-                x=[r["devices"] for r in pts], y=[None if r.get(key) is None else r[key] * scale for r in pts],
+                x=[r["devices"] for r in pts],
+                y=[None if r.get(key) is None or (key != "memory_per_device_bytes" and not _runs(r))
+                   else r[key] * scale for r in pts],
                 mode="lines+markers", name=plotly_text(str(name)), legendgroup=str(name), showlegend=i == 0,
                 line=dict(color=colors[name], width=2.5 if dash == "solid" else 1.5, dash=dash),
                 marker=dict(symbol=symbols, size=8, color=colors[name]),

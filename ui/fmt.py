@@ -8,7 +8,7 @@ import html as _html
 import string
 from typing import Sequence
 
-__all__ = ["fmt_time", "fmt_count", "fmt_bytes", "fmt_percent", "round_sig", "config_str", "compact_config",
+__all__ = ["fmt_time", "fmt_count", "fmt_bytes", "fmt_percent", "fmt_fit", "round_sig", "config_str", "compact_config",
            "dims_str", "visible", "md", "plotly_text"]
 
 # Markdown gives meaning to every ASCII punctuation character somewhere (emphasis, links, images,
@@ -101,6 +101,21 @@ def fmt_percent(fraction: float, digits: int = 1) -> str:
     """
     text = f"{float(fraction):.{digits}%}"
     return f"{0:.{digits}%}" if float(text[:-1]) == 0 else text
+
+
+def fmt_fit(need_bytes: float, capacity_bytes: float | None) -> str:
+    """Whether ``need_bytes`` (a plan's memory per device, its reserve included) fits ``capacity_bytes``, with
+    the margin in GB (1e9 bytes), 3 significant figures.
+
+    >>> fmt_fit(75.4e9, 80e9), fmt_fit(81.25e9, 80e9), fmt_fit(1e9, None)
+    ('fits 80 GB, 4.6 GB to spare', 'exceeds 80 GB by 1.25 GB', 'no memory limit')
+    """
+    if capacity_bytes is None:
+        return "no memory limit"
+    margin = capacity_bytes - need_bytes
+    if margin >= 0:
+        return f"fits {capacity_bytes / 1e9:g} GB, {margin / 1e9:.3g} GB to spare"
+    return f"exceeds {capacity_bytes / 1e9:g} GB by {-margin / 1e9:.3g} GB"
 
 
 def round_sig(x: float | None, digits: int = 3) -> float | None:

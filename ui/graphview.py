@@ -417,10 +417,11 @@ def toggle_module(expanded: Iterable[str], key: str, modules: Mapping[str, Itera
     return out
 
 
-def training_search_with_group_plan(name: str, params: tuple[tuple[str, int], ...], cluster, global_batch: int,
-                                    options=None, microbatch_sizes=None, progress=None):
-    """The 3-D search of sample ``name`` (``params``: its other builder parameters) on ``cluster`` at
-    ``global_batch`` samples per step, and the strategy graph of its best plan: ``(search, plan)``.
+def training_search_with_group_plan(build, cluster, global_batch: int, options=None, microbatch_sizes=None,
+                                    progress=None):
+    """The 3-D search of the model ``build(batch)`` builds (a picklable builder: ``pase.models.batch_builder``,
+    ``pase.io.hf_config.hf_batch_builder``) on ``cluster`` at ``global_batch`` samples per step, and the
+    strategy graph of its best plan: ``(search, plan)``.
 
     ``search`` is :func:`pase.search.stages.search_training`'s result (as ``pase solve`` runs it for a
     language model); ``plan`` a :class:`~pase.planner.Plan` of ONE microbatch of the best configuration
@@ -434,13 +435,11 @@ def training_search_with_group_plan(name: str, params: tuple[tuple[str, int], ..
     """
     from pase.ir.configs import ConfigOptions
     from pase.model.training import cached_graph, group_cluster
-    from pase.models import batch_builder
     from pase.planner import PlanOptions, evaluate
     from pase.search.stages import search_training
     from pase.strategies.baselines import tensor_parallel_strategy
 
     options = ConfigOptions() if options is None else options
-    build = batch_builder(name, **dict(params))
     cache: dict = {}  # the graph at the best microbatch, built once for the search and the graph
     search = search_training(build, cluster, global_batch, options=options, microbatch_sizes=microbatch_sizes,
                              progress=progress, cache=cache)

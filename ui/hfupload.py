@@ -1,4 +1,4 @@
-"""A Hugging Face ``config.json`` uploaded to plan in 3-D (the Training page), as ``pase solve config.json`` plans it.
+"""A Hugging Face ``config.json`` uploaded in the sidebar to plan in 3-D on every page, as ``pase solve config.json`` plans it.
 
 Plain logic, no Streamlit: the upload's bytes become a picklable batch builder
 (:func:`pase.io.hf_config.hf_batch_builder`, for the page's worker processes) with

@@ -14,6 +14,9 @@ import streamlit as st
 from pase.hardware.cluster import PRESETS, Cluster
 from pase.ir.configs import ATTENTION_KINDS, PRECISIONS, ConfigOptions
 from pase.errors import PaseError
+from pase.model.memory import DEFAULT_RESERVE, RESERVE_SOURCES
+from pase.io.graph_json import is_hf_config_data
+from pase.io.hf_config import DEFAULT_BATCH, is_moe_config
 from pase.limits import (
     MAX_BANDWIDTH_BPS, MAX_BATCH, MAX_DEVICES, MAX_MEMORY_BYTES, MAX_PEAK_FLOPS, MIN_BANDWIDTH_BPS, MIN_PEAK_FLOPS,
 )
@@ -84,8 +87,8 @@ def _graph_source(sb) -> tuple[GraphSource | None, bytes | None, str | None]:
     from pase.models import SAMPLES
 
     kind = sb.radio("Graph", ["Sample", "Upload"], horizontal=True, key="in_graph_kind",
-                    help="A sample network built by pase, or your own graph: pase's JSON format "
-                         "(see docs/graph-format.md) or an ONNX model.")
+                    help="A sample network built by pase, or your own model: pase's JSON format "
+                         "(see docs/graph-format.md), a Hugging Face config.json or an ONNX model.")
     if kind == "Sample":
         names = list(SAMPLES)
         first = st.session_state.get(LINK, Link()).model or DEFAULT_SAMPLE
@@ -105,11 +108,21 @@ def _graph_source(sb) -> tuple[GraphSource | None, bytes | None, str | None]:
         # Only parameters that differ from the defaults make the cache key, in a fixed order.
         chosen = tuple((k, v) for k, v in values.items())
         return GraphSource("sample", name, chosen), None, None
-    upload = sb.file_uploader("Graph file (.json or .onnx)", type=["json", "onnx"], key="in_upload",
-                              help="pase's graph format (docs/graph-format.md) or an ONNX model.")
+    upload = sb.file_uploader("Model file (.json or .onnx)", type=["json", "onnx"], key="in_upload",
+                              help="pase's graph format (docs/graph-format.md), a Hugging Face model's config.json "
+                                   "(the architecture from its sizes, no weights; as `pase solve config.json`) or "
+                                   "an ONNX model.")
     if upload is None:
-        return None, None, "Upload a graph file (pase's JSON format or an ONNX model), or pick a sample graph."
+        return None, None, ("Upload a model file (pase's JSON format, a Hugging Face config.json or an ONNX model), "
+                            "or pick a sample graph.")
     data = upload.getvalue()
+    if is_hf_config_data(data) and not is_moe_config(data):
+        # A dense language model: planned in 3-D on every page, at a global batch chosen here (the CLI's default).
+        batch = int(sb.number_input("Global batch (samples)", min_value=1, max_value=MAX_BATCH, value=DEFAULT_BATCH,
+                                    step=1, key="in_config_batch",
+                                    help=f"Sequences per step; {DEFAULT_BATCH} unless you change it, as `pase solve "
+                                         "config.json`."))
+        return GraphSource.for_config(upload.name, data, batch), data, None
     return GraphSource.for_upload(upload.name, data), data, None
 
 
@@ -140,6 +153,14 @@ def _cluster(sb) -> Cluster:
                                  format="%g", key="in_memory", on_change=_to_custom,
                                  help="0: unknown, no memory limit (as `pase --memory-gb 0`). Otherwise only "
                                       "strategies that fit are chosen.")
+        reserve = st.number_input("Reserve per device (GB)", min_value=0.0, max_value=MAX_MEMORY_BYTES / 1e9,
+                                  value=DEFAULT_RESERVE.total_bytes / 1e9, step=0.5, format="%.2f", key="in_reserve",
+                                  help="Memory no strategy can use, counted in every plan's memory so that "
+                                       "\"fits\" means fits with it (as `pase --reserve-gb`). The default, each "
+                                       "part with its source (pase.model.memory.RESERVE_SOURCES): "
+                                       + "; ".join(f"**{name}** {RESERVE_SOURCES[name]}"
+                                                   for name in DEFAULT_RESERVE.parts())
+                                       + ". Applies where the memory is known.")
     base = st.session_state.get(BASE)
     model = model_choice(sb, "in_model", base, st.session_state.setdefault(MODEL_MEMORY, {}))
     if model == CALIBRATED and st.session_state["in_preset"] != base:
@@ -154,6 +175,7 @@ def _cluster(sb) -> Cluster:
         name=st.session_state["in_preset"],
         devices_per_node=node if node > 0 else None,
         inter_bandwidth_Bps=float(network) * 1e9 if node > 0 else None,
+        reserved_bytes=float(reserve) * 1e9,
     )
     cluster = with_model(cluster, model, base)
     upload = sb.file_uploader("Calibration file (pase calibrate)", type=["json"], key="in_calibration",
@@ -212,7 +234,7 @@ def problem_sidebar() -> Problem | None:
     try:
         graph = load_graph(source, data)
     except PaseError as exc:
-        what = "the uploaded file" if source.kind == "upload" else f"sample {source.name}"
+        what = f"sample {source.name}" if source.kind == "sample" else "the uploaded file"
         set_current_problem(None, f"Cannot use {what}: {exc}")
         return None
     sb.caption(f"**{md(graph.name)}**: {len(graph)} layers, {len(graph.edges)} edges, "

@@ -38,6 +38,7 @@ __all__ = [
     "solve",
     "is_language_model",
     "global_batch",
+    "training_builder",
     "cached_training",
     "solve_training",
     "training_shares",
@@ -54,9 +55,15 @@ __all__ = [
 
 @dataclass(frozen=True)
 class GraphSource:
-    """Where the graph comes from: a sample with its parameters, or an uploaded file (by content digest)."""
+    """Where the graph comes from: a sample with its parameters, or an uploaded file (by content digest).
 
-    kind: str  # "sample" or "upload"
+    ``kind``: ``"sample"``; ``"upload"``, a pase graph, an ONNX model or a Hugging Face config of a mixture
+    of experts (planned per layer, at its default batch); ``"config"``, a Hugging Face ``config.json`` of a
+    dense language model (planned in 3-D, as ``pase solve config.json``), whose ``params`` hold its global
+    ``batch``.
+    """
+
+    kind: str
     name: str
     params: tuple[tuple[str, int], ...] = ()
     digest: str = ""
@@ -65,6 +72,8 @@ class GraphSource:
         if self.kind == "sample":
             args = ", ".join(f"{k}={v}" for k, v in self.params)
             return f"{self.name}({args})"
+        if self.kind == "config":
+            return f"{self.name} (uploaded Hugging Face config, batch {dict(self.params)['batch']:,})"
         return f"{self.name} (uploaded)"
 
     def with_params(self, **params: int) -> "GraphSource":
@@ -74,6 +83,11 @@ class GraphSource:
     @staticmethod
     def for_upload(filename: str, data: bytes) -> "GraphSource":
         return GraphSource("upload", filename, (), hashlib.sha256(data).hexdigest())
+
+    @staticmethod
+    def for_config(filename: str, data: bytes, batch: int) -> "GraphSource":
+        """A dense language model's Hugging Face ``config.json`` at a global ``batch`` (kind ``"config"``)."""
+        return GraphSource("config", filename, (("batch", int(batch)),), hashlib.sha256(data).hexdigest())
 
 
 @dataclass(frozen=True)
@@ -132,8 +146,8 @@ def stores() -> dict[str, LRUStore]:
 
 
 def load_graph(source: GraphSource, data: bytes | None = None) -> Graph:
-    """The graph of ``source``, built (sample) or parsed (upload ``data``: pase JSON or ONNX, by the
-    file name's suffix) in a worker process once, and cached.
+    """The graph of ``source``, built (sample) or parsed (upload ``data``: pase JSON, a Hugging Face
+    ``config.json`` or ONNX, by the file name's suffix and content) in a worker process once, and cached.
 
     An upload's ``data`` is kept in this session (its latest upload only), so a later call
     without ``data`` rebuilds the graph even after other sessions evicted it from the cache.
@@ -144,7 +158,7 @@ def load_graph(source: GraphSource, data: bytes | None = None) -> Graph:
         The sample parameters or the uploaded file are invalid (the message says why).
     """
     store = stores()["graphs"]
-    if source.kind == "upload":
+    if source.kind in ("upload", "config"):
         uploads = st.session_state.setdefault("_uploads", {})
         if data is not None:
             # Only the latest upload of a session is kept; its bytes rebuild the graph if evicted.
@@ -161,7 +175,8 @@ def load_graph(source: GraphSource, data: bytes | None = None) -> Graph:
     else:
         if data is None:
             raise jobs.JobError(f"the upload {source.name!r} is no longer held by this session; upload it again")
-        graph = jobs.run(load_model_file, data, source.name, what=f"reading {source.name}")
+        graph = jobs.run(load_model_file, data, source.name, what=f"reading {source.name}",
+                         batch=dict(source.params).get("batch"))
     store.put(source, graph)
     return graph
 
@@ -196,12 +211,13 @@ def solve(problem: Problem, progress: Callable[[int, int], None] | None = None,
 
 
 def is_language_model(source: GraphSource) -> bool:
-    """Whether ``source`` is one of the large language-model samples (:data:`pase.models.LANGUAGE_MODELS`),
-    which the explorer plans as ``pase solve`` does: by the joint 3-D search, not the per-layer one
-    (whose single strategy of the whole batch on every device cannot fit their memory)."""
+    """Whether ``source`` is one of the large language-model samples (:data:`pase.models.LANGUAGE_MODELS`) or
+    a dense language model's uploaded Hugging Face config (kind ``"config"``), which every page plans as
+    ``pase solve`` does: by the joint 3-D search, not the per-layer one (whose single strategy of the whole
+    batch on every device cannot fit their memory)."""
     from pase.models import LANGUAGE_MODELS
 
-    return source.kind == "sample" and source.name in LANGUAGE_MODELS
+    return source.kind == "config" or (source.kind == "sample" and source.name in LANGUAGE_MODELS)
 
 
 def global_batch(source: GraphSource) -> int:
@@ -212,6 +228,28 @@ def global_batch(source: GraphSource) -> int:
 
     given = dict(source.params).get("batch")
     return int(given if given is not None else inspect.signature(SAMPLES[source.name]).parameters["batch"].default)
+
+
+def training_builder(source: GraphSource) -> Callable[[int], Graph]:
+    """``build(batch)`` of a language model (:func:`is_language_model`), picklable for the worker processes:
+    the sample's builder with its other sidebar parameters, or the uploaded config's (its bytes held by this
+    session, :func:`load_graph`).
+
+    Raises
+    ------
+    PaseError
+        The upload is no longer held by this session, or the config is refused (:func:`ui.hfupload.uploaded_config`).
+    """
+    if source.kind == "config":
+        from ui.hfupload import uploaded_config
+
+        data = st.session_state.get("_uploads", {}).get(source.digest)
+        if data is None:
+            raise jobs.JobError(f"the upload {source.name!r} is no longer held by this session; upload it again")
+        return uploaded_config(data, source.name).build
+    from pase.models import batch_builder
+
+    return batch_builder(source.name, **{k: v for k, v in source.params if k != "batch"})
 
 
 def cached_training(problem: Problem):
@@ -235,11 +273,11 @@ def solve_training(problem: Problem, progress: Callable[[int, int], None] | None
     on cores busy with other work, shares only slow each other, so one search runs).
     """
     source = problem.source
-    others = tuple((k, v) for k, v in source.params if k != "batch")
+    build = training_builder(source)
     batch = global_batch(source)
     shares = training_shares(batch, min(jobs.MAX_JOBS, free_cores()))
     return _cached("training", problem, lambda: _parallel_training(
-        (source.name, others, problem.cluster, batch, problem.options), shares, progress, waiting, heartbeat))
+        (build, problem.cluster, batch, problem.options), shares, progress, waiting, heartbeat))
 
 
 def free_cores(window_s: float = 0.04, looks: int = 2) -> int:
@@ -429,12 +467,24 @@ def _sweep_points(problem: Problem, graph: Graph, devices: list[int], cluster: C
     """The sweep's points in the order of today's records: ``(point key, fn, args, kwargs)`` per point.
 
     One point is one device count (and one varied value): a call of :func:`pase.analysis.sweep.sweep`
-    (or ``batch_sweep``) over that point alone, whose records are the whole sweep's records for it.
+    (or ``batch_sweep``) over that point alone, whose records are the whole sweep's records for it; for a
+    language model (:func:`is_language_model`), of :func:`pase.analysis.sweep.training_sweep`: the 3-D
+    search and its baselines, as ``pase sweep`` runs them.
     """
-    from pase.analysis.sweep import batch_sweep, sweep as grid_sweep
+    from pase.analysis.sweep import batch_sweep, sweep as grid_sweep, training_sweep
     from pase.models import batch_builder
 
     options = problem.options
+    if is_language_model(problem.source):
+        build, batch = training_builder(problem.source), global_batch(problem.source)
+        if vary == "batch":
+            return [((int(v), p), training_sweep, (build, [p], cluster, int(v)), {"options": options})
+                    for v in values for p in devices]
+        if vary in ("bandwidth_Bps", "peak_flops"):
+            name, scale = {"bandwidth_Bps": ("bandwidths_Bps", 1e9), "peak_flops": ("peak_flops", 1e12)}[vary]
+            return [((p, v), training_sweep, (build, [p], cluster, batch), {"options": options, name: [v * scale]})
+                    for p in devices for v in values]
+        return [((p, None), training_sweep, (build, [p], cluster, batch), {"options": options}) for p in devices]
     if vary == "batch":
         others = {k: v for k, v in problem.source.params if k != "batch"}
         build = batch_builder(problem.source.name, **others)

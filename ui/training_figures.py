@@ -7,7 +7,8 @@
   kept by the forwards and freed by the backwards (needs a recorded schedule);
 * :func:`mesh_figure`: the cluster's devices as a grid coloured by pipeline stage,
   from :func:`device_coordinates`;
-* :func:`stage_rows`: the stage table.
+* :func:`stage_rows`: the stage table;
+* :func:`plans_figure`: the step times of several plans (the search's best and the baselines) side by side.
 
 Every number comes from the plan; these functions only arrange and colour it.
 """
@@ -23,7 +24,8 @@ from ui.fmt import fmt_time, plotly_text
 from ui.palette import CAPACITY_COLOR, INK, MEMORY_COLORS, device_color
 
 __all__ = ["OPERATION_COLORS", "IDLE_COLOR", "CHUNK_PATTERNS", "MAX_DEVICE_CELLS", "time_unit", "schedule_figure",
-           "stage_memory_figure", "memory_timeline_figure", "device_coordinates", "mesh_figure", "stage_rows"]
+           "stage_memory_figure", "memory_timeline_figure", "device_coordinates", "mesh_figure", "stage_rows",
+           "plans_figure"]
 
 # The pipeline schedule's colours, used nowhere else in the app (ui/palette.py has none of these hues):
 # forward and backward work, the gradient reduction after a device's last backward, and idle time.
@@ -33,6 +35,14 @@ IDLE_COLOR = "#ededed"
 CHUNK_PATTERNS = ["", "/", ".", "x", "\\", "+", "-", "|"]
 # Above this many devices the mesh grid draws one cell per node (row of the mesh) instead of one per device.
 MAX_DEVICE_CELLS = 1024
+# Above this many microbatches the schedule draws the first and last WINDOW_MICROBATCHES of them bar by bar and the
+# steady state between as one band per stage: 1,024 microbatches bar by bar are a 3.7 MB figure that reads as a
+# barcode and blocks a browser for tens of seconds.
+MAX_DRAWN_MICROBATCHES = 48
+WINDOW_MICROBATCHES = 16
+STEADY_COLOR = "#c9a27e"  # between the forward blue and the backward orange: both, interleaved
+# A legend under the plot (and its x axis title), left-aligned: clear of plotly's toolbar at the top right.
+LEGEND_BELOW = dict(orientation="h", x=0, xanchor="left", y=-0.22, yanchor="top")
 # Below this share of the step a bar is too narrow for its microbatch number.
 _TEXT_SHARE = 0.012
 # Stage rows of the Gantt chart: the operations' lane and, below it, the reductions' lane (in row units).
@@ -58,6 +68,14 @@ def schedule_figure(plan: TrainingPlan) -> go.Figure:
     so idle time shows as grey gaps. Times on the x axis in ms (steps under a
     second) or s; hover gives stage, microbatch, chunk, start and end.
 
+    Above :data:`MAX_DRAWN_MICROBATCHES` microbatches, only the first and the
+    last :data:`WINDOW_MICROBATCHES` (the fill and the drain, where the bubble
+    is) are drawn bar by bar; each stage's operations on the microbatches
+    between are one ``"steady state"`` band from the first one's start to the
+    last one's end (hover: how many, and the share of the band spent working),
+    so the figure's size does not grow with the microbatches. The legend's
+    swatches are plain colours, the bars' own.
+
     Raises ``ValueError`` when the plan's schedule holds no operations (evaluated without ``record``).
     """
     sched = plan.schedule
@@ -68,6 +86,11 @@ def schedule_figure(plan: TrainingPlan) -> go.Figure:
     scale, unit = time_unit(step)
     S = len(plan.stages)
     v = plan.parallelism.virtual_stages
+    m = plan.parallelism.microbatches
+    windowed = m > MAX_DRAWN_MICROBATCHES
+    middle = [o for o in ops if WINDOW_MICROBATCHES <= o.microbatch < m - WINDOW_MICROBATCHES] if windowed else []
+    if windowed:
+        ops = [o for o in ops if not WINDOW_MICROBATCHES <= o.microbatch < m - WINDOW_MICROBATCHES]
     # Bar outlines separate wide bars; on hundreds of bars a row they would paint the row white.
     outline = 0.5 if len(ops) <= 100 * S else 0.0
     fig = go.Figure()
@@ -82,7 +105,7 @@ def schedule_figure(plan: TrainingPlan) -> go.Figure:
     for kind, name in (("F", "forward"), ("B", "backward")):
         mine = [o for o in ops if o.kind == kind]
         fig.add_trace(go.Bar(
-            name=name, orientation="h", y=[o.device for o in mine], base=[o.start_s / scale for o in mine],
+            name=name, legendgroup=name, showlegend=False, orientation="h", y=[o.device for o in mine], base=[o.start_s / scale for o in mine],
             x=[(o.end_s - o.start_s) / scale for o in mine], width=_OP_LANE[1], offset=_OP_LANE[0],
             marker=dict(color=OPERATION_COLORS[name], line=dict(width=outline, color="white"),
                         pattern=dict(shape=[CHUNK_PATTERNS[o.chunk % len(CHUNK_PATTERNS)] for o in mine],
@@ -94,6 +117,27 @@ def schedule_figure(plan: TrainingPlan) -> go.Figure:
                            + (", chunk %{customdata[2]}" if v > 1 else "")
                            + "<br>%{customdata[3]} to %{customdata[4]}<extra></extra>"),
         ))
+    if middle:
+        rows = sorted({o.device for o in middle})
+        band = {s: (min(o.start_s for o in middle if o.device == s), max(o.end_s for o in middle if o.device == s),
+                    sum(o.end_s - o.start_s for o in middle if o.device == s)) for s in rows}
+        fig.add_trace(go.Bar(
+            name="steady state", legendgroup="steady state", showlegend=False, orientation="h", y=rows,
+            base=[band[s][0] / scale for s in rows], x=[(band[s][1] - band[s][0]) / scale for s in rows],
+            width=_OP_LANE[1], offset=_OP_LANE[0], marker=dict(color=STEADY_COLOR),
+            text=[f"microbatches {WINDOW_MICROBATCHES} to {m - WINDOW_MICROBATCHES - 1}"] * len(rows),
+            textposition="inside", insidetextanchor="middle", textfont=dict(color="white", size=10),
+            customdata=[[s, m - 2 * WINDOW_MICROBATCHES, fmt_time(band[s][0]), fmt_time(band[s][1]),
+                         band[s][2] / (band[s][1] - band[s][0]) if band[s][1] > band[s][0] else 1.0] for s in rows],
+            hovertemplate=("<b>steady state</b> stage %{customdata[0]}: forwards and backwards of %{customdata[1]} "
+                           "microbatches, interleaved<br>%{customdata[2]} to %{customdata[3]}, working "
+                           "%{customdata[4]:.0%} of it<extra></extra>"),
+        ))
+    # The legend: plain swatches in the bars' colours (a bar trace's swatch would show its first bar's pattern).
+    for name, color in (("forward", OPERATION_COLORS["forward"]), ("backward", OPERATION_COLORS["backward"]),
+                        *((("steady state", STEADY_COLOR),) if middle else ())):
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name, legendgroup=name,
+                                 marker=dict(symbol="square", size=12, color=color), hoverinfo="skip"))
     last = {}  # device -> its last backward
     for o in ops:
         if o.kind == "B" and (o.device not in last or o.end_s > last[o.device].end_s):
@@ -119,8 +163,10 @@ def schedule_figure(plan: TrainingPlan) -> go.Figure:
         yaxis=dict(tickvals=list(range(S)), ticktext=[f"stage {s}" for s in range(S)], autorange="reversed"),
         uniformtext=dict(minsize=8, mode="hide"), plot_bgcolor="white", hovermode="closest",
         legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0),
-        title=dict(y=0.98, yanchor="top", text=f"{p.schedule} schedule, {p.microbatches} microbatches"
-                        + (f", {v} chunks per stage (patterns)" if v > 1 else ""), font=dict(size=13)),
+        title=dict(y=0.98, yanchor="top", text=f"{p.schedule} schedule, {p.microbatches:,} microbatches"
+                        + (f", {v} chunks per stage (patterns)" if v > 1 else "")
+                        + (f"; the first and last {WINDOW_MICROBATCHES} drawn one by one, the steady state between "
+                           "as one band" if middle else ""), font=dict(size=13)),
     )
     return fig
 
@@ -157,9 +203,10 @@ def stage_memory_figure(plan: TrainingPlan) -> go.Figure:
         fig.add_hline(y=cap / 1e9, line=dict(color=CAPACITY_COLOR, dash="dash"),
                       annotation_text=f"capacity {cap / 1e9:.3g} GB", annotation_position="top left")
     top = max([s.memory_bytes for s in stages] + [cap or 0.0]) / 1e9
-    fig.update_layout(barmode="stack", height=360, margin=dict(l=10, r=10, t=30, b=40),
+    # The legend below the bars: above them, in a half-width column, it wraps under plotly's toolbar (top right).
+    fig.update_layout(barmode="stack", height=400, margin=dict(l=10, r=10, t=30, b=40),
                       yaxis=dict(title="memory per device (GB)", range=[0, top * 1.12]),
-                      legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0))
+                      legend=LEGEND_BELOW)
     return fig
 
 
@@ -182,7 +229,11 @@ def memory_timeline_figure(plan: TrainingPlan) -> go.Figure:
     held all step; the title gives the largest). The time axis is the Gantt
     chart's (:func:`schedule_figure`, :func:`time_unit`), from 0 to the step
     time; a dashed line marks the capacity when it is known. Hover gives the
-    stage, the time, the GB and the microbatches' worth in flight.
+    stage, the time, the GB and the microbatches' worth in flight. Above
+    :data:`MAX_DRAWN_MICROBATCHES` microbatches, a stage's steady state (the
+    band of :func:`schedule_figure`) is drawn at its highest level, the fill
+    and the drain step by step, so the figure's size does not grow with the
+    microbatches.
 
     Raises ``ValueError`` when the plan's schedule holds no operations (evaluated without ``record``).
     """
@@ -197,6 +248,14 @@ def memory_timeline_figure(plan: TrainingPlan) -> go.Figure:
     events: list[list[tuple[float, int]]] = [[] for _ in plan.stages]
     for o in ops:
         events[o.device].append((o.start_s, 1) if o.kind == "F" else (o.end_s, -1))
+    # Above MAX_DRAWN_MICROBATCHES, each stage's steady state (as in schedule_figure) is drawn as its highest level.
+    m = plan.parallelism.microbatches
+    steady: dict[int, tuple[float, float]] = {}
+    if m > MAX_DRAWN_MICROBATCHES:
+        for o in ops:
+            if WINDOW_MICROBATCHES <= o.microbatch < m - WINDOW_MICROBATCHES:
+                t0, t1 = steady.get(o.device, (o.start_s, o.end_s))
+                steady[o.device] = (min(t0, o.start_s), max(t1, o.end_s))
     fig = go.Figure()
     for st, mine in zip(plan.stages, events):
         resident = st.weights_bytes + st.gradient_bytes + st.optimizer_bytes + st.fp8_bytes
@@ -211,13 +270,23 @@ def memory_timeline_figure(plan: TrainingPlan) -> go.Figure:
                 counts.append(counts[-1] + delta)
         times.append(step)
         counts.append(counts[-1])
+        if st.index in steady:  # the steady state's points: its highest level from its start to its end
+            t0, t1 = steady[st.index]
+            inside = [i for i, t in enumerate(times) if t0 <= t <= t1]
+            if len(inside) > 2:
+                first, last = inside[0], inside[-1]
+                top = max(counts[i] for i in inside[:-1])
+                times[first:last + 1] = [t0, t1]
+                counts[first:last + 1] = [top, counts[last]]
         gb = [(resident + st.activation_bytes * k / peak) / 1e9 for k in counts]
+        # One number of hover data per point, no text: a step of 1,024 microbatches has thousands of points a
+        # stage, and the figure's size is the page's load time.
         fig.add_trace(go.Scatter(
-            name=f"stage {st.index}", x=[t / scale for t in times], y=gb, mode="lines", line_shape="hv",
-            line=dict(color=device_color(st.index), width=2),
-            customdata=[[st.index, fmt_time(t), k / v] for t, k in zip(times, counts)],
-            hovertemplate=("stage %{customdata[0]} at %{customdata[1]}: %{y:.4g} GB, "
-                           "%{customdata[2]:.3g} microbatches' activations held"
+            name=f"stage {st.index}", x=[t / scale for t in times], y=gb,
+            mode="lines", line_shape="hv", line=dict(color=device_color(st.index), width=2),
+            customdata=[_sig(k / v, 4) for k in counts],
+            hovertemplate=(f"stage {st.index} at %{{x:.4g}} {unit}: %{{y:.4g}} GB, "
+                           "%{customdata:.3g} microbatches' activations held"
                            + (f" (each chunk's counted as 1/{v} of the stage's: split evenly over its chunks)"
                               if v > 1 else "") + "<extra></extra>"),
         ))
@@ -230,10 +299,10 @@ def memory_timeline_figure(plan: TrainingPlan) -> go.Figure:
               + [cap or 0.0]) / 1e9
     big = max(plan.stages, key=lambda s: s.transient_bytes)
     fig.update_layout(
-        height=380, margin=dict(l=10, r=10, t=70, b=40), plot_bgcolor="white", hovermode="closest",
+        height=420, margin=dict(l=10, r=10, t=70, b=40), plot_bgcolor="white", hovermode="closest",
         xaxis=dict(title=f"time in the step ({unit})", range=[0, step / scale * 1.01]),
         yaxis=dict(title="memory per device (GB)", range=[0, top * 1.12], gridcolor=IDLE_COLOR),
-        legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0),
+        legend=LEGEND_BELOW,
         title=dict(y=0.98, yanchor="top", font=dict(size=12),
                    text=f"transient buffers not drawn: up to {big.transient_bytes / 1e9:.3g} GB more at moments "
                         f"(stage {big.index})"),
@@ -340,6 +409,32 @@ def mesh_figure(plan: TrainingPlan) -> go.Figure:
     return fig
 
 
+def plans_figure(plans: dict[str, TrainingPlan], best: str) -> go.Figure:
+    """One horizontal bar per plan that fits memory: its step time, and how many times slower than ``best`` it is.
+
+    A plan that does not fit (``fits_memory`` False) gets no bar (it cannot run, so its time is no result) but
+    keeps its row, labelled "does not fit"; the x axis is the step time in the unit of :func:`time_unit`.
+    """
+    names = list(plans)
+    runs = {n: p for n, p in plans.items() if p.fits_memory is not False}
+    scale, unit = time_unit(max((p.step_time_s for p in runs.values()), default=1.0))
+    base = plans[best].step_time_s if best in runs else None
+    text = [("does not fit in memory" if n not in runs else
+             fmt_time(plans[n].step_time_s) + ("" if base is None or n == best
+                                               else f" ({plans[n].step_time_s / base:.2f}× the best)"))
+            for n in names]
+    fig = go.Figure(go.Bar(
+        y=[plotly_text(n) for n in names], x=[runs[n].step_time_s / scale if n in runs else None for n in names],
+        orientation="h", text=text, textposition="outside", cliponaxis=False,
+        marker_color=[OPERATION_COLORS["forward"] if n == best else "#9c9c9c" for n in names],
+        hovertext=[plotly_text(p.label) for p in plans.values()], hoverinfo="text+x", showlegend=False))
+    fig.update_yaxes(autorange="reversed", automargin=True)
+    fig.update_xaxes(title_text=f"step time ({unit})", rangemode="tozero")
+    # Room on the right for the longest bar's label (outside text is not counted by automargin).
+    fig.update_layout(height=80 + 44 * len(names), margin=dict(l=10, r=170, t=20, b=40))
+    return fig
+
+
 def _stage_colorscale(stages: int) -> list:
     """A stepped colourscale over ``zmin = -0.5 .. zmax = stages - 0.5``: stage ``s`` in ``device_color(s)``."""
     if stages == 1:
@@ -371,6 +466,6 @@ def stage_rows(plan: TrainingPlan) -> list[dict]:
     } for s in plan.stages]
 
 
-def _sig(x: float) -> float:
-    """``x`` to 4 significant digits (table cells)."""
-    return float(f"{x:.4g}")
+def _sig(x: float, digits: int = 4) -> float:
+    """``x`` to ``digits`` significant digits (table cells, figure data)."""
+    return float(f"{x:.{digits}g}")

@@ -4,7 +4,10 @@
 one graph; :func:`batch_sweep` also varies the batch size, building the graph
 once per batch: a fixed global batch (strong scaling: the same graph at every
 device count) or a fixed per-device batch (weak scaling: at ``p`` devices the
-global batch is ``B * p``). :func:`with_training_estimates` adds the time,
+global batch is ``B * p``). :func:`training_sweep` does the same for a
+language model with the 3-D search (tensor, pipeline, data and context
+parallelism, microbatches, recomputation, ZeRO) and its baselines, as
+``pase solve`` plans one. :func:`with_training_estimates` adds the time,
 GPU-hours and cost to train on ``N`` tokens or samples to each record.
 """
 
@@ -26,7 +29,7 @@ from pase.ir.graph import Graph
 from pase.model.memory import InsufficientMemoryError
 from pase.planner import PlanOptions, plan
 
-__all__ = ["sweep", "batch_sweep", "BATCH_MODES", "DeviceUse", "device_use", "with_training_estimates", "records_csv",
+__all__ = ["sweep", "batch_sweep", "training_sweep", "BATCH_MODES", "DeviceUse", "device_use", "with_training_estimates", "records_csv",
            "records_from_csv"]
 
 # A record's ``batch_mode``: what stays fixed as the device count grows.
@@ -275,6 +278,103 @@ def batch_sweep(
         extra = ({"batch": batch} if per_device_batch is None
                  else {"batch": batch, "batch_mode": "per device", "per_device_batch": per_device_batch})
         records += [{**r, **extra} for r in part]
+    return records
+
+
+def training_sweep(
+    build: Callable[[int], Graph],
+    devices: Sequence[int],
+    cluster: Cluster | Sequence[Cluster],
+    global_batch: int,
+    *,
+    per_device_batch: int | None = None,
+    bandwidths_Bps: Sequence[float] | None = None,
+    peak_flops: Sequence[float] | None = None,
+    options: ConfigOptions = ConfigOptions(),
+    progress: Callable[[int, int], None] | None = None,
+    framework: str | None = None,
+) -> list[dict]:
+    """The 3-D search (:func:`pase.search.stages.search_training`, restricted to what ``framework`` runs when
+    given, :mod:`pase.frameworks`) and its baselines
+    (:func:`~pase.search.stages.training_baselines`) at each point of the grid of :func:`sweep`.
+
+    ``build(batch)`` builds the language model (``pase.models.batch_builder``,
+    ``pase.io.hf_config.hf_batch_builder``); the global batch is
+    ``global_batch`` samples at every point (strong scaling), or with
+    ``per_device_batch`` ``B``, ``B * p`` at ``p`` devices (weak scaling).
+    Returns records with :func:`sweep`'s fields (``strategy`` ``"PaSE"`` for the
+    search's best, then ``"data parallel"``, ``"ZeRO-3 / FSDP"``,
+    ``"Megatron"``; ``devices_used`` every device, no ``configs``) and
+    ``search`` (``"3d"``), ``batch`` (the global batch); ``speedup_over_dp``
+    is data parallelism's modelled step over the plan's, for plans that fit
+    (None for the others). Where nothing fits,
+    PaSE's record has ``fits_memory`` False, ``label`` ``"nothing fits
+    memory"``, ``memory_per_device_bytes`` the least any configuration needs
+    and no step time, speedup or rates (None): only plans that fit are priced.
+    A baseline that fits nowhere keeps its smallest-memory variant's figures,
+    with ``fits_memory`` False. ``progress(done, total)`` after each point.
+
+    Raises
+    ------
+    ClusterError
+        As :func:`sweep`.
+    ConfigurationError
+        The global batch is not a positive integer.
+    """
+    from pase.analysis.throughput import sequence_length
+    from pase.errors import ConfigurationError
+    from pase.search.stages import search_training, training_baselines
+
+    if isinstance(global_batch, bool) or not isinstance(global_batch, Integral) or global_batch < 1:
+        raise ConfigurationError(f"the global batch must be a positive integer, not {global_batch!r}")
+    grid = [
+        replace(c, devices=int(p), bandwidth_Bps=float(bw), peak_flops=float(fl))
+        for c in _clusters(cluster)
+        for p in devices
+        for bw in (bandwidths_Bps or [c.bandwidth_Bps])
+        for fl in (peak_flops or [c.peak_flops])
+    ]
+    tokens_per_sample = sequence_length(build(1))
+    records = []
+    for i, point in enumerate(grid):
+        batch = int(global_batch) if per_device_batch is None else int(per_device_batch) * point.devices
+        base = {"cluster": point.name, "devices": point.devices, "bandwidth_Bps": point.bandwidth_Bps,
+                "peak_flops": point.peak_flops, "memory_capacity_bytes": point.memory_bytes,
+                "devices_used": point.devices, "idle_devices": 0, "search": "3d",
+                "batch_mode": "global" if per_device_batch is None else "per device", "global_batch": batch,
+                "batch": batch, "batch_per_device": batch / point.devices,
+                **({} if per_device_batch is None else {"per_device_batch": int(per_device_batch)})}
+        cache: dict = {}
+        try:
+            best = search_training(build, point, batch, options=options, cache=cache, framework=framework).best
+        except (InsufficientMemoryError, ConfigurationError) as exc:
+            least = getattr(exc, "least_bytes", None)
+            best = None
+            records.append({**base, "strategy": "PaSE", "label": "nothing fits memory" if least is not None
+                            else f"no configuration: {exc}", "cost": None, "step_time_s": None,
+                            "speedup_over_dp": None, "memory_per_device_bytes": least or None, "fits_memory": False,
+                            "samples_per_s": None, "tokens_per_s": None, "model_flops_per_step": None,
+                            "model_flops_per_device_per_s": None, "mfu": None})
+        plans = {} if best is None else {"PaSE": best}
+        plans.update(training_baselines(build, point, batch, options=options, cache=cache))
+        dp = plans.get("data parallel")
+        for name, p in plans.items():
+            d = p.to_dict()
+            runs = p.fits_memory is not False
+            records.append({
+                **base, "strategy": name, "label": p.label, "cost": p.step_time_s,
+                "step_time_s": p.step_time_s,
+                # Against data parallelism's modelled step, which may not fit itself (as in sweep()).
+                "speedup_over_dp": dp.step_time_s / p.step_time_s if dp is not None and runs and p.step_time_s
+                else None,
+                "memory_per_device_bytes": p.memory_per_device_bytes, "fits_memory": p.fits_memory,
+                "samples_per_s": batch / p.step_time_s if p.step_time_s else None,
+                "tokens_per_s": d["tokens_per_s"] if tokens_per_sample is not None else None,
+                "model_flops_per_step": d.get("model_flops_per_step"),
+                "model_flops_per_device_per_s": d.get("model_flops_per_device_per_s"), "mfu": p.mfu,
+            })
+        if progress is not None:
+            progress(i + 1, len(grid))
     return records
 
 

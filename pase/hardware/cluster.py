@@ -93,6 +93,13 @@ class Cluster:
         Dense FP8 tensor-core peak FLOP/s of one device (a published
         specification); ``None``: the device has no FP8 (training in FP8 is
         refused).
+    reserved_bytes : float or None
+        Memory per device no strategy can use (CUDA context, library
+        workspaces, NCCL buffers, allocator fragmentation), counted in every
+        plan's memory, so that "fits" means fits with it; ``None``:
+        :data:`pase.model.memory.DEFAULT_RESERVE` where ``memory_bytes`` is
+        known, nothing where it is not (see
+        :meth:`pase.model.memory.MemoryOptions.reserve_on`).
 
     Raises
     ------
@@ -131,6 +138,7 @@ class Cluster:
     mesh_axes: tuple[MeshAxis, ...] | None = None
     efficiency: Efficiency | None = None
     fp8_peak_flops: float | None = None
+    reserved_bytes: float | None = None
 
     def __post_init__(self):
         _check_count("devices", self.devices)
@@ -144,6 +152,9 @@ class Cluster:
         if self.memory_bytes is not None:
             _check_range("memory_bytes", self.memory_bytes, MIN_MEMORY_BYTES, MAX_MEMORY_BYTES, "bytes",
                          "; leave it unset (None) when unknown")
+        if self.reserved_bytes is not None:
+            _check_range("reserved_bytes", self.reserved_bytes, 0.0, MAX_MEMORY_BYTES, "bytes",
+                         "; leave it unset (None) for the default reserve")
         if self.devices_per_node is not None:
             _check_count("devices_per_node", self.devices_per_node)
         if self.inter_bandwidth_Bps is not None:

@@ -20,7 +20,7 @@ from pase.ops import build_layer
 
 __all__ = ["FORMAT", "VERSION", "MODEL_SUFFIXES",
            "graph_to_dict", "graph_from_dict", "dumps_graph", "loads_graph", "save_graph", "load_graph",
-           "load_model_file"]
+           "load_model_file", "is_hf_config_data"]
 
 FORMAT = "pase-graph"
 VERSION = 1
@@ -237,7 +237,8 @@ def load_graph(path: str | Path) -> Graph:
 
 
 def load_model_file(source: str | Path | bytes, filename: str | None = None, *, batch: int | None = None) -> Graph:
-    """Load an uploaded or local model file, by its suffix: ``.json`` (pase graph) or ``.onnx``.
+    """Load an uploaded or local model file, by its suffix: ``.json`` (a pase graph, or a Hugging Face
+    ``config.json``: :func:`pase.io.hf_config.from_hf_config`) or ``.onnx``.
 
     Parameters
     ----------
@@ -248,8 +249,9 @@ def load_model_file(source: str | Path | bytes, filename: str | None = None, *, 
         default the path's name. A file with another suffix is read as JSON
         when it starts with ``{``.
     batch : int, optional
-        Batch size for an ONNX model (default: the model's own); a pase graph
-        file fixes its own batch size, so it is refused there.
+        Batch size for an ONNX model (default: the model's own) or a Hugging
+        Face config (default :data:`pase.io.hf_config.DEFAULT_BATCH`); a pase
+        graph file fixes its own batch size, so it is refused there.
 
     Raises
     ------
@@ -291,11 +293,26 @@ def load_model_file(source: str | Path | bytes, filename: str | None = None, *, 
             from pase.io.onnx import from_onnx
 
             return from_onnx(data, batch=batch, name=Path(filename).stem or None)
+        if is_hf_config_data(data):
+            from pase.io.hf_config import from_hf_config  # late: it builds with the samples' code
+
+            return from_hf_config(data, batch=batch)
         if batch is not None:
-            raise GraphError("a pase graph file fixes its own batch size; a batch size applies to ONNX models and samples")
+            raise GraphError("a pase graph file fixes its own batch size; a batch size applies to ONNX models, "
+                             "Hugging Face configs and samples")
         return loads_graph(data)
     except (FormatError, GraphError) as exc:
         raise type(exc)(f"{filename}: {exc}") from None
+
+
+def is_hf_config_data(data: bytes) -> bool:
+    """Whether JSON ``data`` is a Hugging Face ``config.json`` (an object with ``model_type`` or ``architectures``
+    and no pase ``format`` key) rather than a pase graph; False for anything unreadable (the graph reader says why)."""
+    try:
+        parsed = json.loads(data)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    return isinstance(parsed, dict) and "format" not in parsed and ("model_type" in parsed or "architectures" in parsed)
 
 
 def _limit_for(filename: str) -> int:

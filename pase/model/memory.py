@@ -94,6 +94,9 @@ __all__ = [
     "FP8_COPY_BYTES_PER_PARAMETER",
     "OPTIMIZER_STATES",
     "MemoryOptions",
+    "Reserve",
+    "DEFAULT_RESERVE",
+    "RESERVE_SOURCES",
     "LayerMemory",
     "MemoryReport",
     "MemoryModel",
@@ -128,6 +131,73 @@ class InsufficientMemoryError(PaseError):
         return type(self), (str(self), self.capacity_bytes, self.least_bytes)
 
 
+MiB, GiB = float(1 << 20), float(1 << 30)
+
+
+@dataclass(frozen=True)
+class Reserve:
+    """Memory per GPU that no strategy can use, in bytes, by where it goes (:data:`RESERVE_SOURCES` says
+    where each default comes from). A training process holds it besides what the model counts: weights,
+    gradients, optimizer state, activations and the transient buffers of the collectives.
+
+    Examples
+    --------
+    >>> round(DEFAULT_RESERVE.total_bytes / 1e9, 2)
+    3.93
+    >>> Reserve(nccl_bytes=0.0).total_bytes < DEFAULT_RESERVE.total_bytes
+    True
+    """
+
+    cuda_context_bytes: float = 0.5 * GiB
+    # PyTorch's cuBLAS and cuBLASLt workspaces (32 MiB each on Hopper) on the compute and the communication
+    # streams, and Transformer Engine's one cuBLAS workspace (32 MiB on Hopper).
+    workspace_bytes: float = (2 * 2 + 1) * 32 * MiB
+    # 4 communicators (tensor, data, pipeline, context) x 32 channels x 2 peers x NCCL_BUFFSIZE (4 MiB).
+    nccl_bytes: float = 4 * 32 * 2 * 4 * MiB
+    fragmentation_bytes: float = 2 * GiB
+
+    def __post_init__(self):
+        for name in ("cuda_context_bytes", "workspace_bytes", "nccl_bytes", "fragmentation_bytes"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and 0 <= value < float("inf")):
+                raise ConfigurationError(f"the reserve's {name} must be a number of bytes >= 0, got {value!r}")
+
+    @property
+    def total_bytes(self) -> float:
+        """The whole reserve per GPU, bytes."""
+        return self.cuda_context_bytes + self.workspace_bytes + self.nccl_bytes + self.fragmentation_bytes
+
+    def parts(self) -> dict[str, float]:
+        """Each part's bytes by its name in words (``"CUDA context"``...), in :data:`RESERVE_SOURCES`' order."""
+        return {"CUDA context": self.cuda_context_bytes, "cuBLAS and Transformer Engine workspaces":
+                self.workspace_bytes, "NCCL buffers": self.nccl_bytes,
+                "allocator fragmentation": self.fragmentation_bytes}
+
+
+# Where each default of Reserve comes from, by Reserve.parts' names. None of these figures was measured by pase.
+RESERVE_SOURCES = {
+    "CUDA context": "0.5 GiB: the CUDA 12 context of a PyTorch 2 process with its kernels loaded lazily "
+                    "(CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2; NVIDIA's CUDA C++ Programming Guide, "
+                    "'Lazy Loading'), as nvidia-smi commonly shows it on A100 and H100 before any tensor is "
+                    "allocated; not measured by pase",
+    "cuBLAS and Transformer Engine workspaces": "160 MiB: PyTorch's cuBLAS and cuBLASLt workspaces, 32 MiB each per "
+                    "stream on Hopper (PyTorch's CUDA semantics notes, 'cuBLAS workspaces', CUBLAS_WORKSPACE_CONFIG "
+                    ":4096:8), on the compute and the communication streams, and Transformer Engine's 32 MiB "
+                    "cuBLAS workspace on Hopper (its get_cublas_workspace_size_bytes)",
+    "NCCL buffers": "1 GiB: NCCL_BUFFSIZE, 4 MiB per channel per peer (NCCL's environment variables, "
+                    "NCCL_BUFFSIZE), x 32 channels (NCCL_MAX_NCHANNELS' ceiling, reached on NVLink) x 2 peers (a "
+                    "ring's previous and next device) x 4 communicators (the tensor, data, pipeline and context "
+                    "groups of Megatron-Core; NCCL connects a group's buffers on its first collective)",
+    "allocator fragmentation": "2 GiB: an allowance (not a measurement) for PyTorch's caching allocator, which "
+                    "rounds blocks up and keeps freed ones per stream, so that a peak can fail with memory free; "
+                    "NeMo's and Megatron-Bridge's recipes set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, "
+                    "which keeps this small; without it, raise it (ZeRO, Rajbhandari et al. 2020, section 3.2, "
+                    "ran out of memory with over 30% of it free on the largest models)",
+}
+
+DEFAULT_RESERVE = Reserve()
+
+
 # Training in FP8, Transformer Engine keeps each FP8 product's weight as an FP8 copy across a step's microbatches,
 # besides the BF16 weight (the transposes its backward needs are made in the backward, transiently).
 FP8_COPY_BYTES_PER_PARAMETER = 1
@@ -148,9 +218,12 @@ class MemoryOptions:
         Bytes per element of optimizer state and master weights (4: fp32).
     index_bytes : int
         Bytes per element of integer inputs kept for backward (ids, labels).
-    reserved_bytes : float
-        Memory per device no strategy can use (framework, CUDA context...),
-        added to every strategy's total.
+    reserved_bytes : float or None
+        Memory per device no strategy can use (CUDA context, library
+        workspaces, NCCL buffers, allocator fragmentation), added to every
+        strategy's total; ``None`` (default): the cluster's
+        (:attr:`pase.hardware.cluster.Cluster.reserved_bytes`), see
+        :meth:`reserve_on`.
 
     Examples
     --------
@@ -164,7 +237,7 @@ class MemoryOptions:
     master_weights: bool | None = None
     state_bytes: int = 4
     index_bytes: int = 4
-    reserved_bytes: float = 0.0
+    reserved_bytes: float | None = None
 
     def __post_init__(self):
         if self.optimizer not in OPTIMIZER_STATES:
@@ -173,8 +246,24 @@ class MemoryOptions:
         for field in ("state_bytes", "index_bytes"):
             if getattr(self, field) not in (1, 2, 4, 8):
                 raise ConfigurationError(f"{field} must be 1, 2, 4 or 8, got {getattr(self, field)!r}")
-        if not self.reserved_bytes >= 0:
+        if self.reserved_bytes is not None and not 0 <= self.reserved_bytes < float("inf"):
             raise ConfigurationError(f"reserved_bytes must be >= 0, got {self.reserved_bytes!r}")
+
+    def reserve_on(self, cluster: Cluster) -> float:
+        """The bytes per device reserved on ``cluster``: ``reserved_bytes`` when given, else the cluster's
+        ``reserved_bytes``, else :data:`DEFAULT_RESERVE`'s total where the cluster's memory is known and 0
+        where it is not (no capacity to fit, as in the paper's cost model).
+
+        >>> from pase.hardware.cluster import preset
+        >>> MemoryOptions().reserve_on(preset("dgx-h100")) == DEFAULT_RESERVE.total_bytes
+        True
+        >>> MemoryOptions().reserve_on(preset("paper-model")), MemoryOptions(reserved_bytes=1e9).reserve_on(preset("dgx-h100"))
+        (0.0, 1000000000.0)
+        """
+        for given in (self.reserved_bytes, cluster.reserved_bytes):
+            if given is not None:
+                return float(given)
+        return DEFAULT_RESERVE.total_bytes if cluster.memory_bytes is not None else 0.0
 
     def bytes_per_parameter(self, bytes_per_element: int) -> dict[str, int]:
         """Bytes per trainable parameter: ``weights``, ``gradients``, ``optimizer`` (state and master copy)."""
@@ -490,7 +579,7 @@ class MemoryModel:
                 buffer_bytes=float(self.buffer_bytes[name][k]),
             ))
         capacity = self.cluster.memory_bytes if capacity_bytes is None else capacity_bytes
-        return MemoryReport(tuple(rows), capacity, self.options.reserved_bytes)
+        return MemoryReport(tuple(rows), capacity, self.options.reserve_on(self.cluster))
 
 
 def build_memory_model(

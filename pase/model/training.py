@@ -1273,7 +1273,7 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
               for k in ("weights", "gradients", "optimizer")}
     fp8 = placed["fp8 copies"]
     total = (states["weights"] + states["gradients"] + states["optimizer"] + fp8 + acts + transient
-             + memory.reserved_bytes)
+             + memory.reserve_on(cluster))
     if rejected is not None and capacity is not None and total.max() > capacity:
         rejected(float(total.max()))
         return None
