@@ -261,10 +261,9 @@ def test_cancel_stops_a_running_search_and_the_page_keeps_working(page, app_url)
 
 def upload(page, name: str, data: bytes) -> None:
     page.get_by_role("radiogroup", name="Graph").get_by_text("Upload", exact=True).click()
-    # The graph's uploader, not the calibration file's below it.
-    uploader = page.locator('[data-testid="stFileUploader"]').filter(has_text="Graph file")
-    uploader.locator('input[type="file"]').set_input_files(files=[{"name": name, "mimeType": "application/json",
-                                                                   "buffer": data}])
+    # The model's uploader (its widget key), not the calibration file's below it.
+    page.locator('.st-key-in_upload input[type="file"]').set_input_files(
+        files=[{"name": name, "mimeType": "application/json", "buffer": data}])
     page.wait_for_timeout(500)
     wait_idle(page)
 
