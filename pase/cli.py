@@ -832,6 +832,11 @@ def _evaluate_training(args) -> int:
     if best is None:
         raise error
     result = replace(best[1], chosen=tuple(chosen))
+    return _report_training(result, args, build)
+
+
+def _report_training(result, args, build) -> int:
+    """Print an evaluated 3-D plan (JSON or text) with its time to train when asked; the exit code, 0."""
     trained = _time_to_train(result, args, build(1).parameter_count)
     if args.json:
         _print_json(result.to_dict() if trained is None else {**result.to_dict(), "time_to_train": trained.to_dict()})
@@ -990,13 +995,7 @@ def _evaluate_exported(args) -> int:
         result = evaluate_training(build, cluster, par, options=options, label=f"{label} ({name}): {par.describe()}")
     except (GraphError, ConfigurationError, FormatError) as exc:
         raise type(exc)(f"{label}: {exc}") from None
-    trained = _time_to_train(result, args, build(1).parameter_count)
-    if args.json:
-        _print_json(result.to_dict() if trained is None else {**result.to_dict(), "time_to_train": trained.to_dict()})
-        return 0
-    _print_training(result)
-    _print_time_to_train(trained)
-    return 0
+    return _report_training(result, args, build)
 
 
 def _evaluate_training_plan(args, document: dict) -> int:
@@ -1022,13 +1021,7 @@ def _evaluate_training_plan(args, document: dict) -> int:
         result = evaluate_training(build, cluster, par, options=_options(args), label=f"{label}: {par.describe()}")
     except (GraphError, ConfigurationError) as exc:
         raise type(exc)(f"{label}: {exc}") from None
-    trained = _time_to_train(result, args, build(1).parameter_count)
-    if args.json:
-        _print_json(result.to_dict() if trained is None else {**result.to_dict(), "time_to_train": trained.to_dict()})
-        return 0
-    _print_training(result)
-    _print_time_to_train(trained)
-    return 0
+    return _report_training(result, args, build)
 
 
 # -- pase sweep ------------------------------------------------------------------------

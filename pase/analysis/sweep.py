@@ -170,13 +170,7 @@ def sweep(
     SearchTooLargeError
         A point's search would exceed memory (nothing is allocated for it).
     """
-    grid = [
-        replace(c, devices=int(p), bandwidth_Bps=float(bw), peak_flops=float(fl))
-        for c in _clusters(cluster)
-        for p in devices
-        for bw in (bandwidths_Bps or [c.bandwidth_Bps])
-        for fl in (peak_flops or [c.peak_flops])
-    ]
+    grid = _grid(cluster, devices, bandwidths_Bps, peak_flops)
     records = []
     for i, point in enumerate(grid):
         try:
@@ -281,6 +275,17 @@ def batch_sweep(
     return records
 
 
+def _grid(cluster, devices: Sequence[int], bandwidths_Bps: Sequence[float] | None,
+          peak_flops: Sequence[float] | None) -> list[Cluster]:
+    """Every point of a sweep: each cluster (``_clusters``) at each device count, link bandwidth and peak FLOP/s
+    (a cluster's own where a sequence is not given)."""
+    return [replace(c, devices=int(p), bandwidth_Bps=float(bw), peak_flops=float(fl))
+            for c in _clusters(cluster)
+            for p in devices
+            for bw in (bandwidths_Bps or [c.bandwidth_Bps])
+            for fl in (peak_flops or [c.peak_flops])]
+
+
 def training_sweep(
     build: Callable[[int], Graph],
     devices: Sequence[int],
@@ -327,13 +332,7 @@ def training_sweep(
 
     if isinstance(global_batch, bool) or not isinstance(global_batch, Integral) or global_batch < 1:
         raise ConfigurationError(f"the global batch must be a positive integer, not {global_batch!r}")
-    grid = [
-        replace(c, devices=int(p), bandwidth_Bps=float(bw), peak_flops=float(fl))
-        for c in _clusters(cluster)
-        for p in devices
-        for bw in (bandwidths_Bps or [c.bandwidth_Bps])
-        for fl in (peak_flops or [c.peak_flops])
-    ]
+    grid = _grid(cluster, devices, bandwidths_Bps, peak_flops)
     tokens_per_sample = sequence_length(build(1))
     records = []
     for i, point in enumerate(grid):
