@@ -171,7 +171,11 @@ def main() -> int:
         "(no architecture given), the mixtures of experts of 3b included (expert parallelism as Megatron-Core lays "
         "it out, `pase.model.experts`), predicted by `pase evaluate`'s model on each preset's calibration, flash "
         "attention and FP8 products (how the rows ran and what is assumed: the script's docstring). No figure of "
-        "the calibrations was fitted to these rows: they are out of sample. The model TFLOP/s column counts "
+        "the calibrations was fitted to these rows: they are out of sample. What each calibration saw: `dgx-h100` "
+        "and `dgx-h200`, the kernel timings of one H200 alone (`pase/hardware/data/h200-kernels.json`: matrix "
+        "products, FP8 products, flash attention, copies and normalisations; no training step); `dgx-b200`, "
+        "published specifications with the H200's measured fractions carried over; the links, NCCL's published bus "
+        "bandwidths; the A100 fit (not used here), Korthikanti Table 5 and Megatron Table 1 only. The model TFLOP/s column counts "
         "FLOPs as NVIDIA's tables do (a causal attention kernel's half of the square).", "",
         summary, "", table, "",
         "Where the model is still off. Every dense row but Nemotron-340B is predicted faster than it ran, by 3% to 23%; "
