@@ -82,6 +82,8 @@ ROLES = {"tp": "tensor", "cp": "context", "dp": "data", "pp": "pipeline", "ep": 
 FP8_DISPATCH_BYTES = 1 + 4 / 128
 # SwiGLU per hidden element: forward silu and product (2 FLOPs), backward 4 (:mod:`pase.ops.moe`).
 SWIGLU_VECTOR_FLOPS = (2, 4)
+# A routed row's gate probability, kept in FP32 for the weighted activation's backward.
+PROB_BYTES = 4
 
 
 @dataclass(frozen=True)
@@ -234,13 +236,15 @@ def block_costs(block: ExpertBlock, par: "Parallelism", cluster: Cluster, layout
             bwd += local * y * FP8_CAST_BYTES / eff.memory_Bps + eff.kernel_overhead_s
     hidden = rows * width
     if eff is None:
-        fwd += SWIGLU_VECTOR_FLOPS[0] * hidden / peak
+        act_f = SWIGLU_VECTOR_FLOPS[0] * hidden / peak
         bwd += SWIGLU_VECTOR_FLOPS[1] * hidden / peak
     else:
         # SwiGLU reads the fc1 output (2 per hidden element) and writes the activation (1).
-        fwd += float(vector_kernel_s(np.array([SWIGLU_VECTOR_FLOPS[0] * hidden]), np.array([3 * hidden * bpe]), eff)[0])
+        act_f = float(vector_kernel_s(np.array([SWIGLU_VECTOR_FLOPS[0] * hidden]), np.array([3 * hidden * bpe]),
+                                      eff)[0])
         bwd += float(vector_kernel_s(np.array([SWIGLU_VECTOR_FLOPS[1] * hidden]), np.array([4.5 * hidden * bpe]),
                                      eff)[0])
+    fwd += act_f
     if par.expert_overlap:
         forward_s, backward_s = max(fwd, forward_comm - tp_gather) + tp_gather, max(bwd, backward_comm)
     else:
@@ -252,7 +256,10 @@ def block_costs(block: ExpertBlock, par: "Parallelism", cluster: Cluster, layout
         "combine_forward_s": combine_f, "combine_backward_s": combine_b,
         "forward_s": forward_s, "backward_s": backward_s, "dispatch_s": forward_comm + backward_comm,
         "compute_s": fwd + bwd, "params": float(local * 3 * d * width),
-        "activations": rows * d * kept_input + rows * 2 * width * bpe + rows * width * kept_input,
+        # The dispatched tokens (fc1's input), fc1's output (SwiGLU's input), the activation (fc2's input) and
+        # each row's gate, FP32: Megatron-Core weighs the rows in the activation (activation_func_with_probs).
+        "activations": rows * d * kept_input + rows * 2 * width * bpe + rows * width * kept_input + rows * PROB_BYTES,
+        "act_forward_s": act_f, "act_flops": SWIGLU_VECTOR_FLOPS[0] * hidden, "act_bytes": rows * width * kept_input,
         "buffers": copies * d * bpe * (1 + etp), "tokens": copies, "expert_tokens": n,
     }
 
@@ -319,7 +326,8 @@ def apply_experts(lt: "LayerTimes", cluster: Cluster, par: "Parallelism", strate
     index = {l.name: i for i, l in enumerate(lt.layers)}
     arrays = {name: getattr(lt, name).copy() for name in (
         "forward_s", "backward_s", "recompute_s", "gradient_s", "params", "fp8_params", "activations", "buffers",
-        "expert_params", "dispatch_s", "expert_compute_s", "plain_activations")}
+        "expert_params", "dispatch_s", "expert_compute_s", "plain_activations", "recompute_flops")}
+    moe_act = par.recompute == "selective" and "moe_act" in par.modules
     transient = dict(lt.block_transient)
     memo: dict = {}
     for block in blocks:
@@ -343,11 +351,22 @@ def apply_experts(lt: "LayerTimes", cluster: Cluster, par: "Parallelism", strate
         arrays["expert_params"][i] = c["params"]
         arrays["fp8_params"][i] = c["params"] if precision == "fp8" else 0.0
         block_name = lt.block_of.get(block.experts_layer)
-        if block_name is not None:  # full recomputation: the block keeps its input; its activations are transient
+        if block_name is not None:  # a checkpointed unit keeps its input; its activations are transient
             transient[block_name] = transient.get(block_name, 0.0) + c["activations"] - float(lt.plain_activations[i])
+        elif moe_act:  # the activation's output is freed after fc2's forward and recomputed for its backward
+            arrays["activations"][i] = c["activations"] - c["act_bytes"]
+            arrays["recompute_s"][i] += c["act_forward_s"]
+            arrays["recompute_flops"][i] += c["act_flops"]
         else:
             arrays["activations"][i] = c["activations"]
         arrays["plain_activations"][i] = c["activations"]
+        # The combine un-permutes and sums its rows, already weighed by their gates in the experts' activation:
+        # its backward needs none of its inputs (Megatron-Core's unpermute without probs).
+        j = index[block.combine]
+        unit = lt.block_of.get(block.combine)
+        if unit is not None:
+            transient[unit] = transient.get(unit, 0.0) - float(lt.plain_activations[j])
+        arrays["activations"][j] = arrays["plain_activations"][j] = 0.0
         arrays["buffers"][i] = c["buffers"]
         arrays["dispatch_s"][i], arrays["expert_compute_s"][i] = c["dispatch_s"], c["compute_s"]
     summary = experts_summary(blocks[0], memo[next(iter(memo))], layout, cluster.mesh, par)
