@@ -65,6 +65,9 @@ class Row:
     tokens_per_gpu_s: float
     ep: int = 1
     tokendrop: bool = False
+    recompute_modules: tuple[str, ...] | None = None  # the recipe's selective recomputation (None: none)
+    ep_overlap: bool = False  # the recipe's 1F1B all-to-all overlap
+    grad_overlap: bool = True  # the recipe overlaps the gradient reduce-scatter
 
     @property
     def measured_step_s(self) -> float:
@@ -89,13 +92,14 @@ ROWS = (
     Row(_3B, "Llama 3.1 405B", "llama3-405b", "dgx-h100", 1024, 512, 1, 8192, 8, 8, 2, 8, 0, 302),
     Row(_3B, "Llama 3 8B (B200)", "llama3-8b", "dgx-b200", 8, 128, 2, 8192, 1, 1, 1, 1, 0, 29994),
     Row(_3B, "Llama 3.1 405B (B200)", "llama3-405b", "dgx-b200", 128, 64, 1, 8192, 4, 8, 2, 8, 0, 664),
-    Row(_3B, "DeepSeek-V3 (dropless)", "deepseek-v3", "dgx-h100", 1024, 8192, 1, 4096, 2, 8, 1, 4, 0, 1297, ep=64),
+    Row(_3B, "DeepSeek-V3 (dropless)", "deepseek-v3", "dgx-h100", 1024, 8192, 1, 4096, 2, 8, 1, 4, 0, 1297, ep=64,
+        recompute_modules=("mla_up_proj", "mlp"), ep_overlap=True, grad_overlap=False),
     Row(_3B, "Qwen3-30B-A3B (tokendrop)", "qwen3-30b-a3b", "dgx-h100", 16, 512, 2, 4096, 1, 2, 1, 24, 0, 10494, ep=8,
         tokendrop=True),
     Row(_3B, "Qwen3-235B-A22B (tokendrop)", "qwen3-235b-a22b", "dgx-h100", 256, 2048, 1, 4096, 2, 8, 1, 4, 0, 1204,
         ep=32, tokendrop=True),
     Row(_3B, "DeepSeek-V3 (B200, tokendrop)", "deepseek-v3", "dgx-b200", 256, 2048, 1, 4096, 1, 16, 1, 1, 0, 2265,
-        ep=8, tokendrop=True),
+        ep=8, tokendrop=True, recompute_modules=("mla_up_proj",)),
     Row(_3B, "Qwen3-30B-A3B (B200, tokendrop)", "qwen3-30b-a3b", "dgx-b200", 8, 512, 1, 4096, 1, 1, 1, 1, 0, 18066,
         ep=8, tokendrop=True),
     Row(_3B, "Qwen3-235B-A22B (B200, tokendrop)", "qwen3-235b-a22b", "dgx-b200", 64, 1024, 1, 4096, 1, 8, 1, 2, 0,
@@ -108,8 +112,11 @@ def parallelism(row: Row) -> Parallelism:
     dp = row.gpus // (row.tp * row.pp * row.cp)
     return Parallelism(tensor=row.tp, pipeline=row.pp, context=row.cp, data=dp, virtual_stages=row.vp,
                        microbatch_size=row.mbs, global_batch=row.gbs, sequence_parallel=row.tp > 1,
-                       zero=3 if row.fsdp else 1, overlap=True, tp_overlap=row.tp > 1, tp_comm_overlap=row.tp > 1,
-                       ep=row.ep, etp=1 if row.ep > 1 else None, capacity_factor=1.0 if row.tokendrop else None)
+                       zero=3 if row.fsdp else 1, overlap=row.grad_overlap, tp_overlap=row.tp > 1,
+                       tp_comm_overlap=row.tp > 1, ep=row.ep, etp=1 if row.ep > 1 else None,
+                       capacity_factor=1.0 if row.tokendrop else None,
+                       recompute="selective" if row.recompute_modules else "none",
+                       recompute_modules=row.recompute_modules, expert_overlap=row.ep_overlap)
 
 
 def predict(row: Row, precision: str = "fp8") -> TrainingPlan:

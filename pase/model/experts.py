@@ -36,9 +36,11 @@ experts layer costs and holds by this module's model, per device and microbatch 
   (:meth:`~pase.hardware.mesh.DeviceMesh.all_to_all_s` over the mesh axes the group spans);
 * compute: ``E / ep`` local experts, each on ``n = L T k etp ep / E`` tokens (its real size), as
   grouped products ``fc1`` (gate and up fused, ``n x d x 2 f / etp``) and ``fc2`` (``n x f / etp x
-  d``): forward both, backward an input-gradient and a weight-gradient product of each, at the
-  efficiency of one expert's product (small products run far below peak;
-  :meth:`~pase.hardware.efficiency.Efficiency.matmul_fraction`), one kernel per grouped product; the
+  d``): forward both, backward an input-gradient and a weight-gradient product of each, one kernel
+  per local expert and product (Transformer Engine's ``GroupedLinear``) dealt over its 4 compute
+  streams: waves of 4 concurrent products, each wave at the measured efficiency of one product of
+  their combined FLOPs (:meth:`~pase.hardware.efficiency.Efficiency.matmul_fraction`; small products
+  run far below peak); the
   SwiGLU activation memory-bound; in FP8, the products on the FP8 curve plus their casts
   (:mod:`pase.model.roofline`'s rule);
 * overlap: the dispatch and combine are exposed unless ``expert_overlap`` is asked for (off by
@@ -82,6 +84,9 @@ ROLES = {"tp": "tensor", "cp": "context", "dp": "data", "pp": "pipeline", "ep": 
 FP8_DISPATCH_BYTES = 1 + 4 / 128
 # SwiGLU per hidden element: forward silu and product (2 FLOPs), backward 4 (:mod:`pase.ops.moe`).
 SWIGLU_VECTOR_FLOPS = (2, 4)
+# Transformer Engine's compute streams for grouped products (transformer_engine/common/util/multi_stream.cpp,
+# get_num_compute_streams(): 4): at most this many experts' products run at once.
+GROUPED_GEMM_STREAMS = 4
 # A routed row's gate probability, kept in FP32 for the weighted activation's backward.
 PROB_BYTES = 4
 
@@ -226,10 +231,14 @@ def block_costs(block: ExpertBlock, par: "Parallelism", cluster: Cluster, layout
             fwd += local * flops / peak
             bwd += 2 * local * flops / peak
             continue
-        one = lambda kind: float(matrix_kernel_s(np.array([flops]), np.array([nbytes]), peak, eff, kind, fp8_peak)[0])
-        # One grouped kernel per product: its local experts' products back to back, one launch.
-        fwd += local * (one("forward") - eff.kernel_overhead_s) + eff.kernel_overhead_s
-        bwd += sum(local * (one(kind) - eff.kernel_overhead_s) + eff.kernel_overhead_s for kind in ("dgrad", "wgrad"))
+        # Transformer Engine's grouped products run each local expert's product as its own cuBLAS kernel, dealt
+        # over its compute streams: waves of `streams` concurrent products, each wave as fast as one product of
+        # their combined FLOPs and bytes on the measured curve.
+        streams = min(local, GROUPED_GEMM_STREAMS)
+        group = lambda kind: local / streams * float(matrix_kernel_s(
+            np.array([streams * flops]), np.array([streams * nbytes]), peak, eff, kind, fp8_peak)[0])
+        fwd += group("forward")
+        bwd += group("dgrad") + group("wgrad")
         if fp8:
             # Casts: forward the product's input and its weights, backward its output gradient (roofline's rule).
             fwd += local * (x + w) * FP8_CAST_BYTES / eff.memory_Bps + 2 * eff.kernel_overhead_s

@@ -105,7 +105,7 @@ from pase.ir.configs import ConfigOptions
 from pase.ir.graph import Graph, Layer
 from pase.model.attention import attention_core, flash_units, lse_bytes, masked_model_flops
 from pase.model.cost import attention_kind, build_cost_model, describe_model
-from pase.model.experts import apply_experts, expert_layout
+from pase.model.experts import apply_experts, expert_layout, moe_blocks
 from pase.model.groups import group_extents
 from pase.model.memory import FP8_COPY_BYTES_PER_PARAMETER, MemoryOptions, activation_bytes, buffer_elements
 from pase.model.pipeline import SCHEDULES, ScheduleResult, in_flight, simulate
@@ -1139,7 +1139,7 @@ def _stage_sums(lt: "LayerTimes", cluster: Cluster, par: Parallelism, zero3: tup
     key = ("stages", Q, zero3, par.overlap, par.stage_cuts, expert3)
     if key not in lt.memo:
         loads = _loads(lt, cluster, zero3, par.overlap, expert3)
-        cuts = balanced_cuts(loads["weight"], Q) if par.stage_cuts is None else par.stage_cuts
+        cuts = _expert_whole_cuts(lt, loads["weight"], Q) if par.stage_cuts is None else par.stage_cuts
         if len(cuts) != Q - 1 or any(not 0 < c < n for c in cuts) or list(cuts) != sorted(set(cuts)):
             raise ConfigurationError(
                 f"stage cuts {list(cuts)} must be {Q - 1} increasing positions between 1 and {n - 1}")
@@ -1151,6 +1151,23 @@ def _stage_sums(lt: "LayerTimes", cluster: Cluster, par: Parallelism, zero3: tup
             fq, bq = _prefetched(g, f, b, np.array([0, *cuts]), np.array([*cuts, n]))
         lt.memo[key] = (tuple(cuts), fq, bq)
     return lt.memo[key]
+
+
+def _expert_whole_cuts(lt: "LayerTimes", weight: np.ndarray, pieces: int) -> tuple[int, ...]:
+    """:func:`balanced_cuts` of ``weight`` that never cut inside an expert block (between its router and its
+    combine): Megatron-Core's MoE layer is one module of a transformer layer, and the pipeline passes only
+    what leaves it, never its ``k`` dispatched copies of every token."""
+    if lt.experts is None:
+        return balanced_cuts(weight, pieces)
+    index = {l.name: i for i, l in enumerate(lt.layers)}
+    inside = np.zeros(len(lt.layers) + 1, dtype=bool)
+    for block in moe_blocks(lt.graph):
+        inside[index[block.router] + 1:index[block.combine] + 1] = True
+    allowed = np.flatnonzero(~inside[1:len(lt.layers)]) + 1
+    if len(allowed) < pieces - 1:
+        return balanced_cuts(weight, pieces)
+    atoms = balanced_cuts(np.add.reduceat(weight, np.concatenate(([0], allowed))), pieces)
+    return tuple(int(allowed[a - 1]) for a in atoms)
 
 
 def _prefetched(gather: np.ndarray, forward: np.ndarray, backward: np.ndarray, lo: np.ndarray,
