@@ -692,6 +692,9 @@ def _add_training_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seq", type=_SEQ, help="sequence length (sample models and Hugging Face configs)")
     g.add_argument("--sp", action="store_true", help="Megatron's sequence parallelism")
     g.add_argument("--recompute", choices=RECOMPUTE, help="activation recomputation (default none)")
+    g.add_argument("--recompute-modules", type=lambda v: tuple(m for m in v.split(",") if m),
+                   metavar="M1,M2", help="Megatron-Core's selective recomputation modules (core_attn, moe_act, "
+                   "layernorm, mla_up_proj, mlp, moe, shared_experts); implies --recompute selective")
     g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage over the data-parallel replicas")
     g.add_argument("--schedule", choices=SCHEDULES, help="pipeline schedule (default 1f1b; interleaved with --vp)")
     g.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=None,
@@ -726,7 +729,8 @@ def _add_training_options(p: argparse.ArgumentParser) -> None:
     e.add_argument("--fp8-dispatch", action="store_true", help="send dispatched tokens in FP8 (DeepEP)")
 
 
-_TRAINING_FLAGS = ("tp", "pp", "dp", "cp", "vp", "microbatch_size", "global_batch", "seq", "recompute", "zero",
+_TRAINING_FLAGS = ("tp", "pp", "dp", "cp", "vp", "microbatch_size", "global_batch", "seq", "recompute",
+                   "recompute_modules", "zero",
                    "schedule", "ep", "etp", "expert_imbalance", "capacity_factor", "framework")
 
 
@@ -811,7 +815,9 @@ def _evaluate_training(args) -> int:
         for v in virtual:
             try:
                 par = Parallelism(tensor=t, pipeline=pp, data=dp, context=cp, virtual_stages=v, microbatch_size=b,
-                                  global_batch=batch, sequence_parallel=args.sp, recompute=args.recompute or "none",
+                                  global_batch=batch, sequence_parallel=args.sp,
+                                  recompute=args.recompute or ("selective" if args.recompute_modules else "none"),
+                                  recompute_modules=args.recompute_modules,
                                   zero=args.zero or 0, schedule=schedule, tp_overlap=args.tp_overlap,
                                   tp_comm_overlap=args.tp_comm_overlap, ep=args.ep or 1, etp=args.etp,
                                   expert_imbalance=args.expert_imbalance or 1.0,

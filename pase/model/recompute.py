@@ -105,7 +105,9 @@ def _parts(graph: Graph) -> dict[str, dict]:
             norms = [n for n in layers if residual_norm(n)]
             moe = [n for n in layers if graph.layer(n).op in MOE_OPS]
             up: set[str] = set()
-            stack = [e.src for n in layers if n in core for e in graph.in_edges(n) if e.src not in core]
+            # The core's inputs: what its layers and the products reading it (the context product) read.
+            readers = [n for n in layers if n in core or any(e.src in core for e in graph.in_edges(n))]
+            stack = [e.src for n in readers for e in graph.in_edges(n) if e.src not in core]
             while stack:
                 n = stack.pop()
                 if n in up or n not in inside or graph.layer(n).op in NORM_OPS:
