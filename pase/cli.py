@@ -27,7 +27,7 @@ from pase.analysis.baselines import applicable_baselines, evaluate_strategy
 from pase.analysis.throughput import throughput
 from pase.errors import ClusterError, ConfigurationError, FormatError, GraphError, PaseError, did_you_mean
 from pase.hardware.cluster import CALIBRATIONS, PRESETS, Cluster, calibrated_by_default
-from pase.io.hf_config import DEFAULT_BATCH, from_hf_config, hf_batch_builder, is_hf_config, is_moe_config
+from pase.io.hf_config import DEFAULT_BATCH, from_hf_config, hf_batch_builder, is_hf_config
 from pase.io.strategy_json import load_strategy
 from pase.ir.configs import ATTENTION_KINDS, COST_MODELS, PRECISIONS, SPLIT_SPACES, ConfigOptions, config_counts
 from pase.ir.graph import Graph
@@ -605,9 +605,9 @@ def _speedup(result: Plan, baseline: Plan) -> float | None:
 
 
 def _solve(args) -> int:
-    # A Hugging Face config is a transformer language model, planned in 3-D like the large samples, except a
-    # mixture of experts: the 3-D search's Megatron rule never splits the experts, the per-layer search does.
-    hf_3d = is_hf_config(args.model) and not is_moe_config(args.model)
+    # A Hugging Face config is a transformer language model, planned in 3-D like the large samples; a mixture of
+    # experts too, its experts split by the 3-D search's expert parallelism (pase.model.experts).
+    hf_3d = is_hf_config(args.model)
     if args.search == "3d" or (args.search == "auto" and (args.model in LANGUAGE_MODELS or hf_3d)):
         _time_to_train_asked(args)
         return _solve_training(args)
@@ -1074,7 +1074,7 @@ def _working(graph: Graph) -> Graph:
 def _sweep(args) -> int:
     from pase.analysis.sweep import batch_sweep, sweep, training_sweep
 
-    hf_3d = is_hf_config(args.model) and not is_moe_config(args.model)
+    hf_3d = is_hf_config(args.model)
     three_d = args.search == "3d" or (args.search == "auto" and (args.model in LANGUAGE_MODELS or hf_3d))
     if three_d and _time_to_train_asked(args):
         return _sweep_training(args)

@@ -121,3 +121,18 @@ def test_default_selective_is_megatrons_core_attn():
     _, named = times(g, ("core_attn",))
     assert np.array_equal(default.activations, named.activations)
     assert np.array_equal(default.recompute_s, named.recompute_s)
+
+
+def test_a_hugging_face_mixture_of_experts_is_planned_in_3d_by_default(tmp_path, capsys):
+    import json
+
+    config = dict(model_type="qwen3_moe", architectures=["Qwen3MoeForCausalLM"], hidden_size=256,
+                  num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=64, num_experts=8,
+                  num_experts_per_tok=2, moe_intermediate_size=128, decoder_sparse_step=1, mlp_only_layers=[],
+                  vocab_size=1024, tie_word_embeddings=False, max_position_embeddings=4096)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert main(["solve", str(path), "--devices", "8", "--cluster", "dgx-h100", "--seq", "256", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["experts"]["ep"] * out["experts"]["etp"] * out["experts"]["edp"] == out["tensor_parallel"] * out[
+        "context_parallel"] * out["data_parallel"]
