@@ -46,7 +46,7 @@ from pase.ir.graph import Graph
 from pase.model.attention import attention_core
 from pase.model.roofline import blocks
 
-__all__ = ["MODULES", "DEFAULT_MODULES", "ModulePlan", "module_plan", "check_modules"]
+__all__ = ["MODULES", "DEFAULT_MODULES", "ModulePlan", "module_plan", "check_modules", "search_sets"]
 
 # Megatron-Core 0.16's choices (TransformerConfig.recompute_modules), in its order.
 MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
@@ -176,3 +176,18 @@ def module_plan(graph: Graph, modules: Iterable[str]) -> ModulePlan:
                                      f"the {name} recompute module recomputes nothing there; leave it out")
     discarded -= set(units)
     return ModulePlan(frozenset(discarded), units, frozenset(discarded) | frozenset(units), "moe_act" in modules)
+
+
+def search_sets(graph: Graph) -> tuple[tuple[str, ...], ...]:
+    """The module sets the 3-D search tries besides pase's three modes, where they matter: on a model with
+    experts, recomputing the cheap, memory-heavy parts of its MoE blocks (``moe_act`` and ``layernorm``), the
+    whole MoE layer (``moe``), and with multi-latent attention its up projections and the dense MLPs
+    (Megatron-Bridge's DeepSeek-V3 recipes: ``mla_up_proj`` and ``mlp``). A dense model has none: pase's
+    ``selective`` (the attention core) and ``full`` already cover it."""
+    parts = _parts(graph)
+    if not any(p["moe"] for p in parts.values()):
+        return ()
+    sets = [("moe_act", "layernorm"), ("moe",)]
+    if any(p["up"] for p in parts.values()):
+        sets += [("mla_up_proj", "mlp"), ("moe_act", "layernorm", "mla_up_proj", "mlp")]
+    return tuple(check_modules(s) for s in sets)

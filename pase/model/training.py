@@ -952,12 +952,14 @@ def _group_cache(source: GraphSource, cluster: Cluster, par: Parallelism, option
         except ConfigurationError as exc:
             cache[key] = str(exc)  # the same sizes fail the same way for every pipeline and data size
             raise
+        # Named modules go with selective recomputation alone (Parallelism refuses them with the other modes).
+        modes = ("selective",) if par.recompute_modules is not None else RECOMPUTE
         if core is None:
-            cache[key] = (strategy, group_times(graph, cluster, strategy, par, options, memory, recompute=RECOMPUTE))
+            cache[key] = (strategy, group_times(graph, cluster, strategy, par, options, memory, recompute=modes))
         else:
             # Cost the graph with its run of identical blocks shortened to three, then spread the values over
             # the whole run: exact (pase.model.repeats) and as many times cheaper as the run is long.
-            small = group_times(core.graph, cluster, strategy, par, options, memory, recompute=RECOMPUTE)
+            small = group_times(core.graph, cluster, strategy, par, options, memory, recompute=modes)
             names = [l.name for l in core.graph.layers]
             whole = {l.name: strategy[names[r]] for l, r in zip(graph.layers, core.representative)}
             cache[key] = (whole, {mode: _spread(lt, graph, core, whole, options, cluster) for mode, lt in small.items()})
