@@ -332,7 +332,7 @@ def apply_experts(lt: "LayerTimes", cluster: Cluster, par: "Parallelism", strate
                                      "layer splits already split the experts inside the tensor-parallel group")
         return lt
     layout = expert_layout(par, cluster.mesh)
-    index = {l.name: i for i, l in enumerate(lt.layers)}
+    index = graph.derived("layer index", lambda: {l.name: i for i, l in enumerate(graph.layers)})
     arrays = {name: getattr(lt, name).copy() for name in (
         "forward_s", "backward_s", "recompute_s", "gradient_s", "params", "fp8_params", "activations", "buffers",
         "expert_params", "dispatch_s", "expert_compute_s", "plain_activations", "recompute_flops")}

@@ -180,14 +180,14 @@ def module_plan(graph: Graph, modules: Iterable[str]) -> ModulePlan:
 
 def search_sets(graph: Graph) -> tuple[tuple[str, ...], ...]:
     """The module sets the 3-D search tries besides pase's three modes, where they matter: on a model with
-    experts, recomputing the cheap, memory-heavy parts of its MoE blocks (``moe_act`` and ``layernorm``), the
-    whole MoE layer (``moe``), and with multi-latent attention its up projections and the dense MLPs
-    (Megatron-Bridge's DeepSeek-V3 recipes: ``mla_up_proj`` and ``mlp``). A dense model has none: pase's
-    ``selective`` (the attention core) and ``full`` already cover it."""
+    experts, recomputing the cheap, memory-heavy parts of its MoE blocks (``moe_act`` and ``layernorm``), and
+    with multi-latent attention its up projections and the dense MLPs too (Megatron-Bridge's DeepSeek-V3
+    recipes: ``mla_up_proj`` and ``mlp``). Not ``moe``: it reruns the dispatch's all-to-alls, where ``full``
+    recomputation already keeps less. A dense model has none: pase's ``selective`` (the attention core) and
+    ``full`` cover it. Each set costs the search another pass over its groups, so they are few."""
     parts = _parts(graph)
     if not any(p["moe"] for p in parts.values()):
         return ()
-    sets = [("moe_act", "layernorm"), ("moe",)]
     if any(p["up"] for p in parts.values()):
-        sets += [("mla_up_proj", "mlp"), ("moe_act", "layernorm", "mla_up_proj", "mlp")]
-    return tuple(check_modules(s) for s in sets)
+        return (check_modules(("mla_up_proj", "mlp")), check_modules(("moe_act", "layernorm", "mla_up_proj", "mlp")))
+    return (check_modules(("moe_act", "layernorm")),)

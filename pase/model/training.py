@@ -1161,11 +1161,14 @@ def _expert_whole_cuts(lt: "LayerTimes", weight: np.ndarray, pieces: int) -> tup
     what leaves it, never its ``k`` dispatched copies of every token."""
     if lt.experts is None:
         return balanced_cuts(weight, pieces)
-    index = {l.name: i for i, l in enumerate(lt.layers)}
-    inside = np.zeros(len(lt.layers) + 1, dtype=bool)
-    for block in moe_blocks(lt.graph):
-        inside[index[block.router] + 1:index[block.combine] + 1] = True
-    allowed = np.flatnonzero(~inside[1:len(lt.layers)]) + 1
+
+    def positions() -> np.ndarray:
+        index = {l.name: i for i, l in enumerate(lt.graph.layers)}
+        inside = np.zeros(len(index) + 1, dtype=bool)
+        for block in moe_blocks(lt.graph):
+            inside[index[block.router] + 1:index[block.combine] + 1] = True
+        return np.flatnonzero(~inside[1:len(index)]) + 1
+    allowed = lt.graph.derived("expert-whole cut positions", positions)
     if len(allowed) < pieces - 1:
         return balanced_cuts(weight, pieces)
     atoms = balanced_cuts(np.add.reduceat(weight, np.concatenate(([0], allowed))), pieces)
@@ -1241,8 +1244,10 @@ def _placement(lt: "LayerTimes", cluster: Cluster, cuts: tuple[int, ...], S: int
     np.maximum.at(transient, layer_dev, lt.buffers)
     if lt.block_transient:
         recomputed = np.zeros(S)
-        np.maximum.at(recomputed, layer_dev,
-                      [lt.block_transient.get(lt.block_of.get(l.name), 0.0) for l in lt.layers])
+        if "unit transient" not in lt.memo:
+            lt.memo["unit transient"] = np.array([lt.block_transient.get(lt.block_of.get(l.name), 0.0)
+                                                  for l in lt.layers])
+        np.maximum.at(recomputed, layer_dev, lt.memo["unit transient"])
         transient += recomputed
     gathered = np.zeros(S)
     np.maximum.at(gathered, layer_dev, (lt.params + lt.expert_params) * cluster.bytes_per_element)
