@@ -136,3 +136,21 @@ def test_a_hugging_face_mixture_of_experts_is_planned_in_3d_by_default(tmp_path,
     out = json.loads(capsys.readouterr().out)
     assert out["experts"]["ep"] * out["experts"]["etp"] * out["experts"]["edp"] == out["tensor_parallel"] * out[
         "context_parallel"] * out["data_parallel"]
+
+
+def test_a_plan_with_modules_exports_to_megatron_and_reads_back():
+    from pase.frameworks.megatron import read_script
+    from pase.io.export import export_plan, training_from_dict
+    from pase.model.training import evaluate_training
+
+    g = decoder()
+    par = Parallelism(data=8, global_batch=8 * B, microbatch_size=B, recompute="selective",
+                      recompute_modules=("moe_act", "layernorm"), ep=8, etp=1)
+    data = evaluate_training(g, cluster(), par).to_dict()
+    assert data["recompute_modules"] == ["moe_act", "layernorm"]
+    assert training_from_dict(data).parallelism.recompute_modules == ("moe_act", "layernorm")
+    script = export_plan(data, "megatron")
+    words = " ".join(w for w in script.split() if w != "\\")
+    assert "--recompute-granularity selective --recompute-modules moe_act layernorm --" in words
+    assert read_script(script)[0].parallelism.recompute_modules == ("moe_act", "layernorm")
+    assert "model.recompute_modules=[moe_act,layernorm]" in export_plan(data, "megatron-bridge")
