@@ -51,9 +51,11 @@ experts layer costs and holds by this module's model, per device and microbatch 
   gradients and optimizer state sharded over the expert-data-parallel group by ZeRO / the
   distributed optimizer, :func:`pase.model.training.assemble`); it keeps, per microbatch, the
   dispatched tokens its experts got (``n_dev = L T k etp`` rows of ``d``; FP8 copies in FP8), the
-  ``fc1`` output (``2 f / etp`` a row, for SwiGLU's backward) and the activation (``f / etp`` a row,
-  for ``fc2``'s weight gradient); the dispatch buffers (the permuted send buffer and the gathered
-  receive buffer) are transient.
+  ``fc1`` output (``2 f / etp`` a row, for SwiGLU's backward), the activation (``f / etp`` a row,
+  for ``fc2``'s weight gradient; not kept under the ``moe_act`` recompute module, whose forward is
+  then rerun, :mod:`pase.model.recompute`) and each row's FP32 gate: Megatron-Core weighs the rows
+  by their gates inside the activation, so the combine (the un-permutation and sum) keeps nothing;
+  the dispatch buffers (the permuted send buffer and the gathered receive buffer) are transient.
 
 Shared experts are dense SwiGLU layers of the graph, split by tensor parallelism as any other.
 The router's weights are replicated and reduced with the dense layers'.
