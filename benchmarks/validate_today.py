@@ -16,13 +16,18 @@ its overlap); the interleaved schedule where VP > 1; no activation recomputation
 Stage cuts: pase's time-balanced cuts.
 
 The mixture-of-experts rows of 3b (DeepSeek-V3, Qwen3-30B-A3B, Qwen3-235B-A22B on H100 and B200) as
-Megatron-Core lays them out (``pase.model.experts``): the table's EP, expert tensor parallelism 1 (the
-table gives none; Megatron-Bridge's MoE recipes and Megatron-MoE-ModelZoo's tables run ETP 1), the
-``alltoall`` token dispatcher in BF16 with the dispatch exposed (not overlapped: the table does not
-say), grouped expert products; "dropless" rows force-balanced (imbalance 1), "tokendrop" rows at
-capacity factor 1 padded to capacity (Megatron-Bridge's token-drop setting); DeepSeek-V3 without its
-multi-token-prediction module. The table gives no recomputation for them: none is modelled (the same
-rule as the dense rows), so a row may not fit its GPU in pase's memory model, which the table says.
+Megatron-Core lays them out (``pase.model.experts``) and as Megatron-Bridge's performance scripts of that
+release set them (NVIDIA-NeMo/Megatron-Bridge v0.1.0rc3/rc4, ``scripts/performance/run_script.py`` and
+``scripts/performance/configs/*/*_llm_pretrain.yaml``; rc3's Qwen3-30B VP 24 and rc4's DeepSeek-V3 B200
+TP 1 PP 16 are the table's): the table's EP, expert tensor parallelism 1 (the yaml's ``etp: 1``), the
+dispatch in BF16 (Megatron-Core 0.16 sends no FP8: ``fused_a2a.py``, "we do not support fp8 dispatch"),
+grouped expert products; "dropless" rows force-balanced (imbalance 1; the script's
+``moe_router_force_load_balancing``), "tokendrop" rows at capacity factor 1 padded to capacity
+(``apply_moe_token_drop``); DeepSeek-V3 without its multi-token-prediction module. Recomputation as
+the script sets it: DeepSeek-V3 on H100 ``recompute_modules ["mla_up_proj", "mlp"]``, on B200
+``["mla_up_proj"]`` (selective, ``pase.model.recompute``); the Qwen3 yamls ``recompute_granularity:
+null`` (none). DeepSeek-V3 on H100 runs the 1F1B all-to-all overlap (``overlap_moe_expert_parallel_comm``)
+and no gradient-reduce overlap (``overlap_grad_reduce = False``); the other rows expose the dispatch.
 """
 
 from __future__ import annotations
@@ -65,6 +70,9 @@ class Row:
     tokens_per_gpu_s: float
     ep: int = 1
     tokendrop: bool = False
+    recompute_modules: tuple[str, ...] | None = None  # the recipe's selective recomputation (None: none)
+    ep_overlap: bool = False  # the recipe's 1F1B all-to-all overlap
+    grad_overlap: bool = True  # the recipe overlaps the gradient reduce-scatter
 
     @property
     def measured_step_s(self) -> float:
@@ -89,13 +97,14 @@ ROWS = (
     Row(_3B, "Llama 3.1 405B", "llama3-405b", "dgx-h100", 1024, 512, 1, 8192, 8, 8, 2, 8, 0, 302),
     Row(_3B, "Llama 3 8B (B200)", "llama3-8b", "dgx-b200", 8, 128, 2, 8192, 1, 1, 1, 1, 0, 29994),
     Row(_3B, "Llama 3.1 405B (B200)", "llama3-405b", "dgx-b200", 128, 64, 1, 8192, 4, 8, 2, 8, 0, 664),
-    Row(_3B, "DeepSeek-V3 (dropless)", "deepseek-v3", "dgx-h100", 1024, 8192, 1, 4096, 2, 8, 1, 4, 0, 1297, ep=64),
+    Row(_3B, "DeepSeek-V3 (dropless)", "deepseek-v3", "dgx-h100", 1024, 8192, 1, 4096, 2, 8, 1, 4, 0, 1297, ep=64,
+        recompute_modules=("mla_up_proj", "mlp"), ep_overlap=True, grad_overlap=False),
     Row(_3B, "Qwen3-30B-A3B (tokendrop)", "qwen3-30b-a3b", "dgx-h100", 16, 512, 2, 4096, 1, 2, 1, 24, 0, 10494, ep=8,
         tokendrop=True),
     Row(_3B, "Qwen3-235B-A22B (tokendrop)", "qwen3-235b-a22b", "dgx-h100", 256, 2048, 1, 4096, 2, 8, 1, 4, 0, 1204,
         ep=32, tokendrop=True),
     Row(_3B, "DeepSeek-V3 (B200, tokendrop)", "deepseek-v3", "dgx-b200", 256, 2048, 1, 4096, 1, 16, 1, 1, 0, 2265,
-        ep=8, tokendrop=True),
+        ep=8, tokendrop=True, recompute_modules=("mla_up_proj",)),
     Row(_3B, "Qwen3-30B-A3B (B200, tokendrop)", "qwen3-30b-a3b", "dgx-b200", 8, 512, 1, 4096, 1, 1, 1, 1, 0, 18066,
         ep=8, tokendrop=True),
     Row(_3B, "Qwen3-235B-A22B (B200, tokendrop)", "qwen3-235b-a22b", "dgx-b200", 64, 1024, 1, 4096, 1, 8, 1, 2, 0,
@@ -108,8 +117,11 @@ def parallelism(row: Row) -> Parallelism:
     dp = row.gpus // (row.tp * row.pp * row.cp)
     return Parallelism(tensor=row.tp, pipeline=row.pp, context=row.cp, data=dp, virtual_stages=row.vp,
                        microbatch_size=row.mbs, global_batch=row.gbs, sequence_parallel=row.tp > 1,
-                       zero=3 if row.fsdp else 1, overlap=True, tp_overlap=row.tp > 1, tp_comm_overlap=row.tp > 1,
-                       ep=row.ep, etp=1 if row.ep > 1 else None, capacity_factor=1.0 if row.tokendrop else None)
+                       zero=3 if row.fsdp else 1, overlap=row.grad_overlap, tp_overlap=row.tp > 1,
+                       tp_comm_overlap=row.tp > 1, ep=row.ep, etp=1 if row.ep > 1 else None,
+                       capacity_factor=1.0 if row.tokendrop else None,
+                       recompute="selective" if row.recompute_modules else "none",
+                       recompute_modules=row.recompute_modules, expert_overlap=row.ep_overlap)
 
 
 def predict(row: Row, precision: str = "fp8") -> TrainingPlan:
@@ -190,15 +202,13 @@ def main() -> int:
         "overlap and the measured H100/H200 kernels, the Llama 3 rows came out +100% to +390% slow at 146 to 569 "
         "GB per GPU (issue 25's measurement); now every dense row fits the memory its GPU has.",
         "",
-        "The mixture-of-experts rows miss the goals in both directions (DeepSeek-V3 and Qwen3-30B-A3B on H100 "
-        "slow, the B200 DeepSeek-V3 and Qwen3-235B rows fast) and several do not fit their GPU in pase's memory "
-        "model: the table gives no recomputation for them and none is modelled, while their recipes recompute "
-        "parts of each layer (Megatron-Core's module recomputation, which pase's none / selective / full modes do "
-        "not express). What is assumed and not measured here: ETP 1, the all-to-all dispatch in BF16 exposed "
-        "(no 1F1B all-to-all overlap), the grouped expert products at the efficiency of one expert's product on "
-        "the measured curve (small products run far below peak there; a grouped kernel running its experts "
-        "concurrently fills the GPU better), and the H100 cross-node all-to-all at the calibration's network "
-        "rate. None of these was fitted to the rows.",
+        "The mixture-of-experts rows run as Megatron-Bridge's performance scripts set them (the script's docstring: "
+        "their recomputation modules, the 1F1B all-to-all overlap of DeepSeek-V3 on H100), and every one fits its "
+        "GPU in pase's memory model. What is still assumed and not measured here: the H100 cross-node all-to-all "
+        "at the calibration's network rate (DeepEP's forwarding inside a node and DeepSeek-V3's routing to at most "
+        "4 nodes are not modelled), the grouped expert products on Transformer Engine's 4 compute streams at the "
+        "H200's measured curve (on B200, its fractions carried over to the published peaks), and the "
+        "shared-expert overlap of the B200 DeepSeek-V3 run. None of these was fitted to the rows.",
         "",
     ])
     publish(text, args.no_write)

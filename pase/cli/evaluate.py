@@ -79,7 +79,9 @@ def _evaluate_training(args) -> int:
         for v in virtual:
             try:
                 par = Parallelism(tensor=t, pipeline=pp, data=dp, context=cp, virtual_stages=v, microbatch_size=b,
-                                  global_batch=batch, sequence_parallel=args.sp, recompute=args.recompute or "none",
+                                  global_batch=batch, sequence_parallel=args.sp,
+                                  recompute=args.recompute or ("selective" if args.recompute_modules else "none"),
+                                  recompute_modules=args.recompute_modules,
                                   zero=args.zero or 0, schedule=schedule, tp_overlap=args.tp_overlap,
                                   tp_comm_overlap=args.tp_comm_overlap, ep=args.ep or 1, etp=args.etp,
                                   expert_imbalance=args.expert_imbalance or 1.0,

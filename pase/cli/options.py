@@ -13,7 +13,7 @@ from pathlib import Path
 from pase.cli.text import printable, short
 from pase.errors import ClusterError, ConfigurationError, GraphError, did_you_mean
 from pase.hardware.cluster import CALIBRATIONS, PRESETS, Cluster, calibrated_by_default
-from pase.io.hf_config import DEFAULT_BATCH, from_hf_config, hf_batch_builder, is_hf_config, is_moe_config
+from pase.io.hf_config import DEFAULT_BATCH, from_hf_config, hf_batch_builder, is_hf_config
 from pase.ir.configs import ATTENTION_KINDS, COST_MODELS, PRECISIONS, SPLIT_SPACES, ConfigOptions
 from pase.ir.graph import Graph
 from pase.limits import (
@@ -293,6 +293,9 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seq", type=SEQ, help="sequence length (sample models and Hugging Face configs)")
     g.add_argument("--sp", action="store_true", help="Megatron's sequence parallelism")
     g.add_argument("--recompute", choices=RECOMPUTE, help="activation recomputation (default none)")
+    g.add_argument("--recompute-modules", type=lambda v: tuple(m for m in v.split(",") if m),
+                   metavar="M1,M2", help="Megatron-Core's selective recomputation modules (core_attn, moe_act, "
+                   "layernorm, mla_up_proj, mlp, moe, shared_experts); implies --recompute selective")
     g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="ZeRO stage over the data-parallel replicas")
     g.add_argument("--schedule", choices=SCHEDULES, help="pipeline schedule (default 1f1b; interleaved with --vp)")
     g.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=None,
@@ -327,8 +330,9 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
     e.add_argument("--fp8-dispatch", action="store_true", help="send dispatched tokens in FP8 (DeepEP)")
 
 
-TRAINING_FLAGS = ("tp", "pp", "dp", "cp", "vp", "microbatch_size", "global_batch", "seq", "recompute", "zero",
-                   "schedule", "ep", "etp", "expert_imbalance", "capacity_factor", "framework")
+TRAINING_FLAGS = ("tp", "pp", "dp", "cp", "vp", "microbatch_size", "global_batch", "seq", "recompute",
+                  "recompute_modules", "zero", "schedule", "ep", "etp", "expert_imbalance", "capacity_factor",
+                  "framework")
 
 
 def training_asked(args) -> bool:
@@ -377,7 +381,7 @@ def check_tp_overlap(args, cluster) -> None:
 
 def wants_3d(args) -> bool:
     """Whether ``args`` (of solve or sweep) ask for the 3-D search: ``--search 3d``, or ``auto`` on a sample
-    language model or a Hugging Face config (a transformer language model) but a mixture of experts, whose experts
-    the 3-D search's Megatron rule never splits (the per-layer search does)."""
-    hf_3d = is_hf_config(args.model) and not is_moe_config(args.model)
-    return args.search == "3d" or (args.search == "auto" and (args.model in LANGUAGE_MODELS or hf_3d))
+    language model or a Hugging Face config (a transformer language model; a mixture of experts too, its experts
+    split by the 3-D search's expert parallelism, :mod:`pase.model.experts`)."""
+    return args.search == "3d" or (args.search == "auto" and (args.model in LANGUAGE_MODELS
+                                                              or is_hf_config(args.model)))

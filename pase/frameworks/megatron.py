@@ -119,6 +119,8 @@ class Megatron(Framework):
             args.append("--sequence-parallel")
         if p.recompute == "selective":
             args += ["--recompute-granularity", "selective"]
+            if p.recompute_modules is not None:  # Megatron-Core's modules (pase.model.recompute), its nargs list
+                args += ["--recompute-modules", *p.recompute_modules]
         elif p.recompute == "full":
             # pase's full recomputation keeps each transformer layer's input and recomputes the layer.
             args += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
@@ -189,6 +191,8 @@ class Megatron(Framework):
                             ("--fp8-format", "fp8")):
             if flag in flags:
                 model[field] = flags[flag]
+        if p.recompute == "selective" and p.recompute_modules is not None:
+            model["recompute_modules"] = "[" + ",".join(p.recompute_modules) + "]"
         lines = [f"# Megatron-Bridge overrides (model: megatron-core 0.16's TransformerConfig) for pase plan "
                  f"{s.label or p.describe()!r} of {s.model or 'the model'}; launch with",
                  f"# {launch_line(s, 'RECIPE_SCRIPT.py')} <these overrides>"]
@@ -218,6 +222,14 @@ def _flags(args: list[str]) -> dict[str, str | None]:
         out[args[i]] = args[i + 1] if has_value else None
         i += 2 if has_value else 1
     return out
+
+
+def _recompute_modules(args: list[str]) -> tuple[str, ...] | None:
+    """The values of ``--recompute-modules`` (a list flag) in an argument list, None without it."""
+    if "--recompute-modules" not in args:
+        return None
+    rest = args[args.index("--recompute-modules") + 1:]
+    return tuple(rest[:next((i for i, w in enumerate(rest) if w.startswith("--")), len(rest))])
 
 
 def _hydra(value) -> str:
@@ -288,7 +300,7 @@ def read_script(text: str) -> tuple[TrainingSettings, tuple[int, ...]]:
                           microbatch_size=whole(flags, "--micro-batch-size"),
                           global_batch=whole(flags, "--global-batch-size"),
                           sequence_parallel="--sequence-parallel" in flags, recompute=granularity or "none",
-                          zero=zero)
+                          recompute_modules=_recompute_modules(words[script + 1:]), zero=zero)
     except ConfigurationError as exc:
         raise FormatError(f"the Megatron-LM export is not a valid configuration: {exc}") from None
     attention = str(flags.get("--attention-backend") or "")

@@ -165,6 +165,15 @@ def _nodes(mesh: object, devices: int) -> int:
     return math.prod(extents)
 
 
+def _modules(value) -> tuple[str, ...] | None:
+    """A plan's ``recompute_modules``: None when absent or Megatron-Core's default (the attention core alone)."""
+    if value is None or list(value) in ([], ["core_attn"]):
+        return None
+    if not isinstance(value, list) or not all(isinstance(m, str) for m in value):
+        raise FormatError(f"field 'recompute_modules' must be a list of module names, got {value!r}")
+    return tuple(value)
+
+
 def _expert_settings(experts) -> dict:
     """The expert layout a training plan's ``experts`` object records (``TrainingPlan.experts_dict``), as
     :class:`~pase.model.training.Parallelism` keywords; none without experts."""
@@ -207,6 +216,7 @@ def training_from_dict(data: Mapping) -> TrainingSettings:
             virtual_stages=_count(pipe, "virtual_stages", 1), microbatch_size=_count(pipe, "microbatch_size"),
             global_batch=_count(pipe, "global_batch"), sequence_parallel=sp,
             recompute=data.get("recompute", "none"), zero=data.get("zero_stage", 0),
+            recompute_modules=_modules(data.get("recompute_modules")),
             schedule=pipe.get("schedule"), stage_cuts=tuple(cuts) if cuts else None,
             **_expert_settings(data.get("experts")))
     except ConfigurationError as exc:

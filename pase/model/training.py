@@ -105,10 +105,11 @@ from pase.ir.configs import ConfigOptions
 from pase.ir.graph import Graph, Layer
 from pase.model.attention import attention_core, flash_units, lse_bytes, masked_model_flops
 from pase.model.cost import attention_kind, build_cost_model, describe_model
-from pase.model.experts import apply_experts, expert_layout
+from pase.model.experts import apply_experts, expert_layout, moe_blocks
 from pase.model.groups import group_extents
 from pase.model.memory import FP8_COPY_BYTES_PER_PARAMETER, MemoryOptions, activation_bytes, buffer_elements
 from pase.model.pipeline import SCHEDULES, ScheduleResult, in_flight, simulate
+from pase.model.recompute import DEFAULT_MODULES, check_modules, module_plan
 from pase.model.repeats import PeriodicCore, periodic_core
 from pase.model.roofline import MATRIX_OPS, blocks, fp8_products
 from pase.ops import OPS, block_elements
@@ -149,6 +150,10 @@ class Parallelism:
         Megatron's sequence parallelism in the layers between tensor-parallel products.
     recompute : str
         ``"none"``, ``"selective"`` or ``"full"`` activation recomputation.
+    recompute_modules : tuple of str or None
+        Under ``"selective"``, the modules recomputed, as Megatron-Core's
+        ``--recompute-modules`` names them (:mod:`pase.model.recompute`);
+        ``None``: its default, the attention core.
     zero : int
         ZeRO stage 0 to 3 over the data-parallel replicas.
     schedule : str or None
@@ -211,6 +216,7 @@ class Parallelism:
     global_batch: int = 1
     sequence_parallel: bool = False
     recompute: str = "none"
+    recompute_modules: tuple[str, ...] | None = None
     zero: int = 0
     schedule: str | None = None
     stage_cuts: tuple[int, ...] | None = None
@@ -246,6 +252,11 @@ class Parallelism:
                 f"data {self.data}); choose an --ep and --etp whose product divides them")
         if self.recompute not in RECOMPUTE:
             raise ConfigurationError(f"unknown recomputation {self.recompute!r}; choose one of {', '.join(RECOMPUTE)}")
+        if self.recompute_modules is not None:
+            if self.recompute != "selective":
+                raise ConfigurationError("recompute modules go with selective recomputation; add --recompute selective "
+                                         "or leave --recompute-modules out")
+            object.__setattr__(self, "recompute_modules", check_modules(self.recompute_modules))
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise ConfigurationError(f"ZeRO stage must be 0, 1, 2 or 3, not {self.zero!r}")
         if self.schedule is None:
@@ -258,6 +269,11 @@ class Parallelism:
         if self.stage_cuts is not None:
             object.__setattr__(self, "stage_cuts", tuple(int(c) for c in self.stage_cuts))
         self.microbatches  # noqa: B018 - validates the batch split
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        """The modules selective recomputation recomputes: ``recompute_modules`` or Megatron-Core's default."""
+        return DEFAULT_MODULES if self.recompute_modules is None else self.recompute_modules
 
     @property
     def devices(self) -> int:
@@ -305,6 +321,7 @@ class Parallelism:
         parts.append(f"v{self.virtual_stages}" if self.virtual_stages > 1 else self.schedule)
         parts += (["sp"] if self.sequence_parallel else []) + (
             [f"recompute {self.recompute}"] if self.recompute != "none" else []) + (
+            [f"({','.join(self.modules)})"] if self.recompute_modules is not None else []) + (
             [f"zero{self.zero}"] if self.zero else []) + (["tp-overlap"] if self.tp_overlap else []) + (
             ["tp-comm-overlap"] if self.tp_comm_overlap else [])
         if self.ep > 1 or self.etp is not None:
@@ -522,6 +539,7 @@ class TrainingPlan:
             "tensor_parallel": p.tensor, "context_parallel": p.context, "data_parallel": p.data,
             "pipeline_parallel": p.pipeline, "sequence_parallel": p.sequence_parallel,
             "zero_stage": p.zero, "recompute": p.recompute,
+            "recompute_modules": list(p.modules) if p.recompute == "selective" else [],
             "mesh": {name: {a.name: k for a, k in zip(self.cluster.mesh.axes, extents) if k > 1}
                      for name, extents in zip(("tensor x context", "data", "pipeline"), check_devices(p, self.cluster))},
             "pipeline": {
@@ -698,11 +716,12 @@ def group_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
     lse = {u.scores: float(lse_bytes(graph, u, configs[u.scores])[0]) for u in units}
     fp8_params = np.where([l.name in narrow for l in layers], params, 0.0)
 
-    def kept(**how) -> dict[str, np.ndarray]:
+    def kept(dropped: frozenset = frozenset(), checkpoints: Mapping[str, str] | None = None) -> dict[str, np.ndarray]:
         # A fused kernel keeps its log-sum-exp for its backward, unless recomputation reruns its forward.
         acts = activation_bytes(graph, configs, bpe, memory.index_bytes, producer_blocks=par.sequence_parallel,
-                                fused=fused, narrow=narrow, **how)
-        return acts if how else {name: a + lse.get(name, 0.0) for name, a in acts.items()}
+                                fused=fused, narrow=narrow, dropped=dropped, checkpoints=checkpoints)
+        rerun = dropped | frozenset(checkpoints or ())
+        return {name: a + (0.0 if name in rerun else lse.get(name, 0.0)) for name, a in acts.items()}
 
     plain = kept()
     plain_array = np.array([float(plain[l.name][0]) for l in layers])
@@ -710,19 +729,27 @@ def group_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
     flops = _model_flops(graph, options, cluster)
     out = {}
     for mode in ((par.recompute,) if recompute is None else recompute):
-        core = attention_core(graph) if mode == "selective" else frozenset()
-        block_of = blocks(graph) if mode == "full" else {}
+        # Selective recomputation: Megatron-Core's modules (pase.model.recompute), checkpointed units and
+        # discarded outputs; full: every block a unit.
+        chosen = module_plan(graph, par.modules) if mode == "selective" else None
+        block_of = blocks(graph) if mode == "full" else dict(chosen.units) if chosen is not None else {}
         transient: dict[str, float] = {}
+        for l in layers:
+            if l.name in block_of:
+                transient[block_of[l.name]] = transient.get(block_of[l.name], 0.0) + float(plain[l.name][0])
         if mode == "full":
             recompute_flops, recompute_s = fwd_flops.copy(), forward.copy()
             acts = kept(checkpoints=block_of)
-            for l in layers:
-                if l.name in block_of:
-                    transient[block_of[l.name]] = transient.get(block_of[l.name], 0.0) + float(plain[l.name][0])
+        elif chosen is not None:
+            rerun = np.array([l.name in chosen.recomputed for l in layers], dtype=bool)
+            # A checkpointed unit reruns its forward, its collectives included; a discarded output only its kernel.
+            in_unit = np.array([l.name in chosen.units for l in layers], dtype=bool)
+            recompute_flops = np.where(rerun, fwd_flops, 0.0)
+            recompute_s = np.where(in_unit, forward, np.where(rerun, fwd_s, 0.0))
+            acts = kept(dropped=chosen.discarded, checkpoints=chosen.units or None)
         else:
-            in_core = np.array([l.name in core for l in layers], dtype=bool)
-            recompute_flops, recompute_s = np.where(in_core, fwd_flops, 0.0), np.where(in_core, fwd_s, 0.0)
-            acts = kept(dropped=core) if core else plain
+            recompute_flops, recompute_s = zeros, zeros
+            acts = plain
         out[mode] = LayerTimes(
             graph=graph, layers=tuple(layers), edges=edges, tensor_elements=sizes, tied=tied,
             forward_s=forward, backward_s=backward, recompute_s=recompute_s, gradient_s=grad,
@@ -886,7 +913,8 @@ def cached_times(source: GraphSource, cluster: Cluster, par: Parallelism, option
     Raises ``ConfigurationError`` as :func:`layer_times`.
     """
     b = par.microbatch_size
-    base = ("times", b, par.tensor, par.context, par.sequence_parallel, par.tp_overlap, par.tp_comm_overlap)
+    base = ("times", b, par.tensor, par.context, par.sequence_parallel, par.tp_overlap, par.tp_comm_overlap,
+            par.modules)
     # The expert blocks' costs depend on these too; the rest of the layers' times are shared by every expert layout.
     key = base + (par.ep, par.expert_tensor, par.etp is not None, par.expert_imbalance, par.capacity_factor,
                   par.expert_overlap, par.fp8_dispatch)
@@ -924,12 +952,14 @@ def _group_cache(source: GraphSource, cluster: Cluster, par: Parallelism, option
         except ConfigurationError as exc:
             cache[key] = str(exc)  # the same sizes fail the same way for every pipeline and data size
             raise
+        # Named modules go with selective recomputation alone (Parallelism refuses them with the other modes).
+        modes = ("selective",) if par.recompute_modules is not None else RECOMPUTE
         if core is None:
-            cache[key] = (strategy, group_times(graph, cluster, strategy, par, options, memory, recompute=RECOMPUTE))
+            cache[key] = (strategy, group_times(graph, cluster, strategy, par, options, memory, recompute=modes))
         else:
             # Cost the graph with its run of identical blocks shortened to three, then spread the values over
             # the whole run: exact (pase.model.repeats) and as many times cheaper as the run is long.
-            small = group_times(core.graph, cluster, strategy, par, options, memory, recompute=RECOMPUTE)
+            small = group_times(core.graph, cluster, strategy, par, options, memory, recompute=modes)
             names = [l.name for l in core.graph.layers]
             whole = {l.name: strategy[names[r]] for l, r in zip(graph.layers, core.representative)}
             cache[key] = (whole, {mode: _spread(lt, graph, core, whole, options, cluster) for mode, lt in small.items()})
@@ -963,9 +993,15 @@ def _spread(small: LayerTimes, graph: Graph, core: PeriodicCore, strategy: Mappi
     rep = core.representative
     layers = tuple(graph.layers)
     per_layer = {f.name: getattr(small, f.name)[rep] for f in fields(LayerTimes) if f.name not in _GRAPH_FIELDS}
-    block_of = graph.derived("blocks", lambda: blocks(graph)) if small.block_of else {}
-    transient = {block_of[l.name]: small.block_transient[small.block_of[small.layers[r].name]]
-                 for l, r in zip(layers, rep) if l.name in block_of}
+    # A checkpointed unit (a block, or a module of one) is named after its block: take the representative's unit
+    # and put this layer's block in its name.
+    whole, part = graph.derived("blocks", lambda: blocks(graph)), core.graph.derived("blocks", lambda: blocks(core.graph))
+    block_of, transient = {}, {}
+    for l, r in zip(layers, rep):
+        unit = small.block_of.get(small.layers[r].name)
+        if unit is not None:
+            block_of[l.name] = whole[l.name] + unit[len(part[small.layers[r].name]):]
+            transient[block_of[l.name]] = small.block_transient[unit]
     edges, sizes = _edge_arrays(graph)
     return LayerTimes(
         graph=graph, layers=layers, edges=edges, tensor_elements=sizes,
@@ -1105,7 +1141,7 @@ def _stage_sums(lt: "LayerTimes", cluster: Cluster, par: Parallelism, zero3: tup
     key = ("stages", Q, zero3, par.overlap, par.stage_cuts, expert3)
     if key not in lt.memo:
         loads = _loads(lt, cluster, zero3, par.overlap, expert3)
-        cuts = balanced_cuts(loads["weight"], Q) if par.stage_cuts is None else par.stage_cuts
+        cuts = _expert_whole_cuts(lt, loads["weight"], Q) if par.stage_cuts is None else par.stage_cuts
         if len(cuts) != Q - 1 or any(not 0 < c < n for c in cuts) or list(cuts) != sorted(set(cuts)):
             raise ConfigurationError(
                 f"stage cuts {list(cuts)} must be {Q - 1} increasing positions between 1 and {n - 1}")
@@ -1117,6 +1153,26 @@ def _stage_sums(lt: "LayerTimes", cluster: Cluster, par: Parallelism, zero3: tup
             fq, bq = _prefetched(g, f, b, np.array([0, *cuts]), np.array([*cuts, n]))
         lt.memo[key] = (tuple(cuts), fq, bq)
     return lt.memo[key]
+
+
+def _expert_whole_cuts(lt: "LayerTimes", weight: np.ndarray, pieces: int) -> tuple[int, ...]:
+    """:func:`balanced_cuts` of ``weight`` that never cut inside an expert block (between its router and its
+    combine): Megatron-Core's MoE layer is one module of a transformer layer, and the pipeline passes only
+    what leaves it, never its ``k`` dispatched copies of every token."""
+    if lt.experts is None:
+        return balanced_cuts(weight, pieces)
+
+    def positions() -> np.ndarray:
+        index = {l.name: i for i, l in enumerate(lt.graph.layers)}
+        inside = np.zeros(len(index) + 1, dtype=bool)
+        for block in moe_blocks(lt.graph):
+            inside[index[block.router] + 1:index[block.combine] + 1] = True
+        return np.flatnonzero(~inside[1:len(index)]) + 1
+    allowed = lt.graph.derived("expert-whole cut positions", positions)
+    if len(allowed) < pieces - 1:
+        return balanced_cuts(weight, pieces)
+    atoms = balanced_cuts(np.add.reduceat(weight, np.concatenate(([0], allowed))), pieces)
+    return tuple(int(allowed[a - 1]) for a in atoms)
 
 
 def _prefetched(gather: np.ndarray, forward: np.ndarray, backward: np.ndarray, lo: np.ndarray,
@@ -1188,8 +1244,10 @@ def _placement(lt: "LayerTimes", cluster: Cluster, cuts: tuple[int, ...], S: int
     np.maximum.at(transient, layer_dev, lt.buffers)
     if lt.block_transient:
         recomputed = np.zeros(S)
-        np.maximum.at(recomputed, layer_dev,
-                      [lt.block_transient.get(lt.block_of.get(l.name), 0.0) for l in lt.layers])
+        if "unit transient" not in lt.memo:
+            lt.memo["unit transient"] = np.array([lt.block_transient.get(lt.block_of.get(l.name), 0.0)
+                                                  for l in lt.layers])
+        np.maximum.at(recomputed, layer_dev, lt.memo["unit transient"])
         transient += recomputed
     gathered = np.zeros(S)
     np.maximum.at(gathered, layer_dev, (lt.params + lt.expert_params) * cluster.bytes_per_element)

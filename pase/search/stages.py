@@ -67,6 +67,7 @@ from pase.ir.configs import ConfigOptions
 from pase.ir.graph import Graph
 from pase.model.cost import build_cost_model
 from pase.model.experts import moe_blocks
+from pase.model.recompute import search_sets
 from pase.model.memory import InsufficientMemoryError, MemoryOptions
 from pase.model.pipeline import SCHEDULES
 from pase.model.training import (
@@ -215,6 +216,7 @@ def search_training(
     probe = cached_graph(build, 1, cache)
     layers, sequence = len(probe), sequence_length(probe)
     experts = {b.experts for b in moe_blocks(probe)}
+    module_sets = search_sets(probe)
     targets = _targets(framework)
     if targets:
         from pase.frameworks import block_layout
@@ -247,10 +249,20 @@ def search_training(
                     continue
                 for ep, etp in _expert_layouts(experts, t, t * c * d, expert, expert_tensor):
                     try:
-                        candidates.append((MEGATRON_SPLITS, (sp, ep, etp), cached_times(build, cluster, replace(
+                        candidates.append((MEGATRON_SPLITS, (sp, ep, etp, None), cached_times(build, cluster, replace(
                             base, sequence_parallel=sp, ep=ep, etp=etp), options, memory, cache)))
                     except ConfigurationError:
                         continue
+                    # Megatron-Core's module recomputation where it matters (MoE models), as selective recomputation.
+                    for modules in module_sets if "selective" in recompute else ():
+                        try:
+                            times = cached_times(build, cluster, replace(base, sequence_parallel=sp, ep=ep, etp=etp,
+                                                                         recompute_modules=modules,
+                                                                         recompute="selective"),
+                                                 options, memory, cache)
+                        except ConfigurationError:
+                            continue
+                        candidates.append((MEGATRON_SPLITS, (sp, ep, etp, modules), {"selective": times["selective"]}))
             if intra_search and t * c > 1:
                 if m not in searched:
                     searched[m] = None
@@ -263,7 +275,7 @@ def search_training(
                         except ConfigurationError:
                             pass
                 if searched[m] is not None:
-                    candidates.append((SEARCHED_SPLITS, (False, 1, None), searched[m]))
+                    candidates.append((SEARCHED_SPLITS, (False, 1, None, None), searched[m]))
             for label, sp, all_times in candidates:
                 for rc, lt in all_times.items():
                     if rc not in recompute:
@@ -277,7 +289,8 @@ def search_training(
                             if z and d == 1:
                                 continue
                             rules = _rules(targets, framework, replace(base, sequence_parallel=sp[0], ep=sp[1],
-                                                                       etp=sp[2], recompute=rc, zero=z,
+                                                                       etp=sp[2], recompute=rc,
+                                                                       recompute_modules=sp[3], zero=z,
                                                                        schedule=schedule, virtual_stages=v),
                                            options.precision, lt.attention)
                             if not rules:
@@ -309,9 +322,9 @@ def search_training(
         if bound is not None and floor_s >= bound:
             skipped += 1
             continue
-        sp, ep, etp = sp
+        sp, ep, etp, modules = sp
         par = replace(base, sequence_parallel=sp, recompute=rc, zero=z, schedule=schedule, virtual_stages=v, ep=ep,
-                      etp=etp)
+                      etp=etp, recompute_modules=modules)
         if rule is not None:
             try:
                 par = replace(par, stage_cuts=_block_cuts(lt, cluster, par, data_k, targets[rule] if rule in targets
