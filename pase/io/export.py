@@ -237,7 +237,7 @@ def training_from_dict(data: Mapping) -> TrainingSettings:
                             stages=tuple(run for _, run in sorted(stages)), searched=label.endswith(SEARCHED_SPLITS),
                             precision=precision, attention=attention,
                             blocks=_count(data, "transformer_blocks") if data.get("transformer_blocks") is not None
-                            else None)
+                            else None, experts=data.get("experts") is not None)
 
 
 def plan_graph(data: Mapping, graph: Graph | None = None) -> Graph:

@@ -279,7 +279,7 @@ def search_training(
                             rules = _rules(targets, framework, replace(base, sequence_parallel=sp[0], ep=sp[1],
                                                                        etp=sp[2], recompute=rc, zero=z,
                                                                        schedule=schedule, virtual_stages=v),
-                                           options.precision, lt.attention)
+                                           options.precision, lt.attention, lt.experts is not None)
                             if not rules:
                                 continue
                             floor_s = average_load_s(lt, cluster, data_k, z, m, p, overlap)
@@ -361,12 +361,15 @@ def _targets(framework: str | None) -> dict:
     return dict(FRAMEWORKS) if framework == "any" else {framework: named(framework)}
 
 
-def _rules(targets: dict, framework: str | None, par: Parallelism, precision: str, attention: str) -> list:
-    """How ``par`` enters the search: per way of cutting its stages (None: anywhere; a framework's name: as it
-    cuts), the kept lists the plan may join ("" the best and runners-up, a framework's name its best)."""
+def _rules(targets: dict, framework: str | None, par: Parallelism, precision: str, attention: str,
+           experts: bool) -> list:
+    """How ``par`` enters the search (``experts``: the model has a mixture of experts): per way of cutting its
+    stages (None: anywhere; a framework's name: as it cuts), the kept lists the plan may join ("" the best and
+    runners-up, a framework's name its best)."""
     if not targets:
         return [(None, ("",))]
-    runs = [name for name, f in targets.items() if f.runs(par, precision=precision, attention=attention)]
+    runs = [name for name, f in targets.items()
+            if f.runs(par, precision=precision, attention=attention, experts=experts)]
     if framework != "any":
         return [(framework, ("",))] if runs else []
     # Megatron-LM and torchtitan take any whole-block cut (the balanced one); DeepSpeed partitions uniformly.
