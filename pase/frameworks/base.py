@@ -69,13 +69,15 @@ class Framework:
     """What one framework runs at a stated version, and how it says it.
 
     Subclasses set ``name`` (the ``--framework`` value), ``title`` and
-    ``version`` (what the checks and exports target) and implement
-    :meth:`problems`.
+    ``version`` (what the checks and exports target), ``schedules`` (the
+    pipeline schedules of :mod:`pase.model.pipeline` it runs over several
+    stages) and implement :meth:`problems`.
     """
 
     name = ""
     title = ""
     version = ""
+    schedules: tuple[str, ...] = ()
 
     def problems(self, par: Parallelism, *, precision: str = "bf16", attention: str = "",
                  experts: bool = False) -> list[str]:

@@ -44,6 +44,7 @@ class DeepSpeed(Framework):
     name = "deepspeed"
     title = "DeepSpeed"
     version = "0.16-0.19, tensor and pipeline sizes through Megatron-DeepSpeed"
+    schedules = ("1f1b",)
 
     def problems(self, par: Parallelism, *, precision: str = "bf16", attention: str = "",
                  experts: bool = False) -> list[str]:
@@ -62,7 +63,7 @@ class DeepSpeed(Framework):
         if par.zero >= 2 and par.pipeline > 1:
             out.append(f"ZeRO stage {par.zero} with {par.pipeline} pipeline stages: DeepSpeed's pipeline engine "
                        "supports ZeRO stages 0 and 1 only")
-        if par.pipeline > 1 and par.schedule != "1f1b":
+        if par.pipeline > 1 and par.schedule not in self.schedules:
             out.append(f"the {par.schedule} schedule: DeepSpeed's pipeline engine runs its 1F1B train schedule only")
         if par.virtual_stages > 1 and par.pipeline == 1:
             out.append(f"{par.virtual_stages} virtual stages on one pipeline stage")

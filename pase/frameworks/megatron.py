@@ -63,6 +63,7 @@ class Megatron(Framework):
     name = "megatron"
     title = "Megatron-LM"
     version = "main of 2026-08 (d98e8a6) with megatron-core 0.16"
+    schedules = ("1f1b", "interleaved")
 
     def problems(self, par: Parallelism, *, precision: str = "bf16", attention: str = "",
                  experts: bool = False) -> list[str]:
@@ -79,7 +80,7 @@ class Megatron(Framework):
                        f"{'and weights ' if par.zero == 3 else ''}only through Megatron-FSDP, without pipeline "
                        "stages (its distributed optimizer shards the optimizer state: ZeRO 1); re-cost with --zero 1, "
                        "or plan with --framework megatron")
-        if par.schedule not in ("1f1b", "interleaved") and par.pipeline > 1:
+        if par.schedule not in self.schedules and par.pipeline > 1:
             out.append(f"the {par.schedule} schedule: Megatron-LM runs 1F1B or, with virtual stages, the interleaved "
                        "schedule")
         if par.virtual_stages > 1 and par.pipeline == 1:

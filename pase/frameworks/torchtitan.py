@@ -19,8 +19,11 @@ What pase's 3-D plans map to:
   x cp``, which pase's ZeRO does not model);
 * pipeline stages: ``module_fqns_per_model_part`` lists each virtual stage's
   modules (``tok_embeddings``, ``layers.N``, ``norm``, ``output``), so any
-  whole-block cut runs; schedules ``1F1B``, ``GPipe`` and, with chunks,
-  ``Interleaved1F1B``;
+  whole-block cut runs; schedules ``1F1B``, ``GPipe``, with chunks
+  ``Interleaved1F1B``, and torch's zero-bubble ``InterleavedZeroBubble``
+  (pase's ``zb1p``, with one chunk a device or several: the model parts
+  listed loop over the ranks; ZB-H1 with one). The V-shaped ``ZBVZeroBubble``
+  and ``DualPipeV`` are not planned (:mod:`pase.model.pipeline`);
 * recomputation ``none`` and ``full`` (every block); torchtitan's selective
   checkpointing (per operator, or every n-th block) keeps other activations
   than the attention-core recomputation pase prices as ``selective``;
@@ -48,7 +51,7 @@ from pase.model.training import Parallelism
 __all__ = ["TORCHTITAN", "Torchtitan", "SCHEDULES", "read_toml"]
 
 # pase's schedules as torch.distributed.pipelining names them (get_schedule_class).
-SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe"}
+SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe", "zb1p": "InterleavedZeroBubble"}
 
 
 class Torchtitan(Framework):
@@ -57,6 +60,7 @@ class Torchtitan(Framework):
     name = "torchtitan"
     title = "torchtitan"
     version = "0.2.2, TOML job files"
+    schedules = ("1f1b", "interleaved", "gpipe", "zb1p")
 
     def problems(self, par: Parallelism, *, precision: str = "bf16", attention: str = "",
                  experts: bool = False) -> list[str]:

@@ -10,7 +10,9 @@ fastest whose every stage fits device memory:
   placements that tile it; ``p`` at most the layers);
 * microbatch sizes ``b`` dividing ``G / d`` (up to ``max_microbatch``);
 * schedules 1F1B, GPipe and interleaved with ``v`` in ``virtual_stages`` (when
-  the microbatches are a multiple of ``p``);
+  the microbatches are a multiple of ``p``); the zero-bubble ``zb1p`` (one
+  chunk a device, or ``v``) only for a framework that runs it (torchtitan),
+  or when ``schedules`` names it;
 * recomputation none, selective, full; ZeRO 0 to 3; sequence parallelism on or off;
 * for a model with experts, expert parallelism ``ep`` (the divisors of the
   experts) and expert tensor parallelism ``etp`` (1 or ``t``) with ``etp x ep``
@@ -68,7 +70,7 @@ from pase.ir.graph import Graph
 from pase.model.cost import build_cost_model
 from pase.model.experts import moe_blocks
 from pase.model.memory import InsufficientMemoryError, MemoryOptions
-from pase.model.pipeline import SCHEDULES
+from pase.model.pipeline import SCHEDULES, ZERO_BUBBLE, schedule_problem
 from pase.model.training import (
     RECOMPUTE, LayerTimes, Parallelism, TrainingPlan, assemble, average_load_s, cached_graph, cached_times,
     cut_weights_s, evaluate_training, group_cluster, group_extents, layer_times,
@@ -159,7 +161,7 @@ def search_training(
     context: Sequence[int] = (1,),
     microbatch_sizes: Sequence[int] | None = None,
     max_microbatch: int = 8,
-    schedules: Sequence[str] = SCHEDULES,
+    schedules: Sequence[str] | None = None,
     virtual_stages: Sequence[int] = (2, 3, 4),
     recompute: Sequence[str] = RECOMPUTE,
     zero: Sequence[int] = (0, 1, 2, 3),
@@ -216,6 +218,9 @@ def search_training(
     layers, sequence = len(probe), sequence_length(probe)
     experts = {b.experts for b in moe_blocks(probe)}
     targets = _targets(framework)
+    if schedules is None:  # zero-bubble schedules only where a framework asked for runs them
+        schedules = [s for s in SCHEDULES if s not in ZERO_BUBBLE
+                     or any(s in f.schedules for f in targets.values())]
     if targets:
         from pase.frameworks import block_layout
 
@@ -268,10 +273,12 @@ def search_training(
                 for rc, lt in all_times.items():
                     if rc not in recompute:
                         continue
-                    for schedule, v in [(s, 1) for s in schedules if s != "interleaved"] + (
-                            [("interleaved", v) for v in virtual_stages] if "interleaved" in schedules and p > 1
-                            else []):
+                    for schedule, v in [(s, 1) for s in schedules if s != "interleaved"] + [
+                            (s, v) for s in ("interleaved", *ZERO_BUBBLE) if s in schedules and p > 1
+                            for v in virtual_stages]:
                         if (schedule == "interleaved" and (m % p or p * v > layers)) or (schedule == "gpipe" and p == 1):
+                            continue
+                        if schedule in ZERO_BUBBLE and (p == 1 or p * v > layers or schedule_problem(schedule, p, m, v)):
                             continue
                         for z in zero:
                             if z and d == 1:
