@@ -373,6 +373,49 @@ def test_a_mixture_of_experts_plan_for_a_framework_exports_its_expert_layout(nam
         assert (f"--moe-expert-parallel-size {ep}" in export_plan(plan, "launch")) == (ep > 1)
 
 
+@pytest.mark.parametrize("v", [1, 2])
+def test_a_zero_bubble_plan_runs_in_torchtitan_and_reads_back_to_its_step(titan, capsys, tmp_path, v):
+    # torchtitan's InterleavedZeroBubble: its job loads, torch's schedule class is the zero-bubble one whose order
+    # pase simulates (tests/test_pipeline.py), and evaluate --plan re-costs the export to the same step.
+    from torch.distributed.pipelining.schedules import ScheduleInterleavedZeroBubble, get_schedule_class
+
+    ConfigManager, _ = titan
+    plan = searched("torchtitan", pipeline=[4], schedules=("zb1p",), virtual_stages=(v,))
+    assert plan["pipeline"]["schedule"] == "zb1p" and plan["pipeline"]["virtual_stages"] == v
+    job = tmp_path / "job.toml"
+    job.write_text(export_plan(plan, "torchtitan"))
+    config = ConfigManager().parse_args([f"--job.config_file={job}"])
+    assert get_schedule_class(config.parallelism.pipeline_parallel_schedule) is ScheduleInterleavedZeroBubble
+    assert len(config.parallelism.module_fqns_per_model_part) == 4 * v
+    code, out, err = run(capsys, "evaluate", MODEL, "--devices", "16", "--cluster", "dgx-a100", "--plan", str(job),
+                         "--json")
+    assert code == 0, err
+    assert json.loads(out)["step_time_s"] == pytest.approx(plan["step_time_s"], rel=1e-12)
+
+
+def test_zero_bubble_is_searched_only_for_a_framework_that_runs_it():
+    # torchtitan's search space has the zero-bubble schedule, and with it never does worse than without it;
+    # pase's own search (no framework) and Megatron-LM's keep to the schedules they run.
+    titan = searched("torchtitan", pipeline=[4], microbatch_sizes=[1])
+    classic = searched("torchtitan", pipeline=[4], microbatch_sizes=[1], schedules=("1f1b", "interleaved", "gpipe"))
+    assert titan["step_time_s"] <= classic["step_time_s"] * (1 + 1e-12)
+    assert titan["pipeline"]["schedule"] == "zb1p"  # its deferred weight gradients fill 1F1B's bubble
+    for name in (None, "megatron"):
+        plan = searched(name, pipeline=[4], microbatch_sizes=[1])
+        assert plan["pipeline"]["schedule"] != "zb1p"
+        assert not any("zb1p" in r["label"] for r in plan["runners_up"])
+
+
+@pytest.mark.parametrize("fmt,named", [("megatron", "the zb1p schedule: Megatron-LM runs 1F1B"),
+                                       ("deepspeed", "the zb1p schedule: DeepSpeed's pipeline engine")])
+def test_a_zero_bubble_plan_is_refused_where_the_framework_has_none(fmt, named):
+    from pase.frameworks import NotExpressibleError
+
+    plan = searched("torchtitan", pipeline=[4], schedules=("zb1p",))
+    with pytest.raises(NotExpressibleError, match=named):
+        export_plan(plan, fmt)
+
+
 # -- DeepSpeed: its configuration parser and pipeline partition ------------------------------------------------------
 
 
