@@ -406,8 +406,8 @@ def test_zero_bubble_is_searched_only_for_a_framework_that_runs_it():
         assert not any("zb1p" in r["label"] for r in plan["runners_up"])
 
 
-@pytest.mark.parametrize("fmt,named", [("megatron", "the zb1p schedule: Megatron-LM runs 1F1B"),
-                                       ("deepspeed", "the zb1p schedule: DeepSpeed's pipeline engine")])
+@pytest.mark.parametrize("fmt,named", [("megatron", r"the zero-bubble \(zb1p\) schedule: Megatron-LM runs 1F1B"),
+                                       ("deepspeed", r"the zero-bubble \(zb1p\) schedule: DeepSpeed's pipeline")])
 def test_a_zero_bubble_plan_is_refused_where_the_framework_has_none(fmt, named):
     from pase.frameworks import NotExpressibleError
 

@@ -33,6 +33,7 @@ from typing import Sequence
 from pase.frameworks.base import (
     BlockLayout, Framework, NotExpressibleError, TrainingSettings, stage_blocks, uniform_block_cuts,
 )
+from pase.model.pipeline import TITLES
 from pase.model.training import Parallelism
 
 __all__ = ["DEEPSPEED", "DeepSpeed"]
@@ -64,7 +65,8 @@ class DeepSpeed(Framework):
             out.append(f"ZeRO stage {par.zero} with {par.pipeline} pipeline stages: DeepSpeed's pipeline engine "
                        "supports ZeRO stages 0 and 1 only")
         if par.pipeline > 1 and par.schedule not in self.schedules:
-            out.append(f"the {par.schedule} schedule: DeepSpeed's pipeline engine runs its 1F1B train schedule only")
+            out.append(f"the {TITLES[par.schedule]} schedule: DeepSpeed's pipeline engine runs its 1F1B train "
+                       "schedule only")
         if par.virtual_stages > 1 and par.pipeline == 1:
             out.append(f"{par.virtual_stages} virtual stages on one pipeline stage")
         if par.context > 1:

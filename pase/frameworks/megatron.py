@@ -50,6 +50,7 @@ import shlex
 
 from pase.errors import ConfigurationError, FormatError
 from pase.frameworks.base import Framework, NotExpressibleError, TrainingSettings, launch_line, stage_blocks
+from pase.model.pipeline import TITLES
 from pase.model.training import Parallelism
 
 __all__ = ["MEGATRON", "Megatron", "read_script"]
@@ -81,8 +82,8 @@ class Megatron(Framework):
                        "stages (its distributed optimizer shards the optimizer state: ZeRO 1); re-cost with --zero 1, "
                        "or plan with --framework megatron")
         if par.schedule not in self.schedules and par.pipeline > 1:
-            out.append(f"the {par.schedule} schedule: Megatron-LM runs 1F1B or, with virtual stages, the interleaved "
-                       "schedule")
+            out.append(f"the {TITLES[par.schedule]} schedule: Megatron-LM runs 1F1B or, with virtual stages, the "
+                       "interleaved schedule")
         if par.virtual_stages > 1 and par.pipeline == 1:
             out.append(f"{par.virtual_stages} virtual stages on one pipeline stage: Megatron-LM interleaves chunks "
                        "across several stages only")

@@ -82,7 +82,7 @@ import numpy as np
 
 from pase.errors import ConfigurationError
 
-__all__ = ["SCHEDULES", "ZERO_BUBBLE", "CHUNKED", "Operation", "ScheduleResult", "device_orders", "in_flight",
+__all__ = ["SCHEDULES", "ZERO_BUBBLE", "CHUNKED", "TITLES", "Operation", "ScheduleResult", "device_orders", "in_flight",
            "simulate", "schedule_problem"]
 
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb1p")
@@ -90,6 +90,8 @@ SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb1p")
 ZERO_BUBBLE = ("zb1p",)
 # Schedules that may hold several chunks per device.
 CHUNKED = ("interleaved", "zb1p")
+# How messages name each schedule.
+TITLES = {"1f1b": "1F1B", "interleaved": "interleaved 1F1B", "gpipe": "GPipe", "zb1p": "zero-bubble (zb1p)"}
 
 
 @dataclass(frozen=True)
