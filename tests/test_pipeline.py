@@ -299,7 +299,7 @@ def test_zero_bubble_holds_a_microbatch_until_its_weight_gradient():
 @pytest.mark.parametrize("args,kwargs,match", [
     (("zb1p", [1] * 4, [1] * 4, 9), {}, "multiple of it"),
     (("zb1p", [1] * 2, [2] * 2, 2), {"weight_s": [3, 1]}, "between 0 and its stage's backward"),
-    (("1f1b", [1] * 4, [1] * 4, 4), {"chunks": 2}, "interleaved or zb1p"),
+    (("1f1b", [1] * 4, [1] * 4, 4), {"chunks": 2}, "the interleaved schedule \\(or zb1p\\)"),
 ])
 def test_bad_zero_bubble_configurations_are_named(args, kwargs, match):
     with pytest.raises(ConfigurationError, match=match):

@@ -165,7 +165,7 @@ def _check(schedule: str, stages: int, microbatches: int, chunks: int) -> None:
     if schedule not in CHUNKED and chunks != 1:
         raise ConfigurationError(
             f"the {schedule} schedule has one stage per device; {chunks} virtual stages per device need "
-            "the interleaved or zb1p schedule")
+            "the interleaved schedule (or zb1p)")
     problem = schedule_problem(schedule, stages, microbatches, chunks)
     if problem:
         raise ConfigurationError(problem)

@@ -254,8 +254,8 @@ class Parallelism:
         if self.schedule not in SCHEDULES:
             raise ConfigurationError(f"unknown pipeline schedule {self.schedule!r}; choose one of {', '.join(SCHEDULES)}")
         if self.virtual_stages > 1 and self.schedule not in CHUNKED:
-            raise ConfigurationError(f"{self.virtual_stages} virtual stages per device need the interleaved or zb1p "
-                                     f"schedule, not {self.schedule}")
+            raise ConfigurationError(f"{self.virtual_stages} virtual stages per device need the interleaved schedule "
+                                     f"(or zb1p), not {self.schedule}")
         if self.stage_cuts is not None:
             object.__setattr__(self, "stage_cuts", tuple(int(c) for c in self.stage_cuts))
         self.microbatches  # noqa: B018 - validates the batch split
