@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import math
 import re
 import subprocess
 import sys
@@ -574,6 +575,41 @@ def test_a_3d_plan_exports_dtensor_placements_torch_shards_as_stated(fake_world,
     names = {n for layer in spec["layers"] for t in layer["tensors"] for s in t["spec"] if s
              for n in ([s] if isinstance(s, str) else s)}
     assert names <= {"dp_replicate", "dp_shard", "cp", "tp"} and "tp" in names
+
+
+@pytest.mark.parametrize("name,restrict", [
+    ("megatron", {"tensor": [2], "expert": [4], "expert_tensor": [2], "zero": (3,)}),
+    ("torchtitan", {"tensor": [2], "expert": [8], "expert_tensor": [1]}),
+], ids=["megatron-ep4-etp2-zero3", "torchtitan-ep8"])
+def test_a_mixture_of_experts_plan_places_its_experts_on_an_expert_mesh_torch_shards_as_stated(fake_world, name,
+                                                                                              restrict):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    plan = searched(name, model="qwen3-30b-a3b", pipeline=[1], microbatch_sizes=[1], **restrict)
+    ep, etp = plan["experts"]["ep"], plan["experts"]["etp"]
+    doc = json.loads(export_plan(plan, "dtensor"))
+    experts = doc["expert_mesh"]
+    assert experts["dim_names"] == ["pp", "edp", "ep", "etp"] and math.prod(experts["shape"]) == plan["devices"]
+    assert experts["shape"][2:] == [ep, etp]
+    mesh = init_device_mesh("cpu", tuple(experts["shape"]), mesh_dim_names=tuple(experts["dim_names"]))
+    inner = mesh[tuple(experts["layer_mesh"])]
+    placed = [t for layer in doc["layers"] if layer["op"] == "MoEExperts" for t in layer["tensors"]
+              if t.get("mesh") == "expert_mesh"]
+    assert len(placed) == 3  # the gate, up and down projections of every expert
+    for t in placed:
+        placements = [Shard(int(p[6:-1])) if p.startswith("Shard") else Replicate() for p in t["placements"]]
+        local, _ = compute_local_shape_and_global_offset(tuple(t["shape"]), inner, placements)
+        assert list(local) == t["local_shape"]
+        # Each device holds its experts (of 128), each split etp ways along its feed-forward width (768).
+        shards = experts["shape"][1] if plan["zero_stage"] == 3 else 1
+        assert local[0] == 128 // (ep * shards) and 768 // etp in local[1:]
+    spec = json.loads(export_plan(plan, "partitionspec"))
+    specs = [t["spec"] for layer in spec["layers"] if layer["op"] == "MoEExperts" for t in layer["tensors"]
+             if t.get("mesh") == "expert_mesh"]
+    assert all("ep" in (s[0] if isinstance(s[0], list) else [s[0]]) for s in specs)
+    assert spec["expert_mesh"]["axis_names"] == experts["dim_names"]
 
 
 def test_the_torchtitan_world_size_is_the_devices():
