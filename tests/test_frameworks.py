@@ -640,6 +640,21 @@ def test_evaluate_reads_an_export_back_to_the_same_step(capsys, tmp_path, framew
     assert again["pipeline"]["stage_cuts"] == plan["pipeline"]["stage_cuts"]
 
 
+@pytest.mark.parametrize("framework", ["megatron", "torchtitan"])
+def test_a_mixture_of_experts_export_reads_back_to_the_same_step(capsys, tmp_path, framework):
+    # The expert-parallel and expert tensor-parallel sizes travel in the export and come back.
+    plan = searched(framework, model="qwen3-30b-a3b", pipeline=[2], tensor=[1, 2], microbatch_sizes=[1])
+    assert plan["experts"]["ep"] > 1
+    exported = tmp_path / f"plan.{framework}"
+    exported.write_text(export_plan(plan, framework))
+    code, out, err = run(capsys, "evaluate", "qwen3-30b-a3b", "--devices", "16", "--cluster", "dgx-a100", "--plan",
+                         str(exported), "--json")
+    assert code == 0, err
+    again = json.loads(out)
+    assert (again["experts"]["ep"], again["experts"]["etp"]) == (plan["experts"]["ep"], plan["experts"]["etp"])
+    assert again["step_time_s"] == pytest.approx(plan["step_time_s"], rel=1e-12)
+
+
 @pytest.mark.parametrize("argv,match", [
     (["solve", MODEL, "--devices", "16", "--cluster", "dgx-a100", "--framework", "jax"],
      "unknown framework 'jax'; choose one of megatron, torchtitan, deepspeed, any"),
