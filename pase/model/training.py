@@ -735,7 +735,8 @@ def group_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
             buffers=buffers,
             recompute_flops=recompute_flops, block_transient=transient, block_of=block_of,
             model_flops=flops, expert_params=zeros, dispatch_s=zeros, expert_compute_s=zeros,
-            plain_activations=plain_array, weight_grad_s=half, attention="flash" if units else "unfused", precision=options.precision)
+            plain_activations=plain_array, weight_grad_s=half, attention="flash" if units else "unfused",
+            precision=options.precision)
     return out[par.recompute] if recompute is None else out
 
 

@@ -278,7 +278,8 @@ def search_training(
                             for v in virtual_stages]:
                         if (schedule == "interleaved" and (m % p or p * v > layers)) or (schedule == "gpipe" and p == 1):
                             continue
-                        if schedule in ZERO_BUBBLE and (p == 1 or p * v > layers or schedule_problem(schedule, p, m, v)):
+                        if schedule in ZERO_BUBBLE and (p == 1 or p * v > layers
+                                                        or schedule_problem(schedule, p, m, v)):
                             continue
                         for z in zero:
                             if z and d == 1:
