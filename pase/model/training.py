@@ -108,11 +108,11 @@ from pase.model.cost import attention_kind, build_cost_model, describe_model
 from pase.model.experts import apply_experts, expert_layout, moe_blocks
 from pase.model.groups import group_extents
 from pase.model.memory import FP8_COPY_BYTES_PER_PARAMETER, MemoryOptions, activation_bytes, buffer_elements
-from pase.model.pipeline import SCHEDULES, ScheduleResult, in_flight, simulate
+from pase.model.pipeline import CHUNKED, SCHEDULES, ZERO_BUBBLE, ScheduleResult, in_flight, schedule_problem, simulate
 from pase.model.recompute import DEFAULT_MODULES, check_modules, module_plan
 from pase.model.repeats import PeriodicCore, periodic_core
 from pase.model.roofline import MATRIX_OPS, blocks, fp8_products
-from pase.ops import OPS, block_elements
+from pase.ops import block_elements
 
 __all__ = ["RECOMPUTE", "Parallelism", "StageReport", "TrainingPlan", "LayerTimes", "evaluate_training",
            "cached_graph", "cached_times", "layer_times", "group_times", "assemble", "average_load_s", "check_devices",
@@ -157,8 +157,9 @@ class Parallelism:
     zero : int
         ZeRO stage 0 to 3 over the data-parallel replicas.
     schedule : str or None
-        ``"1f1b"``, ``"interleaved"`` or ``"gpipe"``; ``None``: interleaved
-        when ``virtual_stages > 1``, else 1F1B.
+        ``"1f1b"``, ``"interleaved"``, ``"gpipe"`` or ``"zb1p"`` (zero bubble,
+        :mod:`pase.model.pipeline`; with ``virtual_stages`` chunks); ``None``:
+        interleaved when ``virtual_stages > 1``, else 1F1B.
     stage_cuts : tuple of int or None
         Positions in the graph's layer order where virtual stages 1 ..
         ``p v - 1`` begin; ``None``: balanced (module docstring).
@@ -263,9 +264,9 @@ class Parallelism:
             object.__setattr__(self, "schedule", "interleaved" if self.virtual_stages > 1 else "1f1b")
         if self.schedule not in SCHEDULES:
             raise ConfigurationError(f"unknown pipeline schedule {self.schedule!r}; choose one of {', '.join(SCHEDULES)}")
-        if self.virtual_stages > 1 and self.schedule != "interleaved":
-            raise ConfigurationError(f"{self.virtual_stages} virtual stages per device need the interleaved schedule, "
-                                     f"not {self.schedule}")
+        if self.virtual_stages > 1 and self.schedule not in CHUNKED:
+            raise ConfigurationError(f"{self.virtual_stages} virtual stages per device need the interleaved schedule "
+                                     f"(or zb1p), not {self.schedule}")
         if self.stage_cuts is not None:
             object.__setattr__(self, "stage_cuts", tuple(int(c) for c in self.stage_cuts))
         self.microbatches  # noqa: B018 - validates the batch split
@@ -312,13 +313,16 @@ class Parallelism:
             raise ConfigurationError(
                 f"the interleaved schedule needs the {m} microbatches to be a multiple of the {self.pipeline} "
                 "pipeline stages; change the microbatch size or the global batch")
+        if self.schedule in ZERO_BUBBLE and (problem := schedule_problem(self.schedule, self.pipeline, m, 1)):
+            raise ConfigurationError(problem)
         return m
 
     def describe(self) -> str:
         """Short label, ``"t8 p2 d32 mb1 1f1b"``."""
         parts = [f"t{self.tensor}"] + ([f"c{self.context}"] if self.context > 1 else []) + [
             f"p{self.pipeline}", f"d{self.data}", f"mb{self.microbatch_size}"]
-        parts.append(f"v{self.virtual_stages}" if self.virtual_stages > 1 else self.schedule)
+        parts.append(f"v{self.virtual_stages}" if self.virtual_stages > 1 and self.schedule == "interleaved" else
+                     f"{self.schedule} v{self.virtual_stages}" if self.virtual_stages > 1 else self.schedule)
         parts += (["sp"] if self.sequence_parallel else []) + (
             [f"recompute {self.recompute}"] if self.recompute != "none" else []) + (
             [f"({','.join(self.modules)})"] if self.recompute_modules is not None else []) + (
@@ -606,6 +610,7 @@ class LayerTimes:
     dispatch_s: np.ndarray  # an expert block's dispatch and combine seconds, forward and backward, before overlap
     expert_compute_s: np.ndarray  # an expert block's products and activation seconds, forward and backward
     plain_activations: np.ndarray  # bytes kept per microbatch without recomputation
+    weight_grad_s: np.ndarray  # of backward_s, the weight-gradient products' (a zero-bubble schedule defers them)
     attention: str = "unfused"  # how the attention cores ran ("flash" or "unfused")
     precision: str = "bf16"
     experts: dict | None = None  # pase.model.experts.experts_summary of a model with experts
@@ -697,10 +702,10 @@ def group_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
     comm = np.array([float(cost.comm_s[l.name][0]) for l in layers]) + edge_s - grad
     forward = fwd_s + comm / 2
     backward = total_s - fwd_s + comm / 2
+    products = np.array([bool(l.weights) for l in layers])
+    # A product's backward is its input-gradient and its weight-gradient products, of equal FLOPs.
+    half = np.where(products, (total_s - fwd_s) / 2, 0.0)
     if cost.cluster.efficiency is not None and (par.sequence_parallel or par.tp_overlap):
-        products = np.array([bool(l.weights) for l in layers])
-        # A product's backward is its input-gradient and its weight-gradient products, of equal FLOPs.
-        half = np.where(products, (total_s - fwd_s) / 2, 0.0)
         backward = backward + _backward_collectives(graph, cost, configs, group, par, half)
     if cost.cluster.efficiency is not None and par.tp_comm_overlap:
         forward = forward - _forward_overlap(graph, cost, fwd_s)
@@ -757,7 +762,8 @@ def group_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
             buffers=buffers,
             recompute_flops=recompute_flops, block_transient=transient, block_of=block_of,
             model_flops=flops, expert_params=zeros, dispatch_s=zeros, expert_compute_s=zeros,
-            plain_activations=plain_array, attention="flash" if units else "unfused", precision=options.precision)
+            plain_activations=plain_array, weight_grad_s=half, attention="flash" if units else "unfused",
+            precision=options.precision)
     return out[par.recompute] if recompute is None else out
 
 
@@ -1012,16 +1018,18 @@ def _spread(small: LayerTimes, graph: Graph, core: PeriodicCore, strategy: Mappi
 
 
 def _step_lower_bound(fq: Sequence[float], bq: Sequence[float], send: Sequence[float], S: int, m: int,
-                      reduce: Sequence[float] | None, overlap: bool) -> float:
+                      reduce: Sequence[float] | None, overlap: bool,
+                      deferred: bool = False) -> float:
     """A lower bound of any schedule's step: device ``s`` cannot start before the first microbatch has passed
     the stages before it and their sends, works ``m`` times its chunks' ``f + b``, and its last backward (chunk
-    0) must still pass back through those stages and sends; a serial reduction follows its own work
+    0) must still pass back through those stages and sends (not counted with ``deferred`` weight gradients, a
+    zero-bubble schedule's, which may run while it passes back); a serial reduction follows its own work
     (``reduce`` is only read then)."""
     fq, bq, send = (np.asarray(x, dtype=float) for x in (fq, bq, send))
     busy = m * np.bincount(np.arange(len(fq)) % S, fq + bq, S)
     sent = np.concatenate(([0.0], np.cumsum(send[:S - 1])))
     before_f = np.concatenate(([0.0], np.cumsum(fq[:S - 1]))) + sent
-    tail = np.concatenate(([0.0], np.cumsum(bq[:S - 1]))) + sent
+    tail = np.zeros(S) if deferred else np.concatenate(([0.0], np.cumsum(bq[:S - 1]))) + sent
     serial = np.zeros(S) if overlap else np.asarray(reduce, dtype=float)
     tail[0] = serial[0]
     return float(max((before_f + busy + tail).max(), (busy + serial).max()))
@@ -1308,7 +1316,14 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
         if ("experts", edp_k) not in across:
             across["experts", edp_k] = mesh.allreduce_s(expert_params * bpe, np.tile(edp_k, (S, 1)))
         reduce = reduce + across["experts", edp_k]
-    if bound_s is not None and _step_lower_bound(fq, bq, placed["send"], S, m, reduce, par.overlap) >= bound_s:
+    wq = None
+    if par.schedule in ZERO_BUBBLE:
+        # The weight gradients a zero-bubble schedule defers: each stage's products' (an expert block's stay in
+        # its backward, whose time pase.model.experts replaced).
+        w_layer = np.where(lt.expert_params > 0, 0.0, lt.weight_grad_s)
+        wq = np.minimum(np.add.reduceat(w_layer, bounds[:-1]), bq)
+    if bound_s is not None and _step_lower_bound(fq, bq, placed["send"], S, m, reduce, par.overlap,
+                                                 wq is not None) >= bound_s:
         return None
     held = in_flight(par.schedule, S, m, v)
     per_param = memory.bytes_per_parameter(bpe)
@@ -1352,7 +1367,8 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
         dispatch_s=float(placed["dispatch"][s]), expert_compute_s=float(placed["expert compute"][s]),
     ) for s in range(S))
     result = simulate(par.schedule, fq.tolist(), bq.tolist(), m, chunks=v, send_s=placed["send"].tolist(),
-                      reduce_s=reduce, overlap=par.overlap, record=record)
+                      reduce_s=reduce, overlap=par.overlap, record=record,
+                      weight_s=None if wq is None else wq.tolist())
 
     replicas = m * d  # microbatch graphs per step
     return TrainingPlan(

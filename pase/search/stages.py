@@ -10,7 +10,9 @@ fastest whose every stage fits device memory:
   placements that tile it; ``p`` at most the layers);
 * microbatch sizes ``b`` dividing ``G / d`` (up to ``max_microbatch``);
 * schedules 1F1B, GPipe and interleaved with ``v`` in ``virtual_stages`` (when
-  the microbatches are a multiple of ``p``);
+  the microbatches are a multiple of ``p``); the zero-bubble ``zb1p`` (one
+  chunk a device, or ``v``) only for a framework that runs it (torchtitan),
+  or when ``schedules`` names it;
 * recomputation none, selective, full; ZeRO 0 to 3; sequence parallelism on or off;
 * for a model with experts, expert parallelism ``ep`` (the divisors of the
   experts) and expert tensor parallelism ``etp`` (1 or ``t``) with ``etp x ep``
@@ -69,7 +71,7 @@ from pase.model.cost import build_cost_model
 from pase.model.experts import moe_blocks
 from pase.model.recompute import search_sets
 from pase.model.memory import InsufficientMemoryError, MemoryOptions
-from pase.model.pipeline import SCHEDULES
+from pase.model.pipeline import SCHEDULES, ZERO_BUBBLE, schedule_problem
 from pase.model.training import (
     RECOMPUTE, LayerTimes, Parallelism, TrainingPlan, assemble, average_load_s, cached_graph, cached_times,
     cut_weights_s, evaluate_training, group_cluster, group_extents, layer_times,
@@ -160,7 +162,7 @@ def search_training(
     context: Sequence[int] = (1,),
     microbatch_sizes: Sequence[int] | None = None,
     max_microbatch: int = 8,
-    schedules: Sequence[str] = SCHEDULES,
+    schedules: Sequence[str] | None = None,
     virtual_stages: Sequence[int] = (2, 3, 4),
     recompute: Sequence[str] = RECOMPUTE,
     zero: Sequence[int] = (0, 1, 2, 3),
@@ -218,6 +220,9 @@ def search_training(
     experts = {b.experts for b in moe_blocks(probe)}
     module_sets = search_sets(probe)
     targets = _targets(framework)
+    if schedules is None:  # zero-bubble schedules only where a framework asked for runs them
+        schedules = [s for s in SCHEDULES if s not in ZERO_BUBBLE
+                     or any(s in f.schedules for f in targets.values())]
     if targets:
         from pase.frameworks import block_layout
 
@@ -280,10 +285,13 @@ def search_training(
                 for rc, lt in all_times.items():
                     if rc not in recompute:
                         continue
-                    for schedule, v in [(s, 1) for s in schedules if s != "interleaved"] + (
-                            [("interleaved", v) for v in virtual_stages] if "interleaved" in schedules and p > 1
-                            else []):
+                    for schedule, v in [(s, 1) for s in schedules if s != "interleaved"] + [
+                            (s, v) for s in ("interleaved", *ZERO_BUBBLE) if s in schedules and p > 1
+                            for v in virtual_stages]:
                         if (schedule == "interleaved" and (m % p or p * v > layers)) or (schedule == "gpipe" and p == 1):
+                            continue
+                        if schedule in ZERO_BUBBLE and (p == 1 or p * v > layers
+                                                        or schedule_problem(schedule, p, m, v)):
                             continue
                         for z in zero:
                             if z and d == 1:
@@ -292,7 +300,7 @@ def search_training(
                                                                        etp=sp[2], recompute=rc,
                                                                        recompute_modules=sp[3], zero=z,
                                                                        schedule=schedule, virtual_stages=v),
-                                           options.precision, lt.attention)
+                                           options.precision, lt.attention, lt.experts is not None)
                             if not rules:
                                 continue
                             floor_s = average_load_s(lt, cluster, data_k, z, m, p, overlap)
@@ -374,12 +382,15 @@ def _targets(framework: str | None) -> dict:
     return dict(FRAMEWORKS) if framework == "any" else {framework: named(framework)}
 
 
-def _rules(targets: dict, framework: str | None, par: Parallelism, precision: str, attention: str) -> list:
-    """How ``par`` enters the search: per way of cutting its stages (None: anywhere; a framework's name: as it
-    cuts), the kept lists the plan may join ("" the best and runners-up, a framework's name its best)."""
+def _rules(targets: dict, framework: str | None, par: Parallelism, precision: str, attention: str,
+           experts: bool) -> list:
+    """How ``par`` enters the search (``experts``: the model has a mixture of experts): per way of cutting its
+    stages (None: anywhere; a framework's name: as it cuts), the kept lists the plan may join ("" the best and
+    runners-up, a framework's name its best)."""
     if not targets:
         return [(None, ("",))]
-    runs = [name for name, f in targets.items() if f.runs(par, precision=precision, attention=attention)]
+    runs = [name for name, f in targets.items()
+            if f.runs(par, precision=precision, attention=attention, experts=experts)]
     if framework != "any":
         return [(framework, ("",))] if runs else []
     # Megatron-LM and torchtitan take any whole-block cut (the balanced one); DeepSpeed partitions uniformly.
