@@ -13,7 +13,8 @@ attention); the distributed optimizer (ZeRO-1; FSDP rows ZeRO-3 over their data-
 the gradient reduce-scatter and parameter all-gather overlapped; tensor-parallel communication
 overlapped, with sequence parallelism wherever tensor parallelism is (Megatron-Core requires it for
 its overlap); the interleaved schedule where VP > 1; no activation recomputation (none is listed).
-Stage cuts: pase's time-balanced cuts.
+Stage cuts: between whole transformer blocks, as Megatron-Core stacks them (``pase.frameworks.MEGATRON``'s
+cuts, balanced over the blocks: every row's even split where its blocks divide among its virtual stages).
 
 The mixture-of-experts rows of 3b (DeepSeek-V3, Qwen3-30B-A3B, Qwen3-235B-A22B on H100 and B200) as
 Megatron-Core lays them out (``pase.model.experts``): the table's EP, expert tensor parallelism 1 (the
@@ -30,11 +31,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from _report import machine, publish
 
 from pase.errors import PaseError
+from pase.frameworks import framework_cuts
+from pase.frameworks.megatron import MEGATRON
 from pase.hardware.cluster import preset
 from pase.ir.configs import ConfigOptions
 from pase.model.training import Parallelism, TrainingPlan, evaluate_training
@@ -120,8 +123,10 @@ def predict(row: Row, precision: str = "fp8") -> TrainingPlan:
     if row.sample not in SAMPLES:
         raise PaseError(f"no sample {row.sample!r}")
     cluster = preset(row.cluster, row.gpus, calibrated=True)
-    return evaluate_training(batch_builder(row.sample, seq=row.seq), cluster, parallelism(row),
-                             options=ConfigOptions(attention="flash", precision=precision))
+    build, par = batch_builder(row.sample, seq=row.seq), parallelism(row)
+    options, cache = ConfigOptions(attention="flash", precision=precision), {}
+    par = replace(par, stage_cuts=framework_cuts(MEGATRON, build, cluster, par, options, cache))
+    return evaluate_training(build, cluster, par, options=options, cache=cache)
 
 
 def run() -> tuple[str, str, float]:

@@ -61,7 +61,7 @@ from pase.model.layout import (
 )
 from pase.ops import OPS, Collective, CollectiveOptions, collectives, partial_collectives, training_flops
 from pase.model.attention import flash_flops, flash_times_s, flash_units
-from pase.model.roofline import fp8_products, fused_chains, fused_times_s, layer_times_s
+from pase.model.roofline import fp8_cast_bytes, fp8_products, fused_chains, fused_times_s, layer_times_s
 from pase.search.costgraph import CostGraph
 from pase.search.exact import default_memory_budget_bytes
 
@@ -499,13 +499,15 @@ def build_cost_model(
         split = rows.shape, rows.tobytes()
         if split not in placed:
             placed[split] = placer(rows, mesh)
-        key = kind[l.name], split, fed[l.name], read[l.name], l.name in fp8
+        casts = fp8_cast_bytes(graph, l, fp8) if l.name in fp8 else None
+        key = kind[l.name], split, fed[l.name], read[l.name], casts
         if key not in own:
             counted = OPS[l.op].flops(l, np.asarray(l.sizes, dtype=float) / rows)
             timed = None
             if cluster.efficiency is not None and not paper:
                 timed = layer_times_s(l, rows, cluster.peak_flops, cluster.efficiency, bpe, needs_gradient(l),
-                                      fp8_peak_flops=cluster.fp8_peak_flops if l.name in fp8 else None)
+                                      fp8_peak_flops=cluster.fp8_peak_flops if l.name in fp8 else None,
+                                      cast_bytes=casts)
             own[key] = (_layer_comm_s(graph, l, rows, placed[split], cluster, options),
                         counted.total(needs_gradient(l)), counted.forward, timed)
         placements[l.name], mine[l.name] = placed[split], own[key]
