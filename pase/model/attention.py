@@ -24,7 +24,14 @@ scores recomputed, and the gradients of the probabilities, ``q``, ``k`` and
 curves (:attr:`~pase.hardware.efficiency.Efficiency.attention_curve`,
 measured per kernel as a function of the FLOPs it does), bounded below by its
 bytes (``q``, ``k``, ``v``, the output, read and written once forward, twice
-backward) at the memory bandwidth.
+backward) at the memory bandwidth. Under context parallelism (``ring``: a
+score product whose queries are split ``c`` ways across a context-parallel
+group) a device runs its share as Transformer Engine's ring attention does:
+``c`` kernels, one a ring step (its own key block, then each other rank's as
+it arrives), each with ``1/c`` of its FLOPs and bytes (the load-balanced
+split of a causal sequence gives every step the same number of pairs), so
+each runs at the curve's fraction of its smaller size. The steps' output
+corrections (merging each step's output by its log-sum-exp) are not priced.
 
 A fused kernel runs head widths that are multiples of 8 up to 256
 (:func:`flash_units`); where flash is the default, a core it cannot run stays
@@ -199,19 +206,23 @@ def _io_elements(graph: Graph, unit: AttentionUnit, configs: np.ndarray) -> np.n
 
 
 def flash_times_s(graph: Graph, unit: AttentionUnit, configs: np.ndarray, peak_flops: float,
-                  efficiency: Efficiency, bytes_per_element: int) -> tuple[np.ndarray, np.ndarray]:
+                  efficiency: Efficiency, bytes_per_element: int, ring: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Forward and backward seconds of ``unit``'s fused kernel on one device per configuration of its score
     product (the module docstring): FLOPs at the peak times the attention curves' fraction (the matrix
     curve's where the calibration has none), at least its bytes at the memory bandwidth, plus the kernel
-    overhead."""
+    overhead. ``ring``: a split of the queries (``s``) is a context-parallel group running Transformer
+    Engine's ring attention, as many kernels as ranks, each with its share's FLOPs and bytes over that count."""
     forward, backward = flash_flops(graph, unit, configs)
     nbytes = _io_elements(graph, unit, configs) * bytes_per_element
+    scores = graph.layer(unit.scores)
+    cfg = np.asarray(configs, dtype=float)
+    steps = cfg[:, scores.dims.index("s")] if ring and "s" in scores.dims else np.ones(len(cfg))
     out = []
-    for flops, curve, moved in ((forward, efficiency.attention_curve, nbytes),
-                                (backward, efficiency.attention_backward_curve, 2 * nbytes)):
+    for flops, curve, moved in ((forward / steps, efficiency.attention_curve, nbytes / steps),
+                                (backward / steps, efficiency.attention_backward_curve, 2 * nbytes / steps)):
         fraction = efficiency.matmul_fraction(flops) if curve is None else curve_fraction(curve, flops)
         busy = np.maximum(flops / (peak_flops * fraction), moved / efficiency.memory_Bps)
-        out.append(np.where(flops > 0, busy + efficiency.kernel_overhead_s, 0.0))
+        out.append(np.where(flops > 0, steps * (busy + efficiency.kernel_overhead_s), 0.0))
     return out[0], out[1]
 
 

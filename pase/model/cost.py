@@ -386,6 +386,7 @@ def build_cost_model(
     table_budget_bytes: int | None = None,
     shared_reads: bool = False,
     fuse_elementwise: bool = False,
+    context_ring: bool = False,
 ) -> CostModel:
     """Enumerate configurations and compute every cost table of ``graph`` on ``cluster``.
 
@@ -411,7 +412,9 @@ def build_cost_model(
     Under flash attention (:func:`attention_kind`) each attention core is
     one kernel (:mod:`pase.model.attention`): its time on the score product,
     none on its other layers, and, for a costed strategy, nothing on the
-    edges inside it.
+    edges inside it; with ``context_ring`` (a costed strategy whose query
+    splits are a context-parallel group) one kernel a ring step, as
+    Transformer Engine's context parallelism runs it.
 
     ``fuse_elementwise`` (likewise for a costed strategy; on a calibrated
     cluster, not under the paper's model): each chain of element-wise layers
@@ -536,7 +539,7 @@ def build_cost_model(
               [(e, edge_table(e, key)) for e, key in zip(edges, keys, strict=True)])
     if attention_kind(options, cluster) == "flash":
         units = flash_units(graph, explicit=options.attention == "flash")
-        _fuse_attention(graph, units, cluster, configs, forward, seconds, paper)
+        _fuse_attention(graph, units, cluster, configs, forward, seconds, paper, context_ring)
         if shared_reads:
             tables = _inside_attention_free(units, configs, tables)
     return CostModel(
@@ -569,11 +572,12 @@ def _fuse_chains(graph: Graph, cluster: Cluster, configs: Mapping[str, np.ndarra
 
 
 def _fuse_attention(graph: Graph, units, cluster: Cluster, configs: Mapping[str, np.ndarray], forward: dict,
-                    seconds: dict, paper: bool) -> None:
+                    seconds: dict, paper: bool, ring: bool = False) -> None:
     """Set the compute seconds of the layers of ``units`` (the attention cores that run fused) in ``forward``
     and ``seconds`` (layer name -> ``(K,)``) as one fused (flash) kernel each (:mod:`pase.model.attention`):
     the kernel's time on the score product, under each of its configurations, nothing on the core's other
-    layers. At peak rates (no calibration, or the paper's model) the kernel's FLOPs at the peak."""
+    layers (``ring``: :func:`~pase.model.attention.flash_times_s`'s). At peak rates (no calibration, or the
+    paper's model) the kernel's FLOPs at the peak."""
     timed: dict = {}  # repeated blocks repeat their units: price each kind once
     for unit in units:
         rows = configs[unit.scores]
@@ -583,7 +587,7 @@ def _fuse_attention(graph: Graph, units, cluster: Cluster, configs: Mapping[str,
                 f, b = (x / cluster.peak_flops for x in flash_flops(graph, unit, rows))
             else:
                 f, b = flash_times_s(graph, unit, rows, cluster.peak_flops, cluster.efficiency,
-                                     cluster.bytes_per_element)
+                                     cluster.bytes_per_element, ring)
             timed[key] = (f, f + b)
         for name in unit.members:
             zeros = np.zeros(len(configs[name]))

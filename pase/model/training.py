@@ -662,7 +662,8 @@ def group_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
     """
     group = group_cluster(cluster, par)
     configs = {name: np.array([cfg]) for name, cfg in strategy.items()}
-    cost = build_cost_model(graph, group, options, configs=configs, shared_reads=True, fuse_elementwise=True)
+    cost = build_cost_model(graph, group, options, configs=configs, shared_reads=True, fuse_elementwise=True,
+                            context_ring=par.context > 1)
     layers = cost.layers
     index = {l.name: i for i, l in enumerate(layers)}
 
