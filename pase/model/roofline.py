@@ -41,8 +41,8 @@ once); an input a normalisation writes is written in FP8 by the
 normalisation itself (TE's ``LayerNormLinear``), whose backward only
 transposes it (``FP8_TRANSPOSE_BYTES``). Its output gradient, backward: a
 cast-transpose. Its weights: a cast-transpose once a step, not a
-microbatch (TE caches them over a step's microbatches,
-``is_first_microbatch``), priced with the step
+microbatch (TE keeps the FP8 weight and its transpose over a step's
+microbatches, Megatron-Core's ``is_first_microbatch``), priced with the step
 (:func:`fp8_weight_cast_s`). Products of two activations (unfused attention)
 stay in BF16, as Transformer Engine runs attention; so do normalisations and
 the other vector kernels.
@@ -85,7 +85,8 @@ MATRIX_OPS = frozenset({"FullyConnected", "Einsum", "Conv2D", "GroupedConv2D", "
 ELEMENTWISE_OPS = frozenset({"Elementwise", "Dropout", "Gelu"})
 # Backward bytes of a non-matrix kernel relative to its forward's.
 VECTOR_BACKWARD_BYTES = 1.5
-# An FP8 cast reads a BF16 element and writes an FP8 one (its amax reduced in the same pass).
+# An FP8 cast without a transpose reads a BF16 element and writes an FP8 one (its amax reduced in the same pass);
+# the experts' grouped products are priced with it (pase.model.experts).
 FP8_CAST_BYTES = 3
 # A cast-transpose (TE's fp8_cast_transpose_fused) reads a BF16 element and writes it in FP8 twice, as is and
 # transposed (Hopper's FP8 products take both operands K-major, so the weight gradient needs the transpose).
