@@ -14,8 +14,9 @@ hand estimate from the H200 kernel file (``pase/hardware/data/h200-kernels.json`
   byte (forward plus backward 5x the tensor's bytes), the residual adds (3x forward, 3x backward where the
   gradients meet), activations (SwiGLU fused, as Megatron-Core's ``bias_swiglu`` runs it, and GeLU: read and
   write forward, read two and write one backward), a dropout fused into its bias-dropout-add (its one-byte mask
-  written and read) and Transformer Engine's FP8 casts (its rule, ``pase.model.roofline``) at the copies' bandwidth, the loss at the measured FP32 cross-entropy row's time per logit; each scaled from the
-  H200's HBM (4.8 TB/s) to the H100's (3.35 TB/s);
+  written and read) and Transformer Engine's FP8 casts (its rule, ``pase.model.roofline``) at the copies'
+  bandwidth, the loss at the measured FP32 cross-entropy row's time per logit; each scaled from the H200's HBM
+  (4.8 TB/s) to the H100's (3.35 TB/s); rotary embeddings are priced on the score product (in "attention");
 * what pase alone prices: communication inside the step (context parallelism's), the optimizer step and the FP8
   weights' casts, the data-parallel reduction left exposed, the pipeline's idle time.
 

@@ -1,6 +1,6 @@
 """What a training step on today's GPUs costs besides the products' FLOPs, each against a hand count or a
 measured kernel: the tensor-core clock the H100/H200/B200 presets run at, Transformer Engine's FP8 casts and its
-context-parallel ring attention."""
+context-parallel ring attention, the rotary embeddings."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 from pase.hardware.cluster import CALIBRATIONS, H200_MEASURED, preset
 from pase.ir.configs import ConfigOptions
 from pase.model.attention import attention_units, flash_times_s
+from pase.model.cost import build_cost_model
 from pase.model.roofline import fp8_cast_bytes, fp8_products, layer_times_s, matrix_kernel_s
 from pase.model.training import Parallelism, evaluate_training
 from pase.models.llama import llama
@@ -137,3 +138,34 @@ def test_context_parallel_attention_runs_one_measured_kernel_a_ring_step():
     assert forward[0] + backward[0] == pytest.approx(2 * row["fwd_bwd_s"], rel=0.12)
     one_forward, one_backward = flash_times_s(g, unit, cfg, 989e12, eff, 2)
     assert one_forward[0] + one_backward[0] < 0.95 * (forward[0] + backward[0])
+
+
+@pytest.mark.parametrize("attention", ["flash", "unfused"])
+def test_rotary_embeddings_read_and_write_q_and_k_each_way(attention):
+    # Megatron-Core's fused RoPE: forward a read and a write of q (b s heads c) and of k (b s kv_heads c) in BF16,
+    # backward the same for their gradients, one kernel each; priced on the score product whatever the attention.
+    cluster = preset("dgx-h100", 1)
+    eff = cluster.efficiency
+    q, k = B * S * HEADS * (H // HEADS), B * S * KV * (H // HEADS)
+    one_way = 2 * (q + k) * 2 / eff.memory_Bps + 2 * eff.kernel_overhead_s
+    got = {}
+    for rope in (True, False):
+        g = llama("t", layers=1, hidden=H, heads=HEADS, kv_heads=KV, ffn=F, vocab=128, batch=B, seq=S, rope=rope)
+        configs = {l.name: np.ones((1, len(l.dims)), dtype=int) for l in g.layers}
+        cost = build_cost_model(g, cluster, ConfigOptions(attention=attention), configs=configs)
+        got[rope] = (float(cost.forward_compute_s["layers.0.attn.scores"][0]),
+                     float(cost.compute_s["layers.0.attn.scores"][0]))
+    assert got[True][0] - got[False][0] == pytest.approx(one_way, rel=1e-9)
+    assert got[True][1] - got[False][1] == pytest.approx(2 * one_way, rel=1e-9)
+
+
+def test_a_rotary_softmax_round_trips_and_a_bad_flag_is_refused():
+    from pase import ops as L
+    from pase.errors import GraphError
+    from pase.io.graph_json import dumps_graph, loads_graph
+
+    g = llama("t", layers=1, hidden=H, heads=HEADS, kv_heads=KV, ffn=F, vocab=128, batch=B, seq=S)
+    assert dict(g.layer("layers.0.attn.softmax").params)["rotary"] is True
+    assert loads_graph(dumps_graph(g)).layers == g.layers
+    with pytest.raises(GraphError, match="rotary must be true or false"):
+        L.softmax("s", (2, 4, 4), ("b", "s", "k"), axis="k", rotary="yes")

@@ -60,7 +60,7 @@ from pase.model.layout import (
     Placement, axis_factors, describe, paper_held, paper_placement, place, redistribute_s, tensor_layout,
 )
 from pase.ops import OPS, Collective, CollectiveOptions, collectives, partial_collectives, training_flops
-from pase.model.attention import flash_flops, flash_times_s, flash_units
+from pase.model.attention import attention_units, flash_flops, flash_times_s, flash_units, rotary_times_s
 from pase.model.roofline import fp8_cast_bytes, fp8_products, fused_chains, fused_times_s, layer_times_s
 from pase.search.costgraph import CostGraph
 from pase.search.exact import default_memory_budget_bytes
@@ -414,7 +414,10 @@ def build_cost_model(
     none on its other layers, and, for a costed strategy, nothing on the
     edges inside it; with ``context_ring`` (a costed strategy whose query
     splits are a context-parallel group) one kernel a ring step, as
-    Transformer Engine's context parallelism runs it.
+    Transformer Engine's context parallelism runs it. On a calibrated
+    cluster an attention with rotary position embeddings also pays the
+    kernels that rotate its q and k, on its score product, fused or not
+    (:func:`~pase.model.attention.rotary_times_s`).
 
     ``fuse_elementwise`` (likewise for a costed strategy; on a calibrated
     cluster, not under the paper's model): each chain of element-wise layers
@@ -542,6 +545,12 @@ def build_cost_model(
         _fuse_attention(graph, units, cluster, configs, forward, seconds, paper, context_ring)
         if shared_reads:
             tables = _inside_attention_free(units, configs, tables)
+    if cluster.efficiency is not None and not paper:
+        for unit in attention_units(graph):
+            if unit.rotary:
+                f, b = rotary_times_s(graph, unit, configs[unit.scores], cluster.efficiency, bpe)
+                forward[unit.scores] = forward[unit.scores] + f
+                seconds[unit.scores] = seconds[unit.scores] + f + b
     return CostModel(
         graph=graph, cluster=cluster, options=options, layers=layers, configs=configs, placements=placements,
         compute_flops=flops, forward_flops=forward_flops, compute_s=seconds, forward_compute_s=forward,
