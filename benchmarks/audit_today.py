@@ -16,7 +16,7 @@ hand estimate from the H200 kernel file (``pase/hardware/data/h200-kernels.json`
   write forward, read two and write one backward), a dropout fused into its bias-dropout-add (its one-byte mask
   written and read) and Transformer Engine's FP8 casts (its rule, ``pase.model.roofline``) at the copies'
   bandwidth, the loss at the measured FP32 cross-entropy row's time per logit; each scaled from the H200's HBM
-  (4.8 TB/s) to the H100's (3.35 TB/s); rotary embeddings are priced on the score product (in "attention");
+  (4.8 TB/s) to the H100's (3.35 TB/s); rotary embeddings (q and k read and written each way) with attention;
 * what pase alone prices: communication inside the step (context parallelism's), the optimizer step and the FP8
   weights' casts, the data-parallel reduction left exposed, the pipeline's idle time.
 
@@ -113,6 +113,9 @@ def audit(row) -> dict[str, tuple[float, float | None]]:
             each = float(fwd[0]) / steps
             rows = [dict(r, flops=r["fwd_flops"]) for r in KERNELS["attention"]["rows"]]
             hand["attention"] += steps * each * CLOCK / _rate(rows, each, "fwd_bwd_s")
+            if units[layer.name].rotary:  # q and k read and written in BF16, forward and backward
+                qk = sum(float(block_elements(layer, t, cfg)[0]) for t in layer.inputs)
+                hand["attention"] += 2 * 2 * qk * 2 / COPY_BPS
         else:
             pase["memory-bound"] += compute
             if layer.name not in inside:
@@ -179,7 +182,7 @@ def run() -> tuple[str, float]:
               "products' curve against the nearest measured FP8 product, the largest difference), and the hand "
               "estimates add up to pase's kernels within 7%; the published steps are longer than pase's by "
               f"{gaps}. That gap is not in any kernel the file measures at the rate it measured it: what a real "
-              "step adds (rotary embeddings, the optimizer's small kernels, launch gaps, the kernels' speed under "
+              "step adds (the optimizer's small kernels, launch gaps, the kernels' speed under "
               "sustained power and beside concurrent communication) is not measured here, so it is not priced."]
     return "\n".join(lines), time.perf_counter() - start
 
