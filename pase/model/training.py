@@ -53,7 +53,10 @@ the products that issue them (Megatron-LM's asynchronous backward,
 :func:`_backward_collectives`). On a calibrated cluster each device then runs
 its optimizer step, memory-bound:
 ``OPTIMIZER_BYTES_PER_PARAMETER`` per parameter whose state it holds, at the
-achievable memory bandwidth (the paper's model leaves it out).
+achievable memory bandwidth (the paper's model leaves it out); training in
+FP8, with it the step's casts of its FP8 products' weights
+(:func:`pase.model.roofline.fp8_weight_cast_s`: once a step, not a
+microbatch).
 
 Memory per device of a stage (the peak at the start of the first backward):
 
@@ -111,7 +114,7 @@ from pase.model.memory import FP8_COPY_BYTES_PER_PARAMETER, MemoryOptions, activ
 from pase.model.pipeline import CHUNKED, SCHEDULES, ZERO_BUBBLE, ScheduleResult, in_flight, schedule_problem, simulate
 from pase.model.recompute import DEFAULT_MODULES, check_modules, module_plan
 from pase.model.repeats import PeriodicCore, periodic_core
-from pase.model.roofline import MATRIX_OPS, blocks, fp8_products
+from pase.model.roofline import MATRIX_OPS, blocks, fp8_products, fp8_weight_cast_s
 from pase.ops import block_elements
 
 __all__ = ["RECOMPUTE", "Parallelism", "StageReport", "TrainingPlan", "LayerTimes", "evaluate_training",
@@ -682,7 +685,8 @@ def group_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
     """
     group = group_cluster(cluster, par)
     configs = {name: np.array([cfg]) for name, cfg in strategy.items()}
-    cost = build_cost_model(graph, group, options, configs=configs, shared_reads=True, fuse_elementwise=True)
+    cost = build_cost_model(graph, group, options, configs=configs, shared_reads=True, fuse_elementwise=True,
+                            context_ring=par.context > 1)
     layers = cost.layers
     index = {l.name: i for i, l in enumerate(layers)}
 
@@ -1354,7 +1358,7 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
     # The optimizer step reads and writes its state once a step; the roofline prices it on a calibrated cluster.
     optimizer = np.zeros(S) if cluster.efficiency is None else (
         (params / shard["optimizer"] + expert_params / expert_shard["optimizer"]) * OPTIMIZER_BYTES_PER_PARAMETER
-        / cluster.efficiency.memory_Bps)
+        / cluster.efficiency.memory_Bps + fp8_weight_cast_s(fp8 / FP8_COPY_BYTES_PER_PARAMETER, cluster.efficiency))
     reduce = reduce.tolist()
     stages = tuple(StageReport(
         index=s, layers=tuple((layers[bounds[q]].name, layers[bounds[q + 1] - 1].name) for q in range(s, Q, S)),
