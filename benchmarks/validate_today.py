@@ -221,7 +221,7 @@ def main() -> int:
         "it: the ring steps' output corrections, "
         "current scaling's separate amax pass in the 3b rows, the optimizer's "
         "gradient-buffer zeroing and norm, and whatever sustained power and concurrent communication take from "
-        "the kernels' speed in a real step. Memory: each preset holds what NVML reports (an "80 GB" H100 81,559 "
+        "the kernels' speed in a real step. Memory: each preset holds what NVML reports (an 80 GB H100 81,559 "
         "MiB, 85.5 GB; Modal's published table), less pase's reserve (3.9 GB); the datasheets' round 80 GB had left "
         "Nemotron-340B's last device 0.4 GB over with whole-block cuts.",
         "",
