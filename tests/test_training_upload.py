@@ -62,7 +62,9 @@ def test_an_uploaded_config_is_searched_as_the_cli_searches_it():
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
     calibrated = at.sidebar.radio(key="in_model").value == "calibrated"  # the sidebar's step-time model
-    expected = search_training(hf_batch_builder(TINY), preset("dgx-h100", 8, calibrated=calibrated), 8).best
+    # The page's default framework is "any" (pase solve --framework any): every configuration cut between blocks.
+    expected = search_training(hf_batch_builder(TINY), preset("dgx-h100", 8, calibrated=calibrated), 8,
+                               framework="any").best
     step = next(m for m in at.metric if m.label == "Step time")
     assert step.value == fmt_time(expected.step_time_s), (step.value, expected.label)
     assert any("llama" in shown(m) for m in at.markdown)
