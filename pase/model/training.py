@@ -111,6 +111,7 @@ from pase.model.memory import FP8_COPY_BYTES_PER_PARAMETER, MemoryOptions, activ
 from pase.model.pipeline import SCHEDULES, ScheduleResult, in_flight, simulate
 from pase.model.repeats import PeriodicCore, periodic_core
 from pase.model.roofline import MATRIX_OPS, blocks, fp8_products
+from pase.model.schedule_levels import simulate_levels, worth_levels
 from pase.ops import OPS, block_elements
 
 __all__ = ["RECOMPUTE", "Parallelism", "StageReport", "TrainingPlan", "LayerTimes", "evaluate_training",
@@ -1203,6 +1204,21 @@ def _placement(lt: "LayerTimes", cluster: Cluster, cuts: tuple[int, ...], S: int
     return placed
 
 
+def _schedule(lt: "LayerTimes", par: Parallelism, fq: list[float], bq: list[float], m: int, send: list[float],
+              reduce: list[float], record: bool) -> ScheduleResult:
+    """:func:`~pase.model.pipeline.simulate` of ``par``'s schedule on these stage times; a long GPipe or 1F1B
+    pipeline level by level (:mod:`pase.model.schedule_levels`, the same numbers), once per distinct input in a
+    search (ZeRO stages often share every time), memoised on ``lt``."""
+    if record or not worth_levels(par.schedule, par.pipeline, m, par.virtual_stages):
+        return simulate(par.schedule, fq, bq, m, chunks=par.virtual_stages, send_s=send, reduce_s=reduce,
+                        overlap=par.overlap, record=record)
+    key = ("schedule", par.schedule, m, par.overlap, tuple(fq), tuple(bq), tuple(send), tuple(reduce))
+    if key not in lt.memo:
+        lt.memo[key] = simulate_levels(par.schedule, fq, bq, m, send, reduce, par.overlap) or simulate(
+            par.schedule, fq, bq, m, send_s=send, reduce_s=reduce, overlap=par.overlap)
+    return lt.memo[key]
+
+
 def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: MemoryOptions, capacity: float | None,
              *, label: str = "", record: bool = False, bound_s: float | None = None,
              rejected: Callable[[float], None] | None = None) -> TrainingPlan | None:
@@ -1293,8 +1309,7 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
         fp8_bytes=float(fp8[s]), expert_params=float(expert_params[s]),
         dispatch_s=float(placed["dispatch"][s]), expert_compute_s=float(placed["expert compute"][s]),
     ) for s in range(S))
-    result = simulate(par.schedule, fq.tolist(), bq.tolist(), m, chunks=v, send_s=placed["send"].tolist(),
-                      reduce_s=reduce, overlap=par.overlap, record=record)
+    result = _schedule(lt, par, fq.tolist(), bq.tolist(), m, placed["send"].tolist(), reduce, record)
 
     replicas = m * d  # microbatch graphs per step
     return TrainingPlan(
