@@ -1221,20 +1221,20 @@ def _schedule(lt: "LayerTimes", par: Parallelism, fq: list[float], bq: list[floa
 
 def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: MemoryOptions, capacity: float | None,
              *, label: str = "", record: bool = False, bound_s: float | None = None,
-             rejected: Callable[[float], None] | None = None) -> TrainingPlan | None:
+             rejected: Callable[[float], None] | None = None, defer: bool = False) -> TrainingPlan | Deferred | None:
     """The step of ``par`` from its layers' times ``lt`` (:func:`layer_times` for the same group and options).
 
     For searches: with ``bound_s``, returns None without simulating the
     schedule when the step cannot beat it (a device's busy time alone
     reaches it); with ``rejected``, a stage over ``capacity`` is not simulated
-    either: ``rejected(its bytes)`` is called and None returned. What depends
+    either: ``rejected(its bytes)`` is called and None returned; with
+    ``defer``, returns a :class:`Deferred` (a lower bound of the step, and
+    the simulation still to run) instead of the plan. What depends
     only on the stage count, the cuts or the pipeline's placement is memoised
     on ``lt``, so a search re-costs only what each configuration changes.
 
     Raises ``ConfigurationError`` as :func:`evaluate_training`.
     """
-    from pase.analysis.throughput import sequence_length  # late: pase.analysis imports the planner
-
     _, data_k, pipe_k = check_devices(par, cluster)
     mesh = cluster.mesh
     graph, layers = lt.graph, lt.layers
@@ -1266,7 +1266,8 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
         if ("experts", edp_k) not in across:
             across["experts", edp_k] = mesh.allreduce_s(expert_params * bpe, np.tile(edp_k, (S, 1)))
         reduce = reduce + across["experts", edp_k]
-    if bound_s is not None and _step_lower_bound(fq, bq, placed["send"], S, m, reduce, par.overlap) >= bound_s:
+    lower = _step_lower_bound(fq, bq, placed["send"], S, m, reduce, par.overlap)
+    if bound_s is not None and lower >= bound_s:
         return None
     held = in_flight(par.schedule, S, m, v)
     per_param = memory.bytes_per_parameter(bpe)
@@ -1309,8 +1310,29 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
         fp8_bytes=float(fp8[s]), expert_params=float(expert_params[s]),
         dispatch_s=float(placed["dispatch"][s]), expert_compute_s=float(placed["expert compute"][s]),
     ) for s in range(S))
-    result = _schedule(lt, par, fq.tolist(), bq.tolist(), m, placed["send"].tolist(), reduce, record)
+    if defer:
+        return Deferred(lower, lambda: _finish(lt, cluster, par, fq, bq, placed, reduce, optimizer, stages, capacity,
+                                               label, record))
+    return _finish(lt, cluster, par, fq, bq, placed, reduce, optimizer, stages, capacity, label, record)
 
+
+@dataclass(frozen=True)
+class Deferred:
+    """A configuration :func:`assemble` has placed and found to fit, its schedule not yet simulated:
+    ``lower_bound_s`` bounds its step from below, ``finish()`` simulates it and returns the plan."""
+
+    lower_bound_s: float
+    finish: Callable[[], TrainingPlan]
+
+
+def _finish(lt: "LayerTimes", cluster: Cluster, par: Parallelism, fq: np.ndarray, bq: np.ndarray, placed: dict,
+            reduce: list[float], optimizer: np.ndarray, stages: tuple, capacity: float | None, label: str,
+            record: bool) -> TrainingPlan:
+    """The plan of :func:`assemble`, its schedule simulated."""
+    from pase.analysis.throughput import sequence_length  # late: pase.analysis imports the planner
+
+    graph, m, d = lt.graph, par.microbatches, par.data
+    result = _schedule(lt, par, fq.tolist(), bq.tolist(), m, placed["send"].tolist(), reduce, record)
     replicas = m * d  # microbatch graphs per step
     return TrainingPlan(
         parallelism=par, cluster=cluster, graph_name=graph.name,

@@ -57,6 +57,7 @@ pipeline size, schedule and ZeRO stage.
 
 from __future__ import annotations
 
+import heapq
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
@@ -70,7 +71,7 @@ from pase.model.experts import moe_blocks
 from pase.model.memory import InsufficientMemoryError, MemoryOptions
 from pase.model.pipeline import SCHEDULES
 from pase.model.training import (
-    RECOMPUTE, LayerTimes, Parallelism, TrainingPlan, assemble, average_load_s, cached_graph, cached_times,
+    RECOMPUTE, Deferred, LayerTimes, Parallelism, TrainingPlan, assemble, average_load_s, cached_graph, cached_times,
     cut_weights_s, evaluate_training, group_cluster, group_extents, layer_times,
 )
 from pase.search.solver import exact
@@ -300,11 +301,33 @@ def search_training(
     kept: dict[str, list[TrainingPlan]] = {name: [] for name in keep}
     too_large: list[float] = []
     skipped = 0
-    for i, (floor_s, _, lt, base, (sp, rc, z, schedule, v), label, data_k, rule, lists) in enumerate(pending):
+    # Best first: a configuration placed and found to fit waits in ``placed`` under its tighter bound (the first
+    # microbatch's way through the stages) until no other configuration's bound is lower; only then is its
+    # schedule simulated. Every plan faster than the last kept is still simulated (its bounds are lower), so
+    # the kept lists are those of trying every configuration.
+    placed: list[tuple[float, int, Deferred, tuple[str, ...]]] = []
+    i = 0
+    while i < len(pending) or placed:
         bounds = {name: _bound(kept[name], keep[name]) for name in keep}
-        if None not in bounds.values() and floor_s >= max(bounds.values()):
-            skipped += len(pending) - i  # every later configuration's floor is at least this one's
+        full = None not in bounds.values()
+        if placed and (i == len(pending) or placed[0][0] <= pending[i][0]):
+            lower, _, deferred, lists = heapq.heappop(placed)
+            bound = None if any(bounds[n] is None for n in lists) else max(bounds[n] for n in lists)
+            if bound is not None and lower >= bound:
+                skipped += 1
+                continue
+            got = deferred.finish()
+            for name in lists:
+                kept[name].append(got)
+                # Equal steps (ZeRO stages often tie): the one needing less memory first.
+                kept[name].sort(key=lambda r: (round(r.step_time_s, 12), r.memory_per_device_bytes))
+                del kept[name][keep[name] + 1:]
+            continue
+        floor_s, order, lt, base, (sp, rc, z, schedule, v), label, data_k, rule, lists = pending[i]
+        if full and floor_s >= max(bounds.values()) and (not placed or placed[0][0] >= max(bounds.values())):
+            skipped += len(pending) - i + len(placed)  # every later configuration's bound is at least this
             break
+        i += 1
         bound = None if any(bounds[n] is None for n in lists) else max(bounds[n] for n in lists)
         if bound is not None and floor_s >= bound:
             skipped += 1
@@ -320,15 +343,11 @@ def search_training(
                 skipped += 1
                 continue
         got = assemble(lt, cluster, par, memory, capacity, label=f"{par.describe()}, {label}", bound_s=bound,
-                       rejected=too_large.append)
+                       rejected=too_large.append, defer=True)
         if got is None:
             skipped += 1
             continue
-        for name in lists:
-            kept[name].append(got)
-            # Equal steps (ZeRO stages often tie): the one needing less memory first.
-            kept[name].sort(key=lambda r: (round(r.step_time_s, 12), r.memory_per_device_bytes))
-            del kept[name][keep[name] + 1:]
+        heapq.heappush(placed, (got.lower_bound_s, order, got, lists))
     found = kept[""]
     if not found:
         raise InsufficientMemoryError(
