@@ -63,13 +63,22 @@ def _layered(schedule: str, S: int, M: int):
     # stage's backward, or (the last stage's backward) its own forward; N for nothing.
     dep = np.where(forward, np.where(d > 0, x - M, N), np.where(d == 2 * Q - 1, x - Q * M, x + M))
     send = np.where(forward, np.where(d > 0, d - 1, Q - 1), np.where(d == 2 * Q - 1, Q - 1, d - Q))
-    prev = np.full(N + 1, N, dtype=np.int32)
-    last = np.empty(S, dtype=np.int32)
-    for dev, (fw, chunk, micro) in enumerate(_order_arrays(schedule, S, M, 1)):
-        ids = ((chunk * S + dev) + np.where(fw, 0, Q)) * M + micro
-        prev[ids[1:]] = ids[:-1]
-        last[dev] = ids[-1]
-    prev = prev[:N]
+    # The previous operation on the device, from the op's position in the device's order (pipeline.device_orders):
+    # GPipe: F(j) at j, B(j) at m + j; 1F1B: w warm-up forwards, then F(w + i), B(i) in turn, then the drain.
+    if schedule == "gpipe":
+        w = np.zeros_like(s)
+        pos = np.where(forward, j, M + j)
+    else:
+        pos = np.where(forward, np.where(j < w, j, 2 * j - w), np.where(j < M - w, w + 2 * j + 1, M + j))
+    k = pos - 1
+    if schedule == "gpipe":
+        prev_f, prev_j = k < M, np.where(k < M, k, k - M)
+    else:
+        steady = (k >= w) & (k < 2 * M - w)
+        prev_f = (k < w) | (steady & ((k - w) % 2 == 0))
+        prev_j = np.where(k < w, k, np.where(steady, np.where(prev_f, w + (k - w) // 2, (k - w - 1) // 2), k - M))
+    prev = np.where(k < 0, N, np.where(prev_f, s, Q + s) * M + prev_j)
+    last = (Q + np.arange(S, dtype=np.int32)) * M + (M - 1)  # every device ends with its last microbatch's backward
     levels = np.append(level, -1)  # nothing to wait for: level -1
     if (levels[prev] >= level).any() or (levels[dep] >= level).any():
         return None
