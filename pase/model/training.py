@@ -91,7 +91,6 @@ for the presets).
 
 from __future__ import annotations
 
-import bisect
 import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Callable, Mapping, Sequence
@@ -348,20 +347,28 @@ def balanced_cuts(times: Sequence[float], pieces: int) -> tuple[int, ...]:
     if pieces > n:
         raise ConfigurationError(f"{pieces} pipeline stages need at least {pieces} layers; the graph has {n}")
     times = np.asarray(times, dtype=float)
-    prefix = [0.0, *np.cumsum(times).tolist()]
-    total, largest = prefix[n], float(times.max(initial=0.0))
+    prefix = np.concatenate(([0.0], np.cumsum(times)))
+    total, largest = float(prefix[n]), float(times.max(initial=0.0))
+    after = np.arange(1, n + 2)
+
+    def furthest(slack: float) -> list[int]:
+        # Per start, the end of the furthest run from it within slack, at least one layer on (bisect_right
+        # from start + 1, for every start at once).
+        return (np.maximum(np.searchsorted(prefix, prefix + slack, side="right"), after) - 1).tolist()
 
     def runs(limit: float) -> tuple[bool, float, float]:
         # Furthest-end runs within limit: whether they reach the end in `pieces`, their largest sum,
         # and the least sum one of them would have with the next layer added.
-        slack = limit * (1 + 1e-12)
-        start, count, biggest, grow = 0, 0, 0.0, math.inf
-        while start < n and count < pieces:
-            end = bisect.bisect_right(prefix, prefix[start] + slack, start + 1) - 1
-            biggest = max(biggest, prefix[end] - prefix[start])
-            if end < n:
-                grow = min(grow, prefix[end + 1] - prefix[start])
-            start, count = end, count + 1
+        end = furthest(limit * (1 + 1e-12))
+        starts, start = [], 0
+        while start < n and len(starts) < pieces:
+            starts.append(start)
+            start = end[start]
+        first = np.array(starts)
+        last = np.array(starts[1:] + [start])  # each run ends where the next starts
+        biggest = float((prefix[last] - prefix[first]).max())
+        short = last < n
+        grow = float((prefix[last[short] + 1] - prefix[first[short]]).min()) if short.any() else math.inf
         return start == n, biggest, grow
 
     lo, hi = max(largest, total / pieces), min(total, total / pieces + largest)
@@ -372,10 +379,10 @@ def balanced_cuts(times: Sequence[float], pieces: int) -> tuple[int, ...]:
             hi = min(hi, biggest)
         else:
             lo = max(mid, min(grow, hi))
-    slack = hi * (1 + 1e-12)
+    end = furthest(hi * (1 + 1e-12))
     cuts, start = [], 0
     for k in range(pieces - 1):
-        start = min(bisect.bisect_right(prefix, prefix[start] + slack, start + 1) - 1, n - (pieces - 1 - k))
+        start = min(end[start], n - (pieces - 1 - k))
         cuts.append(start)
     return tuple(cuts)
 
@@ -933,7 +940,9 @@ def _group_cache(source: GraphSource, cluster: Cluster, par: Parallelism, option
             small = group_times(core.graph, cluster, strategy, par, options, memory, recompute=RECOMPUTE)
             names = [l.name for l in core.graph.layers]
             whole = {l.name: strategy[names[r]] for l, r in zip(graph.layers, core.representative)}
-            cache[key] = (whole, {mode: _spread(lt, graph, core, whole, options, cluster) for mode, lt in small.items()})
+            # The tied weights' blocks depend on the splits alone: one list for every recomputation mode.
+            tied = _tied(graph.layers, {l.name: np.array([whole[l.name]]) for l in _tying(graph)})
+            cache[key] = (whole, {mode: _spread(lt, graph, core, tied, options, cluster) for mode, lt in small.items()})
 
 
 # What LayerTimes holds of the whole graph; every other field holds one value per layer.
@@ -957,10 +966,16 @@ def _model_flops(graph: Graph, options: ConfigOptions, cluster: Cluster) -> floa
     return graph.derived(("model flops", options.cost_model, kind), compute)
 
 
-def _spread(small: LayerTimes, graph: Graph, core: PeriodicCore, strategy: Mapping[str, tuple[int, ...]],
-            options: ConfigOptions, cluster: Cluster) -> LayerTimes:
+def _tying(graph: Graph) -> tuple[Layer, ...]:
+    """The layers of ``graph`` holding a tied weight (``TensorSpec.tied``); derived once per graph."""
+    return graph.derived("tying layers", lambda: tuple(l for l in graph.layers if any(w.tied for w in l.weights)))
+
+
+def _spread(small: LayerTimes, graph: Graph, core: PeriodicCore, tied: tuple, options: ConfigOptions,
+            cluster: Cluster) -> LayerTimes:
     """The layer times of ``graph`` from those of its core (``small``, :func:`layer_times` of ``core.graph``):
-    each layer takes its representative's values; what concerns the whole graph is derived from it."""
+    each layer takes its representative's values; what concerns the whole graph is derived from it (``tied``:
+    :func:`_tied` of the whole graph's splits)."""
     rep = core.representative
     layers = tuple(graph.layers)
     per_layer = {f.name: getattr(small, f.name)[rep] for f in fields(LayerTimes) if f.name not in _GRAPH_FIELDS}
@@ -970,8 +985,7 @@ def _spread(small: LayerTimes, graph: Graph, core: PeriodicCore, strategy: Mappi
     edges, sizes = _edge_arrays(graph)
     return LayerTimes(
         graph=graph, layers=layers, edges=edges, tensor_elements=sizes,
-        tied=_tied(layers, {l.name: np.array([strategy[l.name]]) for l in layers}),
-        block_transient=transient, block_of=block_of,
+        tied=tied, block_transient=transient, block_of=block_of,
         model_flops=_model_flops(graph, options, cluster), attention=small.attention, precision=small.precision,
         **per_layer)
 
