@@ -91,6 +91,7 @@ for the presets).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Callable, Mapping, Sequence
@@ -1218,6 +1219,10 @@ def _placement(lt: "LayerTimes", cluster: Cluster, cuts: tuple[int, ...], S: int
     return placed
 
 
+# The activations each device holds at once depend on the schedule and its sizes alone: shared by a search.
+_in_flight = functools.lru_cache(maxsize=256)(in_flight)
+
+
 def _schedule(lt: "LayerTimes", par: Parallelism, fq: list[float], bq: list[float], m: int, send: list[float],
               reduce: list[float], record: bool) -> ScheduleResult:
     """:func:`~pase.model.pipeline.simulate` of ``par``'s schedule on these stage times; a long GPipe or 1F1B
@@ -1283,7 +1288,7 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
     lower = _step_lower_bound(fq, bq, placed["send"], S, m, reduce, par.overlap)
     if bound_s is not None and lower >= bound_s:
         return None
-    held = in_flight(par.schedule, S, m, v)
+    held = _in_flight(par.schedule, S, m, v)
     per_param = memory.bytes_per_parameter(bpe)
     # Context-parallel ranks hold the same weights: the distributed optimizer shards its state and gradients
     # over them too (Megatron-Core's data-parallel group with context parallelism).
@@ -1314,16 +1319,18 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
         (params / shard["optimizer"] + expert_params / expert_shard["optimizer"]) * OPTIMIZER_BYTES_PER_PARAMETER
         / cluster.efficiency.memory_Bps)
     reduce = reduce.tolist()
-    stages = tuple(StageReport(
-        index=s, layers=tuple((layers[bounds[q]].name, layers[bounds[q + 1] - 1].name) for q in range(s, Q, S)),
-        layer_count=int(placed["counts"][s]), forward_s=float(fdev[s]), backward_s=float(bdev[s]),
-        send_s=float(sdev[s]), reduce_s=reduce[s], optimizer_s=float(optimizer[s]), in_flight=held[s],
-        weights_bytes=float(states["weights"][s]),
-        gradient_bytes=float(states["gradients"][s]), optimizer_bytes=float(states["optimizer"][s]),
-        activation_bytes=float(acts[s]), transient_bytes=float(transient[s]), memory_bytes=float(total[s]),
-        fp8_bytes=float(fp8[s]), expert_params=float(expert_params[s]),
-        dispatch_s=float(placed["dispatch"][s]), expert_compute_s=float(placed["expert compute"][s]),
-    ) for s in range(S))
+
+    def stages() -> tuple[StageReport, ...]:  # built only for a plan that is finished
+        return tuple(StageReport(
+            index=s, layers=tuple((layers[bounds[q]].name, layers[bounds[q + 1] - 1].name) for q in range(s, Q, S)),
+            layer_count=int(placed["counts"][s]), forward_s=float(fdev[s]), backward_s=float(bdev[s]),
+            send_s=float(sdev[s]), reduce_s=reduce[s], optimizer_s=float(optimizer[s]), in_flight=held[s],
+            weights_bytes=float(states["weights"][s]),
+            gradient_bytes=float(states["gradients"][s]), optimizer_bytes=float(states["optimizer"][s]),
+            activation_bytes=float(acts[s]), transient_bytes=float(transient[s]), memory_bytes=float(total[s]),
+            fp8_bytes=float(fp8[s]), expert_params=float(expert_params[s]),
+            dispatch_s=float(placed["dispatch"][s]), expert_compute_s=float(placed["expert compute"][s]),
+        ) for s in range(S))
     if defer:
         return Deferred(lower, lambda: _finish(lt, cluster, par, fq, bq, placed, reduce, optimizer, stages, capacity,
                                                label, record))
@@ -1340,9 +1347,9 @@ class Deferred:
 
 
 def _finish(lt: "LayerTimes", cluster: Cluster, par: Parallelism, fq: np.ndarray, bq: np.ndarray, placed: dict,
-            reduce: list[float], optimizer: np.ndarray, stages: tuple, capacity: float | None, label: str,
-            record: bool) -> TrainingPlan:
-    """The plan of :func:`assemble`, its schedule simulated."""
+            reduce: list[float], optimizer: np.ndarray, stages: Callable[[], tuple], capacity: float | None,
+            label: str, record: bool) -> TrainingPlan:
+    """The plan of :func:`assemble`, its schedule simulated (``stages()`` its stage reports)."""
     from pase.analysis.throughput import sequence_length  # late: pase.analysis imports the planner
 
     graph, m, d = lt.graph, par.microbatches, par.data
@@ -1351,7 +1358,7 @@ def _finish(lt: "LayerTimes", cluster: Cluster, par: Parallelism, fq: np.ndarray
     return TrainingPlan(
         parallelism=par, cluster=cluster, graph_name=graph.name,
         step_time_s=max(f + e + o for f, e, o in zip(result.finish_s, result.exposed_reduce_s, optimizer)),
-        stages=stages, schedule=result, model_flops_per_step=lt.model_flops * replicas,
+        stages=stages(), schedule=result, model_flops_per_step=lt.model_flops * replicas,
         hardware_flops_per_step=(lt.model_flops + float(lt.recompute_flops.sum()) * par.group) * replicas,
         memory_capacity_bytes=capacity, tokens_per_sample=sequence_length(graph), label=label or par.describe(),
         attention=lt.attention, precision=lt.precision, experts=lt.experts,
