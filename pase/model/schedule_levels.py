@@ -42,13 +42,10 @@ def worth_levels(schedule: str, stages: int, microbatches: int, chunks: int) -> 
     return schedule in LEVEL_SCHEDULES and chunks == 1 and stages >= 16 and stages * microbatches >= 20_000
 
 
-@functools.lru_cache(maxsize=4)
-def _layered(schedule: str, S: int, M: int):
-    """The schedule's operations in level order: per operation (by its rank in that order) the rank of the
-    previous operation on its device and of the one it waits for (``N``: none, ``N`` the operation count), the
-    send it waits for (``S - 1``: none, the index of the appended zero) and its duration index (``q`` forward,
-    ``S + q`` backward); the level boundaries; per device the rank of its last operation. None when the
-    layering does not order every dependency (see the module docstring)."""
+def _structure(schedule: str, S: int, M: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per operation id (``d M + j`` as :class:`pase.model.pipeline._Plan`: ``d = s`` forward, ``S + s``
+    backward), its level, the id of the previous operation on its device and of the one it waits for (``N``,
+    the operation count: none) and the send it waits for (``S - 1``, the index of an appended zero: none)."""
     Q, N = S, 2 * S * M
     x = np.arange(N, dtype=np.int32)
     d, j = np.divmod(x, np.int32(M))
@@ -78,7 +75,19 @@ def _layered(schedule: str, S: int, M: int):
         prev_f = (k < w) | (steady & ((k - w) % 2 == 0))
         prev_j = np.where(k < w, k, np.where(steady, np.where(prev_f, w + (k - w) // 2, (k - w - 1) // 2), k - M))
     prev = np.where(k < 0, N, np.where(prev_f, s, Q + s) * M + prev_j)
-    last = (Q + np.arange(S, dtype=np.int32)) * M + (M - 1)  # every device ends with its last microbatch's backward
+    return level, prev, dep, send
+
+
+@functools.lru_cache(maxsize=2)
+def _layered(schedule: str, S: int, M: int):
+    """The schedule's operations in level order: per operation (by its rank in that order) the rank of the
+    previous operation on its device and of the one it waits for (``N``: none, ``N`` the operation count), the
+    send it waits for (``S - 1``: none, the index of the appended zero) and its duration index (``q`` forward,
+    ``S + q`` backward); the level boundaries; per device the rank of its last operation. None when the
+    layering does not order every dependency (see the module docstring)."""
+    N = 2 * S * M
+    level, prev, dep, send = _structure(schedule, S, M)
+    last = (S + np.arange(S, dtype=np.int32)) * M + (M - 1)  # every device ends with its last microbatch's backward
     levels = np.append(level, -1)  # nothing to wait for: level -1
     if (levels[prev] >= level).any() or (levels[dep] >= level).any():
         return None
@@ -87,7 +96,7 @@ def _layered(schedule: str, S: int, M: int):
     rank[order] = np.arange(N, dtype=np.int32)
     rank[N] = N
     bounds = np.concatenate(([0], np.cumsum(np.bincount(level[order])))).tolist()
-    return rank[prev[order]], rank[dep[order]], send[order], d[order], bounds, rank[last]
+    return rank[prev[order]], rank[dep[order]], send[order], (order // M).astype(np.int32), bounds, rank[last]
 
 
 def simulate_levels(schedule: str, forward_s: list[float], backward_s: list[float], microbatches: int,
