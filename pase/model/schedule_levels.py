@@ -46,80 +46,81 @@ def _structure(schedule: str, S: int, M: int) -> tuple[np.ndarray, np.ndarray, n
     """Per operation id (``d M + j`` as :class:`pase.model.pipeline._Plan`: ``d = s`` forward, ``S + s``
     backward), its level, the id of the previous operation on its device and of the one it waits for (``N``,
     the operation count: none) and the send it waits for (``S - 1``, the index of an appended zero: none)."""
-    Q, N = S, 2 * S * M
-    x = np.arange(N, dtype=np.int32)
-    d, j = np.divmod(x, np.int32(M))
-    forward = d < Q
-    s = np.where(forward, d, d - Q)
+    N = 2 * S * M
+    # Forwards (ids s M + j) and backwards (ids (S + s) M + j) as (S, M) arrays, joined at the end.
+    s = np.arange(S, dtype=np.int32)[:, None]
+    j = np.arange(M, dtype=np.int32)[None, :]
+    fid = s * M + j
+    bid = fid + S * M
     if schedule == "gpipe":
-        level = np.where(forward, s + j, (S + M - 1) + (S - 1 - s) + j)
+        level_f, level_b = s + j, (S + M - 1) + (S - 1 - s) + j
     else:
-        w = np.minimum(S - s - 1, M)
-        level = np.where(forward, np.where(j <= w, s + j, s + 2 * j), 2 * S - 1 - s + 2 * j)
+        w = np.minimum(S - s - 1, M)  # warm-up forwards
+        level_f, level_b = np.where(j <= w, s + j, s + 2 * j), 2 * S - 1 - s + 2 * j
     # What each operation waits for (as pipeline._dependencies): the previous stage's forward, the next
     # stage's backward, or (the last stage's backward) its own forward; N for nothing.
-    dep = np.where(forward, np.where(d > 0, x - M, N), np.where(d == 2 * Q - 1, x - Q * M, x + M))
-    send = np.where(forward, np.where(d > 0, d - 1, Q - 1), np.where(d == 2 * Q - 1, Q - 1, d - Q))
-    # The previous operation on the device, from the op's position in the device's order (pipeline.device_orders):
-    # GPipe: F(j) at j, B(j) at m + j; 1F1B: w warm-up forwards, then F(w + i), B(i) in turn, then the drain.
+    last = s == S - 1
+    dep_f = np.where(s > 0, fid - M, N)
+    dep_b = np.where(last, fid, bid + M)
+    send_f = np.broadcast_to(np.where(s > 0, s - 1, S - 1), (S, M))
+    send_b = np.broadcast_to(np.where(last, S - 1, s), (S, M))
+
+    # The previous operation on the device in the schedule's order (pipeline.device_orders). GPipe: F(j - 1)
+    # before F(j), F(m - 1) then B(j - 1) before B(j). 1F1B: w warm-up forwards, then F(w + i), B(i) in turn,
+    # then the drain: F(j - 1) before F(j) up to j = w, B(j - w - 1) after; F(j + w) before a steady B(j), and
+    # before a draining one B(j - 1), or F(m - 1) when it is the first backward.
     if schedule == "gpipe":
-        w = np.zeros_like(s)
-        pos = np.where(forward, j, M + j)
+        prev_f = np.where(j > 0, fid - 1, N)
+        prev_b = np.where(j > 0, bid - 1, s * M + (M - 1))
     else:
-        pos = np.where(forward, np.where(j < w, j, 2 * j - w), np.where(j < M - w, w + 2 * j + 1, M + j))
-    k = pos - 1
-    if schedule == "gpipe":
-        prev_f, prev_j = k < M, np.where(k < M, k, k - M)
-    else:
-        steady = (k >= w) & (k < 2 * M - w)
-        prev_f = (k < w) | (steady & ((k - w) % 2 == 0))
-        prev_j = np.where(k < w, k, np.where(steady, np.where(prev_f, w + (k - w) // 2, (k - w - 1) // 2), k - M))
-    prev = np.where(k < 0, N, np.where(prev_f, s, Q + s) * M + prev_j)
+        prev_f = np.where(j == 0, N, np.where(j <= w, fid - 1, bid - w - 1))
+        prev_b = np.where(j < M - w, fid + w, np.where(j > 0, bid - 1, s * M + (M - 1)))
+
+    def joined(f: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.concatenate((np.ravel(f), np.ravel(b)))
+
+    level, prev = joined(level_f, level_b), joined(prev_f, prev_b)
+    dep, send = joined(dep_f, dep_b), joined(send_f, send_b)
     return level, prev, dep, send
 
 
-@functools.lru_cache(maxsize=2)
+@functools.lru_cache(maxsize=4)
 def _layered(schedule: str, S: int, M: int):
-    """The schedule's operations in level order: per operation (by its rank in that order) the rank of the
-    previous operation on its device and of the one it waits for (``N``: none, ``N`` the operation count), the
-    send it waits for (``S - 1``: none, the index of the appended zero) and its duration index (``q`` forward,
-    ``S + q`` backward); the level boundaries; per device the rank of its last operation. None when the
-    layering does not order every dependency (see the module docstring)."""
-    N = 2 * S * M
+    """The schedule's operations in level order: their ids, per operation the id of the previous operation on
+    its device and of the one it waits for (``N``, the operation count: none), the send it waits for (``S -
+    1``: none, the index of the appended zero) and its duration index (``q`` forward, ``S + q`` backward); the
+    level boundaries. None when the layering does not order every dependency (see the module docstring)."""
     level, prev, dep, send = _structure(schedule, S, M)
-    last = (S + np.arange(S, dtype=np.int32)) * M + (M - 1)  # every device ends with its last microbatch's backward
     levels = np.append(level, -1)  # nothing to wait for: level -1
     if (levels[prev] >= level).any() or (levels[dep] >= level).any():
         return None
-    order = np.argsort(level.astype(np.uint16) if level.max() < 2 ** 16 else level, kind="stable")
-    rank = np.empty(N + 1, dtype=np.int32)
-    rank[order] = np.arange(N, dtype=np.int32)
-    rank[N] = N
-    bounds = np.concatenate(([0], np.cumsum(np.bincount(level[order])))).tolist()
-    return rank[prev[order]], rank[dep[order]], send[order], (order // M).astype(np.int32), bounds, rank[last]
+    order = np.argsort(level.astype(np.uint16) if level.max() < 2 ** 16 else level, kind="stable").astype(np.int32)
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(level)))).tolist()
+    return order, prev[order], dep[order], send[order], order // M, bounds
 
 
 def simulate_levels(schedule: str, forward_s: list[float], backward_s: list[float], microbatches: int,
                     send_s: list[float], reduce_s: list[float], overlap: bool) -> ScheduleResult | None:
     """:func:`pase.model.pipeline.simulate` of a GPipe or 1F1B schedule (one stage per device; no record of
     the operations), equal to it bit for bit; None where the layering does not apply (then call it)."""
-    S = len(forward_s)
-    layered = _layered(schedule, S, microbatches)
+    S, M = len(forward_s), microbatches
+    layered = _layered(schedule, S, M)
     if layered is None:
         return None
-    P, D, SEND, DUR, bounds, last = layered
+    ids, P, D, SEND, DUR, bounds = layered
     durations = np.array(forward_s + backward_s, dtype=float)
     delays = np.array(send_s + [0.0], dtype=float)
     du, dl = durations[DUR], delays[SEND]
-    end = np.zeros(len(P) + 1)  # the last entry: nothing to wait for, 0
+    end = np.zeros(2 * S * M + 1)  # by operation id; the last entry: nothing to wait for, 0
     for a, b in zip(bounds[:-1], bounds[1:]):
         x = end[D[a:b]]
         x += dl[a:b]
         np.maximum(end[P[a:b]], x, out=x)
         x += du[a:b]
-        end[a:b] = x
+        end[ids[a:b]] = x
+    last = (S + np.arange(S)) * M + (M - 1)  # every device ends with its last microbatch's backward
     free = end[last].tolist()
-    last_backward = durations[DUR[last]].tolist()
+    last_backward = backward_s
     exposed = tuple(max(0.0, r - lb) if overlap else r for r, lb in zip(reduce_s, last_backward))
     busy = tuple(microbatches * (forward_s[s] + backward_s[s]) for s in range(S))
     return ScheduleResult(step_time_s=max(t + e for t, e in zip(free, exposed)), finish_s=tuple(free), busy_s=busy,
