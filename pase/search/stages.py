@@ -277,10 +277,9 @@ def search_training(
                         for z in zero:
                             if z and d == 1:
                                 continue
-                            rules = _rules(targets, framework, replace(base, sequence_parallel=sp[0], ep=sp[1],
-                                                                       etp=sp[2], recompute=rc, zero=z,
-                                                                       schedule=schedule, virtual_stages=v),
-                                           options.precision, lt.attention)
+                            rules = _rules(targets, framework, lambda: replace(
+                                base, sequence_parallel=sp[0], ep=sp[1], etp=sp[2], recompute=rc, zero=z,
+                                schedule=schedule, virtual_stages=v), options.precision, lt.attention)
                             if not rules:
                                 continue
                             floor_s = average_load_s(lt, cluster, data_k, z, m, p, overlap)
@@ -380,11 +379,14 @@ def _targets(framework: str | None) -> dict:
     return dict(FRAMEWORKS) if framework == "any" else {framework: named(framework)}
 
 
-def _rules(targets: dict, framework: str | None, par: Parallelism, precision: str, attention: str) -> list:
-    """How ``par`` enters the search: per way of cutting its stages (None: anywhere; a framework's name: as it
-    cuts), the kept lists the plan may join ("" the best and runners-up, a framework's name its best)."""
+def _rules(targets: dict, framework: str | None, par: Callable[[], Parallelism], precision: str,
+           attention: str) -> list:
+    """How ``par()`` enters the search: per way of cutting its stages (None: anywhere; a framework's name: as it
+    cuts), the kept lists the plan may join ("" the best and runners-up, a framework's name its best). ``par``
+    is only built when a framework is asked for."""
     if not targets:
         return [(None, ("",))]
+    par = par()
     runs = [name for name, f in targets.items() if f.runs(par, precision=precision, attention=attention)]
     if framework != "any":
         return [(framework, ("",))] if runs else []
