@@ -33,7 +33,7 @@ parallelism at a global batch of exactly 2,520, its stages cut anywhere.
 Usage::
 
     python benchmarks/bench_calculon.py [--runs 5] [--calculon /work/calculon]
-        [--calculon-python /work/calculon-venv/bin/python] [--calculon-cpus N] [--no-write]
+        [--calculon-python /work/calculon-venv/bin/python] [--calculon-cpus N] [--yardstick-runs 3] [--no-write]
 """
 
 from __future__ import annotations
@@ -126,10 +126,12 @@ def _pase_env() -> dict:
     return env
 
 
-def _median_runs(argv: list[str], runs: int, env: dict | None = None) -> tuple[float, list[float], int, str]:
+def _median_runs(argv: list[str], runs: int, env: dict | None = None,
+                 warm: bool = True) -> tuple[float, list[float], int, str]:
     """Median wall time, every run's, the largest peak memory and the last output of ``runs`` fresh runs, after
-    one untimed run (so that Python's bytecode cache is written, as a user's is)."""
-    _run(argv, env=env)
+    one untimed run with ``warm`` (so that Python's bytecode cache is written, as a user's is)."""
+    if warm:
+        _run(argv, env=env)
     walls, peak, text = [], 0, ""
     for _ in range(runs):
         wall, rss, text = _run(argv, env=env)
@@ -164,6 +166,7 @@ def _calculon(args) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--yardstick-runs", type=int, default=3, help="runs of the yardstick (tens of seconds each)")
     ap.add_argument("--calculon", type=Path, default=Path("/work/calculon"))
     ap.add_argument("--calculon-python", default="/work/calculon-venv/bin/python")
     ap.add_argument("--calculon-cpus", type=int, help="Calculon's -c (default: its own, the physical cores)")
@@ -185,7 +188,9 @@ def main() -> int:
         rows.append((label, "pase " + " ".join(argv), goal, med, walls, peak, found))
     inst_med, inst_walls, inst_peak, inst_text = _median_runs(
         [py, "-m", "pase", "solve-instance", str(INSTANCE), "--json"], args.runs, env)
-    yard_med, yard_walls, yard_peak, yard_text = _median_runs([py, "-c", YARDSTICK, str(INSTANCE)], args.runs)
+    print(f"solve-instance: {inst_med:.2f} s", file=sys.stderr)
+    yard_med, yard_walls, yard_peak, yard_text = _median_runs([py, "-c", YARDSTICK, str(INSTANCE)],
+                                                              args.yardstick_runs, warm=False)
     pase_cost, yard_cost = json.loads(inst_text)["cost"], json.loads(yard_text)["cost"]
 
     anchor = rows[0]
@@ -194,7 +199,8 @@ def main() -> int:
         f"`python benchmarks/bench_calculon.py --runs {args.runs}`, {started}; {where}; `nproc` "
         f"{os.cpu_count()}, load average after the run {os.getloadavg()[0]:.1f}. Each command in a fresh "
         "process, end to end (imports, building the model, the search, the baselines, the JSON); pase's "
-        f"cases the median of {args.runs} runs after an untimed one, Calculon once. Peak RSS: the process's "
+        f"cases the median of {args.runs} runs after an untimed one, the yardstick's of {args.yardstick_runs}, "
+        "Calculon once. Peak RSS: the process's "
         "largest resident memory (`wait4`; Calculon's largest process of its pool).", "",
         "| case | command | goal | wall s, median (runs) | peak GB | plan found |",
         "| --- | --- | --- | --- | --- | --- |",

@@ -38,12 +38,13 @@ framework runs (``TrainingSearch.by_framework``).
 Exact over that space: every configuration is modelled, except those
 skipped because a lower bound of their step already reaches the slowest of
 the plans kept (the best and its runners-up), so skipping never loses one.
-The configurations are tried in the order of their cheapest bound (the
-average device's work), so the kept plans are fast early and, once that
-bound reaches the last of them, every later configuration is skipped at
-once; a tighter bound (the first microbatch's way through the stages before
-a device and back, :func:`~pase.model.training.assemble`) skips most of the
-rest before their schedule is simulated. The
+The configurations are tried best first: in the order of their cheapest bound
+(the average device's work) they are placed (stage cuts, memory) and given a
+tighter bound (the first microbatch's way through the stages before a device
+and back, :func:`~pase.model.training.assemble`), and a placed configuration's
+schedule is simulated only once no other bound is lower, so the kept plans
+are the fastest early and, once the cheapest bound left reaches the last of
+them, every other configuration is skipped at once. The
 cuts are not searched for memory: a configuration whose balanced cut does
 not fit is dropped even if another cut would fit. The result carries
 ``gap_bound_s``: its step time minus a lower bound of any cut of the same
@@ -52,7 +53,9 @@ the cuts further could gain.
 
 Identical work is done once: the layer times of a (microbatch, group,
 sequence parallelism, recomputation, layer splits) are shared by every
-pipeline size, schedule and ZeRO stage.
+pipeline size, schedule and ZeRO stage, and a long pipeline's schedule whose
+times are all those of one simulated before (ZeRO stages often are) is not
+simulated again (:func:`~pase.model.training.assemble`).
 """
 
 from __future__ import annotations
@@ -323,8 +326,9 @@ def search_training(
                 del kept[name][keep[name] + 1:]
             continue
         floor_s, order, lt, base, (sp, rc, z, schedule, v), label, data_k, rule, lists = pending[i]
-        if full and floor_s >= max(bounds.values()) and (not placed or placed[0][0] >= max(bounds.values())):
-            skipped += len(pending) - i + len(placed)  # every later configuration's bound is at least this
+        if full and floor_s >= max(bounds.values()):
+            # Every later configuration's floor, and every placed one's bound, is at least this one's floor.
+            skipped += len(pending) - i + len(placed)
             break
         i += 1
         bound = None if any(bounds[n] is None for n in lists) else max(bounds[n] for n in lists)
