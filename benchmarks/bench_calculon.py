@@ -103,9 +103,10 @@ print(json.dumps({"cost": float(sum(float(t) for s, t in tables if not s))}))
 '''
 
 
-def _run(argv: list[str], cwd: Path | None = None, env: dict | None = None) -> tuple[float, int, str]:
+def _run(argv: list[str], cwd: Path | None = None, env: dict | None = None) -> tuple[float, int, str, float]:
     """Run ``argv`` in a fresh process: its wall time (s), its peak resident memory (bytes, the largest of it
-    and the children it waited for) and its standard output; RuntimeError with its error output if it fails."""
+    and the children it waited for), its output and its CPU seconds (user and system, its waited-for children's
+    included); RuntimeError with its error output if it fails."""
     began = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=err)
@@ -117,7 +118,7 @@ def _run(argv: list[str], cwd: Path | None = None, env: dict | None = None) -> t
         text, error = out.read().decode(), err.read().decode()
     if proc.returncode:
         raise RuntimeError(f"{' '.join(argv)} exited with {proc.returncode}: {error[-2000:]}")
-    return wall, usage.ru_maxrss * 1024, text + error
+    return wall, usage.ru_maxrss * 1024, text + error, usage.ru_utime + usage.ru_stime
 
 
 def _pase_env() -> dict:
@@ -127,17 +128,19 @@ def _pase_env() -> dict:
 
 
 def _median_runs(argv: list[str], runs: int, env: dict | None = None,
-                 warm: bool = True) -> tuple[float, list[float], int, str]:
-    """Median wall time, every run's, the largest peak memory and the last output of ``runs`` fresh runs, after
-    one untimed run with ``warm`` (so that Python's bytecode cache is written, as a user's is)."""
+                 warm: bool = True) -> tuple[float, list[float], int, str, float]:
+    """Median wall time, every run's, the largest peak memory, the last output and the median CPU seconds of
+    ``runs`` fresh runs, after one untimed run with ``warm`` (so that Python's bytecode cache is written, as a
+    user's is)."""
     if warm:
         _run(argv, env=env)
-    walls, peak, text = [], 0, ""
+    walls, cpus, peak, text = [], [], 0, ""
     for _ in range(runs):
-        wall, rss, text = _run(argv, env=env)
+        wall, rss, text, cpu = _run(argv, env=env)
         walls.append(wall)
+        cpus.append(cpu)
         peak = max(peak, rss)
-    return statistics.median(walls), walls, peak, text
+    return statistics.median(walls), walls, peak, text, statistics.median(cpus)
 
 
 def _calculon(args) -> dict:
@@ -148,14 +151,14 @@ def _calculon(args) -> dict:
         if args.calculon_cpus:
             argv += ["-c", str(args.calculon_cpus)]
         env = dict(os.environ, PYTHONPATH=str(args.calculon))
-        wall, rss, log = _run(argv, cwd=args.calculon, env=env)
+        wall, rss, log, cpu = _run(argv, cwd=args.calculon, env=env)
         best = json.loads(out.read_text())["0"]
     e = best["execution"]
     rate = next(float(line.split(":")[-1]) for line in log.splitlines() if "Best sample rate" in line)
     count = next(int(line.split(":")[-1]) for line in log.splitlines() if "Total executions" in line)
     return {"command": "PYTHONPATH=. " + " ".join(["python", "bin/calculon", *CALCULON_CASE, "output.json", "-m"]
                                                  + (["-c", str(args.calculon_cpus)] if args.calculon_cpus else [])),
-            "wall": wall, "rss": rss, "executions": count,
+            "wall": wall, "rss": rss, "cpu": cpu, "executions": count,
             "best": f"t{e['tensor_par']} p{e['pipeline_par']} d{e['data_par']} mb{e['microbatch_size']} batch "
                     f"{e['batch_size']} recompute {e['activation_recompute']}, interleave "
                     f"{e['pipeline_interleaving']}, optimizer sharding {e['optimizer_sharding']}, offload "
@@ -180,16 +183,16 @@ def main() -> int:
     print(f"Calculon: {calc['wall']:.1f} s, {calc['rss'] / 1e9:.2f} GB", file=sys.stderr)
     rows = []
     for label, argv, goal in PASE_CASES:
-        med, walls, peak, text = _median_runs([py, "-m", "pase", *argv, "--json"], args.runs, env)
+        med, walls, peak, text, cpu = _median_runs([py, "-m", "pase", *argv, "--json"], args.runs, env)
         plan = json.loads(text[text.index("{"):])
         found = (f"{plan['label']}: {plan['step_time_s']:.4g} s" if "pipeline" in plan
                  else f"PaSE: {plan['step_time_s']:.4g} s")
         print(f"{label}: {med:.2f} s", file=sys.stderr)
-        rows.append((label, "pase " + " ".join(argv), goal, med, walls, peak, found))
-    inst_med, inst_walls, inst_peak, inst_text = _median_runs(
+        rows.append((label, "pase " + " ".join(argv), goal, med, walls, peak, found, cpu))
+    inst_med, inst_walls, inst_peak, inst_text, inst_cpu = _median_runs(
         [py, "-m", "pase", "solve-instance", str(INSTANCE), "--json"], args.runs, env)
     print(f"solve-instance: {inst_med:.2f} s", file=sys.stderr)
-    yard_med, yard_walls, yard_peak, yard_text = _median_runs([py, "-c", YARDSTICK, str(INSTANCE)],
+    yard_med, yard_walls, yard_peak, yard_text, yard_cpu = _median_runs([py, "-c", YARDSTICK, str(INSTANCE)],
                                                               args.yardstick_runs, warm=False)
     pase_cost, yard_cost = json.loads(inst_text)["cost"], json.loads(yard_text)["cost"]
 
@@ -202,24 +205,26 @@ def main() -> int:
         f"cases the median of {args.runs} runs after an untimed one, the yardstick's of {args.yardstick_runs}, "
         "Calculon once. Peak RSS: the process's "
         "largest resident memory (`wait4`; Calculon's largest process of its pool).", "",
-        "| case | command | goal | wall s, median (runs) | peak GB | plan found |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| case | command | goal | wall s, median (runs) | CPU s | peak GB | plan found |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
         f"| Calculon, Turing-530B on 5,128 A100s, batch up to 2,520 | `{calc['command']}` (calculon-ai/calculon, "
         f"its own venv) | anchor | {calc['wall']:.2f} (1 run, {calc['executions']:,} executions) | "
-        f"{calc['rss'] / 1e9:.2f} | {calc['best']} |",
+        f"{calc['cpu']:.2f} | {calc['rss'] / 1e9:.2f} | {calc['best']} |",
     ]
-    for label, command, goal, med, walls, peak, found in rows:
+    for label, command, goal, med, walls, peak, found, cpu in rows:
         lines.append(f"| pase, {label} | `{command}` | {goal} | {med:.2f} ({', '.join(f'{w:.2f}' for w in walls)})"
-                     f" | {peak / 1e9:.2f} | {found} |")
+                     f" | {cpu:.2f} | {peak / 1e9:.2f} | {found} |")
     lines.append(f"| solve-instance transformer-p64 | `pase solve-instance transformer-p64.json.gz --json` | "
                  f"<= 0.25 x the yardstick | {inst_med:.2f} ({', '.join(f'{w:.2f}' for w in inst_walls)}) | "
-                 f"{inst_peak / 1e9:.2f} | cost {pase_cost:.10g} |")
+                 f"{inst_cpu:.2f} | {inst_peak / 1e9:.2f} | cost {pase_cost:.10g} |")
     lines.append(f"| yardstick: plain vectorised variable elimination | `python -c YARDSTICK "
                  f"transformer-p64.json.gz` (bench_calculon.py) | - | {yard_med:.2f} "
-                 f"({', '.join(f'{w:.2f}' for w in yard_walls)}) | {yard_peak / 1e9:.2f} | cost {yard_cost:.10g} |")
-    lines += ["", f"Ratios: pase / Calculon on the README case {anchor[3] / calc['wall']:.3f} (goal <= 0.1), peak "
-                  f"{anchor[5] / 1e9:.2f} GB (goal < 1); solve-instance / yardstick {inst_med / yard_med:.3f} "
-                  f"(goal <= 0.25), costs {'equal' if abs(pase_cost - yard_cost) <= 1e-9 * yard_cost else 'DIFFER'}."]
+                 f"({', '.join(f'{w:.2f}' for w in yard_walls)}) | {yard_cpu:.2f} | {yard_peak / 1e9:.2f} | "
+                 f"cost {yard_cost:.10g} |")
+    lines += ["", f"Ratios: pase / Calculon on the README case, wall {anchor[3] / calc['wall']:.3f} (goal <= 0.1), "
+                  f"CPU {anchor[7] / calc['cpu']:.3f}; peak {anchor[5] / 1e9:.2f} GB (goal < 1); solve-instance / "
+                  f"yardstick, wall {inst_med / yard_med:.3f} (goal <= 0.25), CPU {inst_cpu / yard_cpu:.3f}; costs "
+                  f"{'equal' if abs(pase_cost - yard_cost) <= 1e-9 * yard_cost else 'DIFFER'}."]
     publish("\n".join(lines), args.no_write)
     return 0
 
