@@ -197,6 +197,10 @@ def main() -> int:
     ap.add_argument("--calculon-cpus", type=int, help="Calculon's -c (default: its own, the physical cores)")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
+    if not (args.calculon / "bin" / "calculon").is_file() or not Path(args.calculon_python).is_file():
+        sys.exit(f"bench_calculon: no Calculon checkout at {args.calculon} or no Python at {args.calculon_python}; "
+                 "check out calculon-ai/calculon and make a venv with its dependencies (numpy, pandas, psutil), "
+                 "then give --calculon and --calculon-python")
     started = datetime.date.today().isoformat()
     where = machine()
     py, env = sys.executable, _pase_env()
