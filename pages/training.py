@@ -25,6 +25,7 @@ from pase.search.stages import search_training, training_baselines
 from ui import jobs, state
 from pase.model.memory import MemoryOptions
 from ui.fmt import fmt_count, fmt_fit, fmt_percent, fmt_time, md
+from ui.moe import show_moe
 from ui.pagekit import require_problem, routed
 from ui.stepmodel import CALIBRATED, PEAK, show_model
 from ui.training_figures import (
@@ -221,6 +222,7 @@ def show_plan(plan, prefix: str, runnable: dict | None = None) -> None:
         st.plotly_chart(mesh_figure(plan), key=f"{prefix}_mesh")
         st.caption("t, d, p: each device's tensor, data and pipeline coordinates (the t x c group innermost on the "
                    "mesh, then the data-parallel replicas, then the pipeline).")
+    show_moe(plan, prefix)
     st.subheader("Stages")
     st.dataframe(stage_rows(plan), hide_index=True, key=f"{prefix}_stages")
     st.download_button("Plan (JSON)", json.dumps(plan.to_dict(), indent=1), file_name=file_name(model, "training"),

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pase.errors import ConfigurationError
-from pase.hardware.cluster import CALIBRATIONS, preset
+from pase.hardware.cluster import CALIBRATIONS, H200_MEASURED, preset
 from pase.hardware.efficiency import Efficiency
 from pase.ir.configs import ConfigOptions
 from pase.model.attention import attention_units, computed_fraction, flash_flops, flash_times_s
@@ -114,7 +114,9 @@ def test_a_flash_kernel_takes_its_flops_at_the_attention_curve_and_its_other_lay
     cluster = replace(preset("dgx-h100", 1), efficiency=eff)
     seconds, unit = _unit_seconds(tiny(), cluster, ConfigOptions(attention="flash"))
     forward = 4 * B * HQ * S * S * C * (S + 1) / (2 * S)
-    assert seconds[unit.scores] == pytest.approx(forward / (0.4 * 989e12) + 2.5 * forward / (0.25 * 989e12))
+    # Llama's rotary embeddings ride on the score product too: q and k read and written, forward and backward.
+    rotary = 2 * 2 * (B * S * HQ * C + B * S * HKV * C) * 2 / 1e15
+    assert seconds[unit.scores] == pytest.approx(forward / (0.4 * 989e12) + 2.5 * forward / (0.25 * 989e12) + rotary)
     assert all(seconds[n] == 0 for n in unit.members - {unit.scores})
 
 
@@ -180,16 +182,19 @@ H200_KERNELS = json.loads((Path(__file__).resolve().parents[1] / "pase" / "hardw
 
 @pytest.mark.parametrize("row", H200_KERNELS["attention"]["rows"], ids=lambda r: f"b{r['b']}-h{r['hq']}-s{r['s']}")
 def test_a_flash_kernel_on_the_h200_calibration_takes_the_measured_time(row):
-    # Causal flash attention measured alone on one H200 (torch's SDPA, flash backend), against the fused kernel of
-    # a decoder block of that shape on the dgx-h200 preset's calibration: forward within 10%, forward plus backward
-    # within 12%.
+    # Causal flash attention measured alone on one H200 at 1,980 MHz (torch's SDPA, flash backend), against the
+    # fused kernel of a decoder block of that shape on the fit of those timings: forward within 10%, forward plus
+    # backward within 12%. The dgx-h200 preset runs it at NVIDIA's stated 1,830 MHz tensor-core clock: 1980/1830
+    # as long.
     b, hq, hkv, s, d = row["b"], row["hq"], row["hkv"], row["s"], row["d"]
     g = llama("a", layers=1, hidden=hq * d, heads=hq, kv_heads=hkv, ffn=64, vocab=64, batch=b, seq=s)
     unit = attention_units(g)[0]
-    forward, backward = flash_times_s(g, unit, np.ones((1, len(g.layer(unit.scores).dims))), 989e12,
-                                      CALIBRATIONS["dgx-h200"], 2)
+    cfg = np.ones((1, len(g.layer(unit.scores).dims)))
+    forward, backward = flash_times_s(g, unit, cfg, 989e12, H200_MEASURED.efficiency, 2)
     assert forward[0] == pytest.approx(row["fwd_s"], rel=0.10)
     assert forward[0] + backward[0] == pytest.approx(row["fwd_bwd_s"], rel=0.12)
+    in_training, _ = flash_times_s(g, unit, cfg, 989e12, CALIBRATIONS["dgx-h200"], 2)
+    assert in_training[0] == pytest.approx(forward[0] * 1980 / 1830, rel=0.01)  # launches do not scale
 
 
 def test_a_sliding_window_from_a_mistral_config_counts_the_pairs_it_sees(tmp_path):

@@ -201,7 +201,7 @@ def test_impossible_clusters_are_refused(kwargs, match):
 
 # Published figures, with their sources, in the units the presets use: FLOP/s per device, bytes
 # per second one device sends one way, bytes of memory (decimal GB, as NVIDIA states them).
-GB, TFLOPS = 1e9, 1e12
+GB, TFLOPS, MiB = 1e9, 1e12, 2**20
 EDR_Bps, HDR_Bps, NDR_Bps = 100e9 / 8, 200e9 / 8, 400e9 / 8  # InfiniBand EDR/HDR/NDR: 100/200/400 Gb/s per port
 PCIE3_X16_Bps = 16 * 8e9 * 128 / 130 / 8  # PCIe 3.0: 8 GT/s per lane, 128b/130b coding: 15.75 GB/s one way
 PUBLISHED = {
@@ -218,15 +218,17 @@ PUBLISHED = {
     "dgx1-v100": dict(flops=125 * TFLOPS, bpe=2, memory=32 * GB, link=300 * GB / 2, network=4 * EDR_Bps / 8),
     # DGX A100 (NVIDIA A100 and DGX A100 datasheets): A100 SXM4 312 TFLOP/s dense bf16/fp16, 80 GB
     # HBM2e, NVLink 3 600 GB/s bidirectional = 300 GB/s per direction; 8 x HDR (one per GPU).
-    "dgx-a100": dict(flops=312 * TFLOPS, bpe=2, memory=80 * GB, link=600 * GB / 2, network=HDR_Bps),
+    # Memory: what NVML reports (Modal's published table of nvidia-smi totals: 81,920 MiB for an "80 GB" A100,
+    # 81,559 MiB for an "80 GB" H100, 40,960 MiB for a 40 GB A100, 143,771 MiB for a 141 GB H200).
+    "dgx-a100": dict(flops=312 * TFLOPS, bpe=2, memory=81_920 * MiB, link=600 * GB / 2, network=HDR_Bps),
     # DGX H100 (NVIDIA H100 and DGX H100 datasheets): H100 SXM5 989 TFLOP/s dense bf16 (1979 with
     # sparsity), 80 GB HBM3, NVLink 4 900 GB/s bidirectional = 450 GB/s per direction; 8 x NDR.
-    "dgx-h100": dict(flops=989 * TFLOPS, bpe=2, memory=80 * GB, link=900 * GB / 2, network=NDR_Bps),
+    "dgx-h100": dict(flops=989 * TFLOPS, bpe=2, memory=81_559 * MiB, link=900 * GB / 2, network=NDR_Bps),
     # The first DGX A100: the same A100 SXM4 with 40 GB of HBM2.
-    "dgx-a100-40gb": dict(flops=312 * TFLOPS, bpe=2, memory=40 * GB, link=600 * GB / 2, network=HDR_Bps),
+    "dgx-a100-40gb": dict(flops=312 * TFLOPS, bpe=2, memory=40_960 * MiB, link=600 * GB / 2, network=HDR_Bps),
     # DGX H200 (NVIDIA H200 datasheet): H200 SXM 989 TFLOP/s dense bf16, 141 GB HBM3e, NVLink 4 900 GB/s
     # bidirectional; 8 x NDR.
-    "dgx-h200": dict(flops=989 * TFLOPS, bpe=2, memory=141 * GB, link=900 * GB / 2, network=NDR_Bps),
+    "dgx-h200": dict(flops=989 * TFLOPS, bpe=2, memory=143_771 * MiB, link=900 * GB / 2, network=NDR_Bps),
     # DGX B200 (NVIDIA DGX B200 datasheet): 72 PFLOP/s fp8 training for 8 GPUs (sparse) = 2.25 PFLOP/s
     # dense bf16 per GPU, 1,440 GB HBM3e / 8, NVLink 5 1.8 TB/s bidirectional; 8 x 400 Gb/s ConnectX-7.
     "dgx-b200": dict(flops=72e15 / 8 / 2 / 2, bpe=2, memory=1440 * GB / 8, link=1800 * GB / 2, network=NDR_Bps),

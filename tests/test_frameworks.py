@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import math
 import re
 import subprocess
 import sys
@@ -96,10 +97,12 @@ def parse_megatron(text: str) -> tuple[int, int, dict[str, str | None]]:
     script = next(i for i, w in enumerate(words) if w.endswith(".py"))
     flags: dict[str, str | None] = {}
     i = script + 1
-    while i < len(words):
-        value = words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("--") else None
-        flags[words[i]] = value
-        i += 2 if value is not None else 1
+    while i < len(words):  # a flag, then its values (a list flag such as --recompute-modules takes several)
+        j = i + 1
+        while j < len(words) and not words[j].startswith("--"):
+            j += 1
+        flags[words[i]] = " ".join(words[i + 1:j]) or None
+        i = j
     launcher = dict(zip(words[:script:2], words[1:script:2]))
     return int(launcher["--nnodes"]), int(launcher["--nproc-per-node"]), flags
 
@@ -110,15 +113,16 @@ def megatron_config(text: str, model: str = MODEL):
     torch = pytest.importorskip("torch")
     from megatron.core.distributed import DistributedDataParallelConfig
     from megatron.core.transformer.enums import AttnBackend
-    from megatron.core.transformer.transformer_config import TransformerConfig
+    from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
 
     known = megatron_flags()
     nodes, per_node, flags = parse_megatron(text)
     unknown = sorted(set(flags) - set(known))
     assert not unknown, f"flags Megatron-LM does not take: {unknown}"
     graph = sample(model, batch=1)
-    heads = next(l for l in graph.layers if l.name.endswith("attn.q")).size_of["h"]
-    hidden = next(l for l in graph.layers if l.name.endswith("attn.q")).size_of["d"]
+    # The first attention product with both the heads and the hidden size (attn.q; attn.out under latent attention).
+    attn = next(l for l in graph.layers if ".attn." in l.name and {"h", "d"} <= set(l.size_of))
+    heads, hidden = attn.size_of["h"], attn.size_of["d"]
     kwargs: dict = {"hidden_size": hidden, "num_attention_heads": heads,
                     "num_layers": len({m[1] for l in graph.layers if (m := re.match(r"(.*?\.\d+)\.", l.name))})}
     ddp: dict = {}
@@ -134,6 +138,8 @@ def megatron_config(text: str, model: str = MODEL):
             kwargs[field] = True
         elif field == "attention_backend":
             kwargs[field] = AttnBackend[value]
+        elif field == "recompute_modules":  # a list flag (nargs="*" in Megatron-LM's arguments)
+            kwargs[field] = value.split()
         elif value.isdigit():
             kwargs[field] = int(value)
         else:
@@ -144,7 +150,11 @@ def megatron_config(text: str, model: str = MODEL):
     experts = [l.size_of["x"] for l in graph.layers if l.op == "MoEExperts"]
     if experts:  # a model argument of the user's, as the hidden size is
         kwargs["num_moe_experts"] = experts[0]
-    return nodes * per_node, flags, TransformerConfig(**kwargs), DistributedDataParallelConfig(**ddp)
+    # Multi-latent attention is the user's model argument too (Megatron-LM's --multi-latent-attention builds an
+    # MLATransformerConfig), which recomputing mla_up_proj needs.
+    latent = any(l.name.endswith(".attn.kv_a") for l in graph.layers)
+    config = MLATransformerConfig(**kwargs) if latent else TransformerConfig(**kwargs)
+    return nodes * per_node, flags, config, DistributedDataParallelConfig(**ddp)
 
 
 def megatron_blocks(config) -> list[int]:
@@ -277,7 +287,8 @@ def test_torchtitan_jobs_load_in_its_config_manager_with_the_world_and_stages(ti
     par = config.parallelism
     dims = ParallelDims(dp_replicate=par.data_parallel_replicate_degree, dp_shard=par.data_parallel_shard_degree,
                         cp=par.context_parallel_degree, tp=par.tensor_parallel_degree,
-                        pp=par.pipeline_parallel_degree, ep=par.expert_parallel_degree, etp=1, world_size=16)
+                        pp=par.pipeline_parallel_degree, ep=par.expert_parallel_degree,
+                        etp=par.expert_tensor_parallel_degree, world_size=16)
     assert dims.dp_replicate * dims.dp_shard == plan["data_parallel"]
     assert (dims.tp, dims.pp, dims.cp) == (plan["tensor_parallel"], plan["pipeline_parallel"], 1)
     assert (dims.dp_shard > 1) == (plan["zero_stage"] == 3)
@@ -289,7 +300,8 @@ def test_torchtitan_jobs_load_in_its_config_manager_with_the_world_and_stages(ti
     p, v = plan["pipeline_parallel"], plan["pipeline"]["virtual_stages"]
     if p > 1:
         schedule = get_schedule_class(par.pipeline_parallel_schedule)
-        assert issubclass(schedule, PipelineScheduleSingle) == (v == 1)
+        # One stage a rank: a single-stage schedule, but for zero bubble (a looped one over one part a rank).
+        assert issubclass(schedule, PipelineScheduleSingle) == (v == 1 and plan["pipeline"]["schedule"] != "zb1p")
         parts = par.module_fqns_per_model_part
         assert len(parts) == p * v
         flat = [m for part in parts for m in part]
@@ -297,6 +309,120 @@ def test_torchtitan_jobs_load_in_its_config_manager_with_the_world_and_stages(ti
         assert flat == ["tok_embeddings", *[f"layers.{i}" for i in range(layers)], "norm", "output"]
         assert [sum(m.startswith("layers.") for m in part) for part in parts] == blocks_per_stage(plan)
         assert train.local_batch_size % par.pipeline_parallel_microbatch_size == 0
+
+
+# Stage layouts of 16 devices (no pipeline): tensor, data, ZeRO stage, expert parallel, expert tensor parallel.
+EXPERT_LAYOUTS = [(t, d, z, ep, etp) for t, d in ((1, 16), (2, 8), (4, 4), (8, 2), (16, 1)) for z in (0, 3)
+                  for ep in (1, 2, 4, 8, 16) for etp in sorted({1, 2, t}) if (t * d) % (ep * etp) == 0
+                  and (z == 0 or d > 1)]
+
+
+def test_torchtitans_expert_rules_are_its_parallel_dims(titan, fake_world):
+    # Every expert layout pase models on 16 devices: torchtitan refuses it (ParallelDims' checks and its mesh
+    # unflattening) exactly when pase's torchtitan rules name an expert setting.
+    from pase.frameworks import framework
+    from pase.model.training import Parallelism
+
+    _, ParallelDims = titan
+    tried = refused = 0
+    for t, d, z, ep, etp in EXPERT_LAYOUTS:
+        par = Parallelism(tensor=t, data=d, zero=z, ep=ep, etp=etp, sequence_parallel=t > 1, global_batch=d)
+        named = [p for p in framework("torchtitan").problems(par, experts=True) if "expert" in p]
+        replicate, shard = (d, 1) if z == 0 else (1, d)
+        try:
+            ParallelDims(dp_replicate=replicate, dp_shard=shard, cp=1, tp=t, pp=1, ep=ep, etp=etp if ep > 1 else t,
+                         world_size=16).build_mesh()
+            runs = True
+        except (AssertionError, ValueError, RuntimeError):
+            runs = False
+        # Without EP, ParallelDims takes any ETP (it ignores it) while the experts split over TP: pase names an ETP
+        # other than TP then, which torchtitan has no setting for.
+        assert bool(named) == (not runs or (ep == 1 and etp != t)), (t, d, z, ep, etp, named)
+        tried, refused = tried + 1, refused + (not runs)
+    assert refused and tried - refused  # both kinds met
+
+
+@pytest.mark.parametrize("name,par,named", [
+    ("megatron", dict(tensor=2, data=8, ep=4, etp=1), "without sequence parallelism"),
+    ("megatron", dict(tensor=2, data=8, ep=1, etp=2), "without sequence parallelism"),
+    ("torchtitan", dict(tensor=4, data=4, ep=2, etp=2, zero=3, sequence_parallel=True), "expert tensor parallel 2"),
+    ("torchtitan", dict(tensor=1, data=16, ep=8, zero=0), "dp_replicate"),
+    ("deepspeed", dict(tensor=1, data=16, ep=8, zero=3), "ZeRO stage 3 with a mixture of experts"),
+    ("deepspeed", dict(tensor=2, data=8, ep=4, etp=1), "ETP = TP"),
+    ("deepspeed", dict(tensor=8, data=2, ep=2, etp=1, pipeline=1), "ETP = TP"),
+])
+def test_expert_settings_a_framework_lacks_are_refused_by_name(name, par, named):
+    from pase.frameworks import framework
+    from pase.model.training import Parallelism
+
+    built = Parallelism(global_batch=16, **par)
+    problems = framework(name).problems(built, experts=True)
+    assert any(named in p for p in problems), problems
+    # Megatron-Core's folding runs every EP x ETP tiling a stage, ETP free of TP, EP not dividing DP.
+    folded = Parallelism(tensor=4, data=4, ep=8, etp=2, sequence_parallel=True, global_batch=16)
+    assert framework("megatron").problems(folded, experts=True) == []
+
+
+@pytest.mark.parametrize("name", ["torchtitan", "deepspeed"])
+def test_a_mixture_of_experts_plan_for_a_framework_exports_its_expert_layout(name):
+    plan = searched(name, devices=16, batch=64, model="qwen3-30b-a3b", pipeline=[1, 2], tensor=[1, 2],
+                    microbatch_sizes=[1])
+    ep, etp = plan["experts"]["ep"], plan["experts"]["etp"]
+    assert ep > 1  # the experts dealt out: what the rules are about
+    text = export_plan(plan, name)
+    if name == "torchtitan":
+        import tomllib
+
+        job = tomllib.loads(text)["parallelism"]
+        assert job["expert_parallel_degree"] == ep
+        assert job.get("expert_tensor_parallel_degree", etp) == etp and etp in (1, plan["tensor_parallel"])
+    else:
+        assert json.loads(text)["zero_optimization"]["stage"] <= 2
+        assert etp == plan["tensor_parallel"] and plan["data_parallel"] % ep == 0
+        assert (f"--moe-expert-parallel-size {ep}" in export_plan(plan, "launch")) == (ep > 1)
+
+
+@pytest.mark.parametrize("v", [1, 2])
+def test_a_zero_bubble_plan_runs_in_torchtitan_and_reads_back_to_its_step(titan, capsys, tmp_path, v):
+    # torchtitan's InterleavedZeroBubble: its job loads, torch's schedule class is the zero-bubble one whose order
+    # pase simulates (tests/test_pipeline.py), and evaluate --plan re-costs the export to the same step.
+    from torch.distributed.pipelining.schedules import ScheduleInterleavedZeroBubble, get_schedule_class
+
+    ConfigManager, _ = titan
+    plan = searched("torchtitan", pipeline=[4], schedules=("zb1p",), virtual_stages=(v,))
+    assert plan["pipeline"]["schedule"] == "zb1p" and plan["pipeline"]["virtual_stages"] == v
+    job = tmp_path / "job.toml"
+    job.write_text(export_plan(plan, "torchtitan"))
+    config = ConfigManager().parse_args([f"--job.config_file={job}"])
+    assert get_schedule_class(config.parallelism.pipeline_parallel_schedule) is ScheduleInterleavedZeroBubble
+    assert len(config.parallelism.module_fqns_per_model_part) == 4 * v
+    code, out, err = run(capsys, "evaluate", MODEL, "--devices", "16", "--cluster", "dgx-a100", "--plan", str(job),
+                         "--json")
+    assert code == 0, err
+    assert json.loads(out)["step_time_s"] == pytest.approx(plan["step_time_s"], rel=1e-12)
+
+
+def test_zero_bubble_is_searched_only_for_a_framework_that_runs_it():
+    # torchtitan's search space has the zero-bubble schedule, and with it never does worse than without it;
+    # pase's own search (no framework) and Megatron-LM's keep to the schedules they run.
+    titan = searched("torchtitan", pipeline=[4], microbatch_sizes=[1])
+    classic = searched("torchtitan", pipeline=[4], microbatch_sizes=[1], schedules=("1f1b", "interleaved", "gpipe"))
+    assert titan["step_time_s"] <= classic["step_time_s"] * (1 + 1e-12)
+    assert titan["pipeline"]["schedule"] == "zb1p"  # its deferred weight gradients fill 1F1B's bubble
+    for name in (None, "megatron"):
+        plan = searched(name, pipeline=[4], microbatch_sizes=[1])
+        assert plan["pipeline"]["schedule"] != "zb1p"
+        assert not any("zb1p" in r["label"] for r in plan["runners_up"])
+
+
+@pytest.mark.parametrize("fmt,named", [("megatron", r"the zero-bubble \(zb1p\) schedule: Megatron-LM runs 1F1B"),
+                                       ("deepspeed", r"the zero-bubble \(zb1p\) schedule: DeepSpeed's pipeline")])
+def test_a_zero_bubble_plan_is_refused_where_the_framework_has_none(fmt, named):
+    from pase.frameworks import NotExpressibleError
+
+    plan = searched("torchtitan", pipeline=[4], schedules=("zb1p",))
+    with pytest.raises(NotExpressibleError, match=named):
+        export_plan(plan, fmt)
 
 
 # -- DeepSpeed: its configuration parser and pipeline partition ------------------------------------------------------
@@ -387,6 +513,32 @@ def test_a_mixture_of_experts_megatron_plan_passes_megatron_cores_checks_with_it
     assert config.expert_tensor_parallel_size == plan["experts"]["etp"]
 
 
+def test_the_deepseek_v3_megatron_plan_the_issue_asked_for_passes_megatron_cores_checks(capsys, monkeypatch):
+    # The issue's acceptance line in full (about 20 s on one core): DeepSeek-V3 in FP8 on 1,024 H100s, the search
+    # kept to what Megatron-LM runs; its expert layout reaches megatron-core's checks (MoE with FP8 asks for
+    # Transformer Engine's version, which does not install without CUDA: a current one is stated).
+    from packaging.version import Version
+    import megatron.core.utils as core_utils
+
+    monkeypatch.setattr(core_utils, "get_te_version", lambda: Version("2.10.0"))
+    code, out, err = run(capsys, "solve", "deepseek-v3", "--devices", "1024", "--cluster", "dgx-h100",
+                         "--global-batch", "8192", "--seq", "4096", "--precision", "fp8", "--framework", "megatron",
+                         "--json")
+    assert code == 0, err
+    plan = json.loads(out)
+    world, flags, config, _ = megatron_config(export_plan(plan, "megatron"), model="deepseek-v3")
+    assert world == 1024 and config.num_moe_experts == 256 and config.num_layers == 61
+    assert config.expert_model_parallel_size == plan["experts"]["ep"] > 1
+    assert config.expert_tensor_parallel_size == plan["experts"]["etp"]
+    # Megatron-Core's MoE folding: the expert groups tile each stage's devices; the experts split evenly over EP.
+    stage = world // config.pipeline_model_parallel_size
+    assert stage % (config.expert_model_parallel_size * config.expert_tensor_parallel_size) == 0
+    assert config.num_moe_experts % config.expert_model_parallel_size == 0
+    assert config.fp8 == "hybrid"
+    if config.pipeline_model_parallel_size > 1:
+        assert megatron_blocks(config) == blocks_per_stage(plan, model="deepseek-v3")
+
+
 # -- DTensor and PartitionSpec of a 3-D plan, applied by torch -------------------------------------------------------
 
 
@@ -433,6 +585,41 @@ def test_a_3d_plan_exports_dtensor_placements_torch_shards_as_stated(fake_world,
     assert names <= {"dp_replicate", "dp_shard", "cp", "tp"} and "tp" in names
 
 
+@pytest.mark.parametrize("name,restrict", [
+    ("megatron", {"tensor": [2], "expert": [4], "expert_tensor": [2], "zero": (3,)}),
+    ("torchtitan", {"tensor": [2], "expert": [8], "expert_tensor": [1]}),
+], ids=["megatron-ep4-etp2-zero3", "torchtitan-ep8"])
+def test_a_mixture_of_experts_plan_places_its_experts_on_an_expert_mesh_torch_shards_as_stated(fake_world, name,
+                                                                                              restrict):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    plan = searched(name, model="qwen3-30b-a3b", pipeline=[1], microbatch_sizes=[1], **restrict)
+    ep, etp = plan["experts"]["ep"], plan["experts"]["etp"]
+    doc = json.loads(export_plan(plan, "dtensor"))
+    experts = doc["expert_mesh"]
+    assert experts["dim_names"] == ["pp", "edp", "ep", "etp"] and math.prod(experts["shape"]) == plan["devices"]
+    assert experts["shape"][2:] == [ep, etp]
+    mesh = init_device_mesh("cpu", tuple(experts["shape"]), mesh_dim_names=tuple(experts["dim_names"]))
+    inner = mesh[tuple(experts["layer_mesh"])]
+    placed = [t for layer in doc["layers"] if layer["op"] == "MoEExperts" for t in layer["tensors"]
+              if t.get("mesh") == "expert_mesh"]
+    assert len(placed) == 3  # the gate, up and down projections of every expert
+    for t in placed:
+        placements = [Shard(int(p[6:-1])) if p.startswith("Shard") else Replicate() for p in t["placements"]]
+        local, _ = compute_local_shape_and_global_offset(tuple(t["shape"]), inner, placements)
+        assert list(local) == t["local_shape"]
+        # Each device holds its experts (of 128), each split etp ways along its feed-forward width (768).
+        shards = experts["shape"][1] if plan["zero_stage"] == 3 else 1
+        assert local[0] == 128 // (ep * shards) and 768 // etp in local[1:]
+    spec = json.loads(export_plan(plan, "partitionspec"))
+    specs = [t["spec"] for layer in spec["layers"] if layer["op"] == "MoEExperts" for t in layer["tensors"]
+             if t.get("mesh") == "expert_mesh"]
+    assert all("ep" in (s[0] if isinstance(s[0], list) else [s[0]]) for s in specs)
+    assert spec["expert_mesh"]["axis_names"] == experts["dim_names"]
+
+
 def test_the_torchtitan_world_size_is_the_devices():
     plan = searched("torchtitan", pipeline=[2])
     text = export_plan(plan, "torchtitan")
@@ -459,6 +646,21 @@ def test_evaluate_reads_an_export_back_to_the_same_step(capsys, tmp_path, framew
     again = json.loads(out)
     assert again["step_time_s"] == pytest.approx(plan["step_time_s"], rel=1e-12)
     assert again["pipeline"]["stage_cuts"] == plan["pipeline"]["stage_cuts"]
+
+
+@pytest.mark.parametrize("framework", ["megatron", "torchtitan"])
+def test_a_mixture_of_experts_export_reads_back_to_the_same_step(capsys, tmp_path, framework):
+    # The expert-parallel and expert tensor-parallel sizes travel in the export and come back.
+    plan = searched(framework, model="qwen3-30b-a3b", pipeline=[2], tensor=[1, 2], microbatch_sizes=[1])
+    assert plan["experts"]["ep"] > 1
+    exported = tmp_path / f"plan.{framework}"
+    exported.write_text(export_plan(plan, framework))
+    code, out, err = run(capsys, "evaluate", "qwen3-30b-a3b", "--devices", "16", "--cluster", "dgx-a100", "--plan",
+                         str(exported), "--json")
+    assert code == 0, err
+    again = json.loads(out)
+    assert (again["experts"]["ep"], again["experts"]["etp"]) == (plan["experts"]["ep"], plan["experts"]["etp"])
+    assert again["step_time_s"] == pytest.approx(plan["step_time_s"], rel=1e-12)
 
 
 @pytest.mark.parametrize("argv,match", [

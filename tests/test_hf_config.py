@@ -354,8 +354,8 @@ def test_cli_sweeps_a_config_across_batch_sizes(capsys):
 def test_cli_plans_a_mixtral_config_with_expert_parallelism_per_layer(capsys, tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(TINY_MIXTRAL))
-    # --search auto (the default) plans a mixture of experts per layer, where the experts are split.
-    code, out, _ = run(capsys, "solve", path, "-p", "4", "--batch", "8", "--seq", "64",
+    # --search layers plans a mixture of experts per layer, where the experts are split.
+    code, out, _ = run(capsys, "solve", path, "-p", "4", "--batch", "8", "--seq", "64", "--search", "layers",
                        "--cluster", "dgx-h100", "--peak-rates", "--json")
     assert code == 0
     layers = {layer["name"]: layer for layer in json.loads(out)["layers"]}

@@ -205,7 +205,7 @@ def test_memory_gb_0_means_no_limit(capsys):
     d = strict_json(out)
     assert d["cluster"]["memory_bytes"] is None and d["memory_capacity_bytes"] is None and d["fits_memory"] is None
     limited = strict_json(run(capsys, "solve", "alexnet", "-p", "4", "--cluster", "dgx-a100", "--peak-rates", "--json")[1])
-    assert limited["cluster"]["memory_bytes"] == 80e9  # the preset's memory when not overridden
+    assert limited["cluster"]["memory_bytes"] == 81_920 * 2**20  # the preset's (an A100 80 GB's NVML total)
     code, out, _ = run(capsys, "solve", "--help")
     assert code == 0 and "0: no limit" in " ".join(out.split())
 
@@ -216,7 +216,7 @@ def test_the_app_reads_memory_0_as_no_limit_and_says_so():
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
     at.run()
     at.selectbox(key="in_preset").set_value("dgx-a100").run()
-    assert at.session_state["_problem"].cluster.memory_bytes == 80e9
+    assert at.session_state["_problem"].cluster.memory_bytes == 81_920 * 2**20  # an A100 80 GB's NVML total
     memory = at.number_input(key="in_memory")
     assert "0: unknown, no memory limit" in memory.help and "--memory-gb 0" in memory.help
     memory.set_value(0.0).run()

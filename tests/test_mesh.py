@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from pase import ops as L
-from pase.cli import _cluster, build_parser
+from pase.cli import build_parser
+from pase.cli.options import cluster_of as _cluster
 from pase.errors import ClusterError
 from pase.hardware.cluster import PRESETS, Cluster, preset
 from pase.hardware.mesh import DeviceMesh, MeshAxis

@@ -76,13 +76,15 @@ def test_the_cli_sets_the_reserve_and_shows_the_margin(capsys):
     default = capsys.readouterr().out
     assert main([*args, "--reserve-gb", "10"]) == 0
     ten = capsys.readouterr().out
-    line = re.compile(r"memory per device ([\d.]+) GB of 80.00 GB \(reserve ([\d.]+) GB included.*\): fits, "
-                      r"([\d.]+) GB to spare")
+    capacity = 81_920 * 2**20 / 1e9  # an A100 80 GB's NVML total, 85.90 GB
+    line = re.compile(rf"memory per device ([\d.]+) GB of {capacity:.2f} GB \(reserve ([\d.]+) GB included.*\): "
+                      r"fits, ([\d.]+) GB to spare")
     (need, reserve, spare), (need10, reserve10, spare10) = (
         tuple(map(float, line.search(text).groups())) for text in (default, ten))
     assert reserve == pytest.approx(DEFAULT_RESERVE.total_bytes / 1e9, abs=0.01) and reserve10 == 10.0
     assert need10 - need == pytest.approx(10 - reserve, abs=0.02)
-    assert spare == pytest.approx(80 - need, abs=0.02) and spare10 == pytest.approx(80 - need10, abs=0.02)
+    assert spare == pytest.approx(capacity - need, abs=0.02)
+    assert spare10 == pytest.approx(capacity - need10, abs=0.02)
     assert "custom" not in ten  # the reserve is no hardware figure: the preset keeps its figures and name
     assert main([*args, "--reserve-gb", "-1"]) == 2
     assert "reserve per device" in capsys.readouterr().err

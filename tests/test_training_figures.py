@@ -17,6 +17,7 @@ CONFIGS = {
     "1f1b": Parallelism(pipeline=4, data=2, global_batch=16),
     "interleaved": Parallelism(tensor=2, pipeline=4, global_batch=8, virtual_stages=2),
     "gpipe": Parallelism(tensor=2, pipeline=4, global_batch=8, schedule="gpipe"),
+    "zb1p": Parallelism(pipeline=4, data=2, global_batch=16, schedule="zb1p"),
 }
 
 
@@ -38,11 +39,13 @@ def resident(st) -> float:
 
 def held(plan, device: int, t: float) -> int:
     """Chunk-microbatches device ``device`` holds just after time ``t`` (in the axis's unit): forwards begun by
-    then less backwards ended by then, counted afresh from the recorded operations."""
+    then less backwards (under zero bubble: weight gradients) ended by then, counted afresh from the recorded
+    operations."""
     scale, _ = time_unit(plan.step_time_s)
     mine = [o for o in plan.schedule.operations if o.device == device]
+    frees = "W" if plan.parallelism.schedule == "zb1p" else "B"
     return (sum(o.kind == "F" and o.start_s / scale <= t for o in mine)
-            - sum(o.kind == "B" and o.end_s / scale <= t for o in mine))
+            - sum(o.kind == frees and o.end_s / scale <= t for o in mine))
 
 
 def test_each_point_is_the_resident_memory_plus_the_microbatches_held_then(plan):
@@ -60,8 +63,8 @@ def test_the_peak_holds_in_flight_microbatches_as_the_memory_model_counts_them(p
         peak = max(held(plan, st.index, x) for x in xs) / v
         s = st.index
         # Megatron's counts by hand: 1F1B keeps S - s, interleaved its warm-up forwards plus one (a chunk 1/v),
-        # GPipe every microbatch.
-        expected = {"1f1b": min(S - s, m), "gpipe": m,
+        # GPipe every microbatch; ZB-H1 S - s - 1 warm-up forwards, s pairs whose weight gradients wait, one more.
+        expected = {"1f1b": min(S - s, m), "gpipe": m, "zb1p": min(S, m),
                     "interleaved": min(m * v, (S - s - 1) * 2 + (v - 1) * S + 1) / v}[p.schedule]
         assert peak == pytest.approx(expected) == pytest.approx(st.in_flight)
 
@@ -93,3 +96,16 @@ def test_the_time_axis_is_the_gantts_and_spans_the_step(plan):
 def test_the_timeline_needs_a_recorded_schedule():
     with pytest.raises(ValueError, match="record=True"):
         memory_timeline_figure(evaluate_training(BUILD, CLUSTER, CONFIGS["1f1b"]))
+
+
+def test_the_gantt_draws_a_zero_bubble_schedules_weight_gradients_as_bars_of_their_own():
+    from ui.training_figures import schedule_figure
+
+    plan = evaluate_training(BUILD, CLUSTER, CONFIGS["zb1p"], record=True)
+    bars = {t.name: t for t in schedule_figure(plan).data if t.type == "bar"}
+    p = plan.parallelism
+    weights = [o for o in plan.schedule.operations if o.kind == "W"]
+    assert len(weights) == p.pipeline * p.microbatches == len(bars["weight gradient"].x)
+    # Each weight gradient after its own input gradient, on the same device.
+    backward = {(o.device, o.chunk, o.microbatch): o for o in plan.schedule.operations if o.kind == "B"}
+    assert all(w.start_s >= backward[w.device, w.chunk, w.microbatch].end_s - 1e-15 for w in weights)

@@ -343,3 +343,25 @@ def test_the_export_menu_offers_the_plan_each_framework_runs_in_one_click():
         labels = {b.label for b in at.get("download_button")}
         assert f"Export ({fmt})" in labels or any(l.startswith(f"Export the best plan {title} runs") for l in labels), \
             (fmt, labels, [e.value for e in at.error])
+
+
+@pytest.mark.parametrize("name,fmt", [("megatron", "megatron"), ("torchtitan", "torchtitan")])
+def test_a_chosen_framework_exports_its_runnable_plan_in_one_click(name, fmt):
+    """With one framework chosen, the searched plan is one it runs: its export is a single download whose text
+    is the export of the plan the search found."""
+    from pase.hardware.cluster import preset
+    from pase.io.export import export_plan
+    from pase.search.stages import search_training
+
+    at = page(devices=8, batch=16)
+    at.selectbox(key="tr_framework").set_value(name).run()
+    at.button(key="tr_search").click().run()
+    assert not at.exception and not at.error, [e.value for e in (*at.exception, *at.error)]
+    at.selectbox(key="tr_best_export_format").set_value(fmt).run()
+    assert not at.error, [e.value for e in at.error]
+    assert [b.label for b in at.get("download_button")].count(f"Export ({fmt})") == 1
+    # The plan offered is the search's for that framework, and it exports.
+    plan = search_training(batch_builder("megatron-1.7b"), preset("dgx-a100", 8, calibrated=True), 16,
+                           framework=name).best
+    assert any(plan.label in m.value.replace("\\", "") for m in at.success), [m.value for m in at.success]
+    assert export_plan(plan.to_dict(), fmt)

@@ -29,7 +29,8 @@ __all__ = ["OPERATION_COLORS", "IDLE_COLOR", "CHUNK_PATTERNS", "MAX_DEVICE_CELLS
 
 # The pipeline schedule's colours, used nowhere else in the app (ui/palette.py has none of these hues):
 # forward and backward work, the gradient reduction after a device's last backward, and idle time.
-OPERATION_COLORS = {"forward": "#5a9bd4", "backward": "#f28e2b", "gradient reduction": "#b07aa1"}
+OPERATION_COLORS = {"forward": "#5a9bd4", "backward": "#f28e2b", "weight gradient": "#e15759",
+                    "gradient reduction": "#b07aa1"}
 IDLE_COLOR = "#ededed"
 # Chunks of an interleaved stage (virtual stages 0, 1, ... of a device): the fill pattern of their bars.
 CHUNK_PATTERNS = ["", "/", ".", "x", "\\", "+", "-", "|"]
@@ -102,7 +103,10 @@ def schedule_figure(plan: TrainingPlan) -> go.Figure:
                     for s in range(S)],
         hovertemplate="stage %{customdata[0]}: idle %{customdata[1]} (%{customdata[2]:.0%} of the step)<extra></extra>",
     ))
-    for kind, name in (("F", "forward"), ("B", "backward")):
+    # A zero-bubble schedule's backward is its input gradient; its deferred weight gradients are bars of their own.
+    drawn = (("F", "forward"), ("B", "backward")) + ((("W", "weight gradient"),) if any(o.kind == "W" for o in ops)
+                                                    else ())
+    for kind, name in drawn:
         mine = [o for o in ops if o.kind == kind]
         fig.add_trace(go.Bar(
             name=name, legendgroup=name, showlegend=False, orientation="h", y=[o.device for o in mine], base=[o.start_s / scale for o in mine],
@@ -134,13 +138,13 @@ def schedule_figure(plan: TrainingPlan) -> go.Figure:
                            "%{customdata[4]:.0%} of it<extra></extra>"),
         ))
     # The legend: plain swatches in the bars' colours (a bar trace's swatch would show its first bar's pattern).
-    for name, color in (("forward", OPERATION_COLORS["forward"]), ("backward", OPERATION_COLORS["backward"]),
+    for name, color in (*((name, OPERATION_COLORS[name]) for _, name in drawn),
                         *((("steady state", STEADY_COLOR),) if middle else ())):
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name, legendgroup=name,
                                  marker=dict(symbol="square", size=12, color=color), hoverinfo="skip"))
     last = {}  # device -> its last backward
     for o in ops:
-        if o.kind == "B" and (o.device not in last or o.end_s > last[o.device].end_s):
+        if o.kind in "BW" and (o.device not in last or o.end_s > last[o.device].end_s):
             last[o.device] = o
     starts, lengths, hover = [], [], []
     for s, st in enumerate(plan.stages):
@@ -246,8 +250,11 @@ def memory_timeline_figure(plan: TrainingPlan) -> go.Figure:
     # Per device, (time, +1 or -1 chunk-microbatch) in its execution order: the recorded operations are sorted
     # stably by start, so one device's keep their order even where a backward ends as the next forward starts.
     events: list[list[tuple[float, int]]] = [[] for _ in plan.stages]
+    # A microbatch is freed by its backward, under a zero-bubble schedule by its weight gradient.
+    frees = "W" if any(o.kind == "W" for o in ops) else "B"
     for o in ops:
-        events[o.device].append((o.start_s, 1) if o.kind == "F" else (o.end_s, -1))
+        if o.kind == "F" or o.kind == frees:
+            events[o.device].append((o.start_s, 1) if o.kind == "F" else (o.end_s, -1))
     # Above MAX_DRAWN_MICROBATCHES, each stage's steady state (as in schedule_figure) is drawn as its highest level.
     m = plan.parallelism.microbatches
     steady: dict[int, tuple[float, float]] = {}

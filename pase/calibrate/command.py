@@ -19,9 +19,9 @@ __all__ = ["add_parser", "run"]
 HELP = "measure this machine's GPU (and its links) and write a calibration file pase plans with"
 
 
-def add_parser(sub) -> None:
+def add_parser(sub, help: str = HELP) -> None:
     """The ``calibrate`` sub-command's options."""
-    p = sub.add_parser("calibrate", help=HELP, description=HELP + ". Needs PyTorch with CUDA (pase[torch]); under "
+    p = sub.add_parser("calibrate", help=help, description=HELP + ". Needs PyTorch with CUDA (pase[torch]); under "
                        "torchrun across nodes it times the network too. Then: pase evaluate ... --cluster PRESET "
                        "--calibration FILE.")
     p.add_argument("--out", required=True, metavar="FILE", help="the calibration file to write (JSON)")

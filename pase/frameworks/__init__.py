@@ -76,7 +76,8 @@ def framework_cuts(fw: Framework | None, build, cluster, par, options, cache: di
     from pase.frameworks.base import balanced_block_cuts
 
     lt = cached_times(build, cluster, par, options, MemoryOptions(), cache)[par.recompute]
-    problems = [] if fw is None else fw.problems(par, precision=options.precision, attention=lt.attention)
+    problems = [] if fw is None else fw.problems(par, precision=options.precision, attention=lt.attention,
+                                                 experts=lt.experts is not None)
     if problems:
         raise ConfigurationError(f"{fw.title} does not run {par.describe()}: " + "; ".join(problems))
     pieces = par.pipeline * par.virtual_stages

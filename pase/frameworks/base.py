@@ -47,7 +47,9 @@ class TrainingSettings:
     rather than Megatron's rule; ``precision`` ``"bf16"`` or ``"fp8"``;
     ``attention`` ``"flash"``, ``"unfused"`` or ``""`` (not recorded);
     ``blocks`` the model's transformer blocks (None: not recorded);
-    ``label`` and ``model`` for comments.
+    ``experts`` whether the model has a mixture of experts (the expert
+    settings apply then, even at ``expert`` 1); ``label`` and ``model`` for
+    comments.
     """
 
     parallelism: Parallelism
@@ -60,28 +62,33 @@ class TrainingSettings:
     precision: str = "bf16"
     attention: str = ""
     blocks: int | None = None
+    experts: bool = False
 
 
 class Framework:
     """What one framework runs at a stated version, and how it says it.
 
     Subclasses set ``name`` (the ``--framework`` value), ``title`` and
-    ``version`` (what the checks and exports target) and implement
-    :meth:`problems`.
+    ``version`` (what the checks and exports target), ``schedules`` (the
+    pipeline schedules of :mod:`pase.model.pipeline` it runs over several
+    stages) and implement :meth:`problems`.
     """
 
     name = ""
     title = ""
     version = ""
+    schedules: tuple[str, ...] = ()
 
-    def problems(self, par: Parallelism, *, precision: str = "bf16", attention: str = "") -> list[str]:
+    def problems(self, par: Parallelism, *, precision: str = "bf16", attention: str = "",
+                 experts: bool = False) -> list[str]:
         """What of ``par`` the framework cannot run in ``precision`` (``"bf16"``, ``"fp8"``) with ``attention``
-        (``"flash"``, ``"unfused"``, ``""`` unknown), each naming the setting; [] if it runs."""
+        (``"flash"``, ``"unfused"``, ``""`` unknown) for a model with a mixture of experts (``experts``) or
+        without, each naming the setting; [] if it runs."""
         raise NotImplementedError
 
-    def runs(self, par: Parallelism, *, precision: str = "bf16", attention: str = "") -> bool:
+    def runs(self, par: Parallelism, *, precision: str = "bf16", attention: str = "", experts: bool = False) -> bool:
         """Whether the framework runs ``par`` (:meth:`problems` is empty); the stage cuts are the caller's."""
-        return not self.problems(par, precision=precision, attention=attention)
+        return not self.problems(par, precision=precision, attention=attention, experts=experts)
 
     def cuts(self, weights: Sequence[float], pieces: int, layout: "BlockLayout") -> tuple[int, ...]:
         """The stage cuts the framework would run for ``pieces`` virtual stages, layer ``i`` weighing

@@ -16,7 +16,14 @@ What pase's 3-D plans map to:
   blocks a stage, the first ``L % p`` stages one more;
 * no context parallelism (DeepSpeed's sequence parallelism, Ulysses,
   exchanges heads by all-to-all) and no FP8 setting;
-* bf16 mixed precision, as pase's memory model counts it.
+* bf16 mixed precision, as pase's memory model counts it;
+* a mixture of experts through DeepSpeed-MoE (``deepspeed.moe.layer.MoE(ep_size=)``,
+  Megatron-DeepSpeed's ``--moe-expert-parallel-size``): its engine refuses
+  native MoE layers under ZeRO 3 ("Native DeepSpeed MoE is not supported
+  with ZeRO Stage 3"); ``deepspeed.utils.groups`` forms the expert-parallel
+  groups inside the data-parallel ranks of a stage (EP divides the data
+  size) and, with tensor parallelism, splits each expert over the
+  tensor-parallel ranks (ETP = TP).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from typing import Sequence
 from pase.frameworks.base import (
     BlockLayout, Framework, NotExpressibleError, TrainingSettings, stage_blocks, uniform_block_cuts,
 )
+from pase.model.pipeline import TITLES
 from pase.model.training import Parallelism
 
 __all__ = ["DEEPSPEED", "DeepSpeed"]
@@ -37,15 +45,28 @@ class DeepSpeed(Framework):
     name = "deepspeed"
     title = "DeepSpeed"
     version = "0.16-0.19, tensor and pipeline sizes through Megatron-DeepSpeed"
+    schedules = ("1f1b",)
 
-    def problems(self, par: Parallelism, *, precision: str = "bf16", attention: str = "") -> list[str]:
+    def problems(self, par: Parallelism, *, precision: str = "bf16", attention: str = "",
+                 experts: bool = False) -> list[str]:
         """Settings of ``par`` DeepSpeed does not run (module docstring)."""
         out = []
+        if experts or par.ep > 1:
+            if par.zero == 3 and par.data > 1:
+                out.append("ZeRO stage 3 with a mixture of experts: DeepSpeed's engine does not run native "
+                           "DeepSpeed-MoE layers under ZeRO stage 3; re-cost with --zero 2")
+            if par.expert_tensor != par.tensor:
+                out.append(f"expert tensor parallel {par.expert_tensor} at tensor parallel {par.tensor}: "
+                           "DeepSpeed-MoE splits each expert over the tensor-parallel ranks (ETP = TP)")
+            if par.data % par.ep:
+                out.append(f"expert parallel {par.ep} over data parallel {par.data}: DeepSpeed-MoE forms its "
+                           "expert-parallel groups inside the data-parallel ranks, so EP must divide them")
         if par.zero >= 2 and par.pipeline > 1:
             out.append(f"ZeRO stage {par.zero} with {par.pipeline} pipeline stages: DeepSpeed's pipeline engine "
                        "supports ZeRO stages 0 and 1 only")
-        if par.pipeline > 1 and par.schedule != "1f1b":
-            out.append(f"the {par.schedule} schedule: DeepSpeed's pipeline engine runs its 1F1B train schedule only")
+        if par.pipeline > 1 and par.schedule not in self.schedules:
+            out.append(f"the {TITLES[par.schedule]} schedule: DeepSpeed's pipeline engine runs its 1F1B train "
+                       "schedule only")
         if par.virtual_stages > 1 and par.pipeline == 1:
             out.append(f"{par.virtual_stages} virtual stages on one pipeline stage")
         if par.context > 1:
@@ -69,7 +90,7 @@ class DeepSpeed(Framework):
         p = s.parallelism
         problems = ([f"its layer splits inside a stage were searched per layer ({s.label!r}), which the training "
                      "plan does not record and global flags cannot express"] if s.searched else [])
-        problems += self.problems(p, precision=s.precision, attention=s.attention)
+        problems += self.problems(p, precision=s.precision, attention=s.attention, experts=s.experts)
         if p.pipeline > 1:
             counts, inside = stage_blocks(s.stages, s.blocks)
             problems += inside
@@ -90,7 +111,8 @@ class DeepSpeed(Framework):
         p = s.parallelism
         return (f"deepspeed --num_nodes {s.nodes} --num_gpus {p.devices // s.nodes} pretrain_gpt.py "
                 f"--tensor-model-parallel-size {p.tensor} --pipeline-model-parallel-size {p.pipeline} "
-                "--deepspeed --deepspeed_config ds_config.json")
+                + (f"--moe-expert-parallel-size {s.expert} " if s.expert > 1 else "")
+                + "--deepspeed --deepspeed_config ds_config.json")
 
 
 DEEPSPEED = DeepSpeed()

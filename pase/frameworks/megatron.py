@@ -25,10 +25,25 @@ What pase's 3-D plans map to:
 * recomputation: ``selective`` (its default ``--recompute-modules core_attn``,
   the attention core pase's selective mode recomputes), ``full`` (every block,
   ``uniform`` over 1 layer);
-* FP8: ``--fp8-format hybrid`` (Transformer Engine's linear layers in the
+* FP8: ``--fp8-format hybrid --fp8-recipe tensorwise`` (current scaling, as
+  NVIDIA's recipes run it on Hopper; Transformer Engine's linear layers in the
   blocks; the embedding and output layer stay BF16, as pase prices them);
 * sequence parallelism ``--sequence-parallel``; flash or unfused attention
-  ``--attention-backend``.
+  ``--attention-backend``;
+* a mixture of experts: ``--expert-model-parallel-size`` and
+  ``--expert-tensor-parallel-size`` (and ``--moe-grouped-gemm``, the grouped
+  products pase prices; Megatron-Core needs it to recompute ``moe_act``) as
+  Megatron-Core's MoE parallel folding
+  takes them: ``etp x ep`` devices of a stage's ``t c d`` (megatron-core
+  0.16.1's ``initialize_model_parallel`` needs ``etp x ep x pp`` to divide
+  the world), ETP free of the TP size, EP not a divisor of the data size;
+  the experts a multiple of EP (``MoELayer``: ``num_moe_experts % ep_size``).
+  Megatron-LM's ``validate_args`` further requires sequence parallelism for
+  a mixture of experts under tensor parallelism ("When using MoE and tensor
+  parallelism, sequence parallelism must be used"). Megatron-Core 0.16 has
+  no zero-bubble pipeline schedule (its ``delay_wgrad_compute`` defers
+  weight gradients only to overlap the expert all-to-all in its combined
+  1F1B, not to fill the pipeline's bubble).
 """
 
 from __future__ import annotations
@@ -38,6 +53,7 @@ import shlex
 
 from pase.errors import ConfigurationError, FormatError
 from pase.frameworks.base import Framework, NotExpressibleError, TrainingSettings, launch_line, stage_blocks
+from pase.model.pipeline import TITLES
 from pase.model.training import Parallelism
 
 __all__ = ["MEGATRON", "Megatron", "read_script"]
@@ -51,18 +67,26 @@ class Megatron(Framework):
     name = "megatron"
     title = "Megatron-LM"
     version = "main of 2026-08 (d98e8a6) with megatron-core 0.16"
+    schedules = ("1f1b", "interleaved")
 
-    def problems(self, par: Parallelism, *, precision: str = "bf16", attention: str = "") -> list[str]:
-        """Settings of ``par`` Megatron-LM does not run: ZeRO 2 or 3 with pipeline stages, GPipe over stages,
-        chunks on one stage."""
+    def problems(self, par: Parallelism, *, precision: str = "bf16", attention: str = "",
+                 experts: bool = False) -> list[str]:
+        """Settings of ``par`` Megatron-LM does not run: ZeRO 2 or 3 with pipeline stages, GPipe or a zero-bubble
+        schedule over stages, chunks on one stage, a mixture of experts under tensor parallelism without
+        sequence parallelism (module docstring)."""
         out = []
+        if (experts or par.ep > 1) and par.tensor > 1 and not par.sequence_parallel:
+            out.append(f"a mixture of experts at tensor parallel {par.tensor} without sequence parallelism: "
+                       "Megatron-LM requires sequence parallelism with MoE and tensor parallelism; re-cost with "
+                       "--sp")
         if par.zero >= 2 and par.data > 1 and par.pipeline > 1:
             out.append(f"ZeRO stage {par.zero} with {par.pipeline} pipeline stages: Megatron-LM shards gradients "
                        f"{'and weights ' if par.zero == 3 else ''}only through Megatron-FSDP, without pipeline "
                        "stages (its distributed optimizer shards the optimizer state: ZeRO 1); re-cost with --zero 1, "
                        "or plan with --framework megatron")
-        if par.schedule == "gpipe" and par.pipeline > 1:
-            out.append("the GPipe schedule: Megatron-LM runs 1F1B or, with virtual stages, the interleaved schedule")
+        if par.schedule not in self.schedules and par.pipeline > 1:
+            out.append(f"the {TITLES[par.schedule]} schedule: Megatron-LM runs 1F1B or, with virtual stages, the "
+                       "interleaved schedule")
         if par.virtual_stages > 1 and par.pipeline == 1:
             out.append(f"{par.virtual_stages} virtual stages on one pipeline stage: Megatron-LM interleaves chunks "
                        "across several stages only")
@@ -107,18 +131,23 @@ class Megatron(Framework):
         layer splits searched per layer.
         """
         p = s.parallelism
-        problems = _searched(s) + self.problems(p, precision=s.precision, attention=s.attention)
+        problems = _searched(s) + self.problems(p, precision=s.precision, attention=s.attention,
+                                                experts=s.experts)
         if problems:
             raise NotExpressibleError("the plan is not expressible in Megatron-LM: " + "; ".join(problems))
         args = ["--tensor-model-parallel-size", str(p.tensor), "--pipeline-model-parallel-size", str(p.pipeline),
                 "--context-parallel-size", str(p.context), "--expert-model-parallel-size", str(s.expert)]
-        if s.expert > 1:  # each expert's width split as the plan splits it (Megatron-Core's default: the TP size)
-            args += ["--expert-tensor-parallel-size", str(p.tensor if p.etp is None else p.etp)]
+        if s.expert > 1 or s.experts:  # each expert's width split as the plan splits it (by default: the TP size)
+            args += ["--expert-tensor-parallel-size", str(p.expert_tensor)]
+        if s.experts:  # pase prices the local experts' products as Transformer Engine's grouped linear layer
+            args.append("--moe-grouped-gemm")
         args += self.layer_arguments(s)
         if p.sequence_parallel and p.tensor > 1:
             args.append("--sequence-parallel")
         if p.recompute == "selective":
             args += ["--recompute-granularity", "selective"]
+            if p.recompute_modules is not None:  # Megatron-Core's modules (pase.model.recompute), its nargs list
+                args += ["--recompute-modules", *p.recompute_modules]
         elif p.recompute == "full":
             # pase's full recomputation keeps each transformer layer's input and recomputes the layer.
             args += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
@@ -128,7 +157,9 @@ class Megatron(Framework):
             args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", _SHARDING[p.zero]]
         args.append("--bf16")
         if s.precision == "fp8":
-            args += ["--fp8-format", "hybrid"]
+            # Current (per-tensor) scaling, as NVIDIA's Megatron-Bridge recipes run FP8 on Hopper (FP8-CS); it
+            # also recomputes moe_act and layernorm, which delayed scaling refuses.
+            args += ["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"]
         if s.attention in ("flash", "unfused"):
             args += ["--attention-backend", s.attention]
         args += ["--micro-batch-size", str(p.microbatch_size), "--global-batch-size", str(p.global_batch)]
@@ -176,7 +207,7 @@ class Megatron(Framework):
         flags = _flags(args)
         model = {"tensor_model_parallel_size": p.tensor, "pipeline_model_parallel_size": p.pipeline,
                  "context_parallel_size": p.context, "expert_model_parallel_size": s.expert,
-                 **({"expert_tensor_parallel_size": p.tensor if p.etp is None else p.etp} if s.expert > 1 else {}),
+                 **({"expert_tensor_parallel_size": p.expert_tensor} if s.expert > 1 or s.experts else {}),
                  "sequence_parallel": p.sequence_parallel and p.tensor > 1}
         if p.virtual_stages > 1 and "--pipeline-model-parallel-layout" not in flags:
             model["virtual_pipeline_model_parallel_size"] = p.virtual_stages
@@ -186,9 +217,13 @@ class Megatron(Framework):
                             ("--recompute-granularity", "recompute_granularity"),
                             ("--recompute-method", "recompute_method"),
                             ("--recompute-num-layers", "recompute_num_layers"),
-                            ("--fp8-format", "fp8")):
+                            ("--fp8-format", "fp8"), ("--fp8-recipe", "fp8_recipe")):
             if flag in flags:
                 model[field] = flags[flag]
+        if s.experts:
+            model["moe_grouped_gemm"] = True
+        if p.recompute == "selective" and p.recompute_modules is not None:
+            model["recompute_modules"] = "[" + ",".join(p.recompute_modules) + "]"
         lines = [f"# Megatron-Bridge overrides (model: megatron-core 0.16's TransformerConfig) for pase plan "
                  f"{s.label or p.describe()!r} of {s.model or 'the model'}; launch with",
                  f"# {launch_line(s, 'RECIPE_SCRIPT.py')} <these overrides>"]
@@ -218,6 +253,14 @@ def _flags(args: list[str]) -> dict[str, str | None]:
         out[args[i]] = args[i + 1] if has_value else None
         i += 2 if has_value else 1
     return out
+
+
+def _recompute_modules(args: list[str]) -> tuple[str, ...] | None:
+    """The values of ``--recompute-modules`` (a list flag) in an argument list, None without it."""
+    if "--recompute-modules" not in args:
+        return None
+    rest = args[args.index("--recompute-modules") + 1:]
+    return tuple(rest[:next((i for i, w in enumerate(rest) if w.startswith("--")), len(rest))])
 
 
 def _hydra(value) -> str:
@@ -288,7 +331,10 @@ def read_script(text: str) -> tuple[TrainingSettings, tuple[int, ...]]:
                           microbatch_size=whole(flags, "--micro-batch-size"),
                           global_batch=whole(flags, "--global-batch-size"),
                           sequence_parallel="--sequence-parallel" in flags, recompute=granularity or "none",
-                          zero=zero)
+                          recompute_modules=_recompute_modules(words[script + 1:]),
+                          zero=zero, ep=whole(flags, "--expert-model-parallel-size", 1),
+                          etp=whole(flags, "--expert-tensor-parallel-size") if "--expert-tensor-parallel-size" in flags
+                          else None)
     except ConfigurationError as exc:
         raise FormatError(f"the Megatron-LM export is not a valid configuration: {exc}") from None
     attention = str(flags.get("--attention-backend") or "")

@@ -19,14 +19,24 @@ What pase's 3-D plans map to:
   x cp``, which pase's ZeRO does not model);
 * pipeline stages: ``module_fqns_per_model_part`` lists each virtual stage's
   modules (``tok_embeddings``, ``layers.N``, ``norm``, ``output``), so any
-  whole-block cut runs; schedules ``1F1B``, ``GPipe`` and, with chunks,
-  ``Interleaved1F1B``;
+  whole-block cut runs; schedules ``1F1B``, ``GPipe``, with chunks
+  ``Interleaved1F1B``, and torch's zero-bubble ``InterleavedZeroBubble``
+  (pase's ``zb1p``, with one chunk a device or several: the model parts
+  listed loop over the ranks; ZB-H1 with one). The V-shaped ``ZBVZeroBubble``
+  and ``DualPipeV`` are not planned (:mod:`pase.model.pipeline`);
 * recomputation ``none`` and ``full`` (every block); torchtitan's selective
   checkpointing (per operator, or every n-th block) keeps other activations
   than the attention-core recomputation pase prices as ``selective``;
 * FP8: the ``quantize.linear.float8`` converter with the output layer left
   in BF16 (``filter_fqns``), as pase prices it; attention: SDPA's fused
-  kernels only (pase's ``flash``).
+  kernels only (pase's ``flash``);
+* a mixture of experts: ``expert_parallel_degree`` and
+  ``expert_tensor_parallel_degree``. ``ParallelDims`` takes ETP equal to TP
+  or 1 only ("Currently we only support ETP=TP or ETP=1"), and folds the
+  expert mesh ``(pp, dp_replicate, efsdp, ep, etp)`` out of the FSDP and
+  tensor-parallel ranks, ``efsdp = dp_shard x cp x tp / (ep x etp)``: EP x
+  ETP must divide ``dp_shard x cp x tp``, never spanning ``dp_replicate``
+  (DDP). Without EP the experts are tensor-parallel over TP (ETP = TP).
 """
 
 from __future__ import annotations
@@ -41,7 +51,7 @@ from pase.model.training import Parallelism
 __all__ = ["TORCHTITAN", "Torchtitan", "SCHEDULES", "read_toml"]
 
 # pase's schedules as torch.distributed.pipelining names them (get_schedule_class).
-SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe"}
+SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe", "zb1p": "InterleavedZeroBubble"}
 
 
 class Torchtitan(Framework):
@@ -50,10 +60,25 @@ class Torchtitan(Framework):
     name = "torchtitan"
     title = "torchtitan"
     version = "0.2.2, TOML job files"
+    schedules = ("1f1b", "interleaved", "gpipe", "zb1p")
 
-    def problems(self, par: Parallelism, *, precision: str = "bf16", attention: str = "") -> list[str]:
+    def problems(self, par: Parallelism, *, precision: str = "bf16", attention: str = "",
+                 experts: bool = False) -> list[str]:
         """Settings of ``par`` torchtitan does not run as pase prices them (module docstring)."""
         out = []
+        if experts or par.ep > 1:
+            etp, ep = par.expert_tensor, par.ep
+            if ep > 1 and etp not in (1, par.tensor):
+                out.append(f"expert tensor parallel {etp} at tensor parallel {par.tensor}: torchtitan's ParallelDims "
+                           "takes an expert tensor-parallel degree equal to the tensor-parallel degree or 1")
+            elif ep == 1 and etp != par.tensor:
+                out.append(f"expert tensor parallel {etp} without expert parallelism at tensor parallel "
+                           f"{par.tensor}: torchtitan splits the experts over the tensor-parallel ranks then")
+            folded = (1 if par.zero == 0 else par.data) * par.context * par.tensor
+            if ep > 1 and folded % (ep * etp):
+                out.append(f"expert parallel {ep} x expert tensor parallel {etp}: torchtitan folds them out of its "
+                           f"dp_shard x cp x tp = {folded} ranks (never over DDP's dp_replicate), which "
+                           f"{ep * etp} does not divide")
         if par.data > 1 and par.zero in (1, 2):
             out.append(f"ZeRO stage {par.zero}: torchtitan's FSDP2 shards the weights too (ZeRO 3), and without "
                        "resharding still gathers them every microbatch; re-cost with --zero 3, or plan with "
@@ -110,7 +135,7 @@ class Torchtitan(Framework):
         p = s.parallelism
         problems = ([f"its layer splits inside a stage were searched per layer ({s.label!r}), which the training "
                      "plan does not record and global flags cannot express"] if s.searched else [])
-        problems += self.problems(p, precision=s.precision, attention=s.attention)
+        problems += self.problems(p, precision=s.precision, attention=s.attention, experts=s.experts)
         if problems:
             raise NotExpressibleError("the plan is not expressible in torchtitan: " + "; ".join(problems))
         replicate, shard = (p.data, 1) if p.zero == 0 else (1, p.data)
@@ -127,6 +152,7 @@ class Torchtitan(Framework):
         lines += [f"tensor_parallel_degree = {p.tensor}",
                   f"context_parallel_degree = {p.context}",
                   f"expert_parallel_degree = {s.expert}",
+                  *([f"expert_tensor_parallel_degree = {p.expert_tensor}"] if s.expert > 1 else []),
                   f"pipeline_parallel_degree = {p.pipeline}"]
         if p.pipeline > 1:
             lines += [f'pipeline_parallel_schedule = "{SCHEDULES[p.schedule]}"',
@@ -171,7 +197,7 @@ def read_toml(text: str) -> tuple[TrainingSettings, tuple[int, ...]]:
             raise FormatError(f"{key} must be a positive whole number in a torchtitan job TOML, got {value!r}")
         return value
 
-    t, c, p = (whole(par_t, f"{k}_parallel_degree", 1) for k in ("tensor", "context", "pipeline"))
+    t, c, p, ep = (whole(par_t, f"{k}_parallel_degree", 1) for k in ("tensor", "context", "pipeline", "expert"))
     replicate, shard = whole(par_t, "data_parallel_replicate_degree", 1), whole(par_t, "data_parallel_shard_degree", 1)
     parts = par_t.get("module_fqns_per_model_part") or []
     counts = tuple(sum(1 for m in part if isinstance(m, str) and m.startswith("layers.")) for part in parts)
@@ -189,7 +215,8 @@ def read_toml(text: str) -> tuple[TrainingSettings, tuple[int, ...]]:
         par = Parallelism(tensor=t, context=c, pipeline=p, data=d, virtual_stages=max(1, len(parts) // p) if parts
                           else 1, microbatch_size=micro, global_batch=whole(train, "global_batch_size"),
                           sequence_parallel=t > 1, recompute=mode, zero=3 if shard > 1 else 0,
-                          schedule=schedule if p > 1 else None)
+                          schedule=schedule if p > 1 else None, ep=ep,
+                          etp=whole(par_t, "expert_tensor_parallel_degree", 1) if ep > 1 else None)
     except ConfigurationError as exc:
         raise FormatError(f"the torchtitan job is not a valid configuration: {exc}") from None
     fp8 = "quantize.linear.float8" in (model.get("converters") or [])

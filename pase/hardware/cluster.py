@@ -245,6 +245,16 @@ class Cluster:
                 f"{self.network_bandwidth_Bps / 1e9:g} GB/s between nodes")
 
 
+# What NVML reports as each GPU's memory (nvidia-smi's total), in bytes: an "80 GB" H100 holds 81,559 MiB
+# (85.52e9 bytes), an "80 GB" A100 81,920 MiB, a 40 GB A100 40,960 MiB, a 141 GB H200 143,771 MiB (Modal's
+# published table, "Why does an NVIDIA H100 80GB card offer 85.52 GB?", thundergolfer.com, 2024). The datasheets'
+# round figures are GiB, or less; the memory the CUDA context and libraries take is the reserve's
+# (pase.model.memory.DEFAULT_RESERVE). The B200's 180 GB and the older GPUs' stay their datasheets' figures (no
+# published NVML total).
+_MIB = 2**20
+NVML_TOTAL_BYTES = {"h100": 81_559 * _MIB, "a100-80gb": 81_920 * _MIB, "a100-40gb": 40_960 * _MIB,
+                    "h200": 143_771 * _MIB}
+
 # Published peak figures. The paper's nodes run fp32; the DGX presets use the
 # bf16/fp16 tensor-core peak (dense) with 2-byte elements, as mixed-precision
 # training does. Bandwidth is one GPU's unidirectional link bandwidth inside
@@ -265,16 +275,16 @@ PRESETS: dict[str, Cluster] = {
         Cluster(8, 125e12, 150e9, 2, 32e9, "dgx1-v100", 8, 50e9 / 8),
         # DGX A100: 8 x A100 SXM4 80 GB, 312 TFLOP/s bf16, NVLink 3 (300 GB/s per direction);
         # 8 x 200 Gb/s HDR InfiniBand per node, one per GPU (25 GB/s).
-        Cluster(8, 312e12, 300e9, 2, 80e9, "dgx-a100", 8, 25e9),
+        Cluster(8, 312e12, 300e9, 2, NVML_TOTAL_BYTES["a100-80gb"], "dgx-a100", 8, 25e9),
         # DGX A100 40 GB (the first Selene): the same A100 SXM4 with 40 GB of HBM2 (1,555 GB/s).
-        Cluster(8, 312e12, 300e9, 2, 40e9, "dgx-a100-40gb", 8, 25e9),
+        Cluster(8, 312e12, 300e9, 2, NVML_TOTAL_BYTES["a100-40gb"], "dgx-a100-40gb", 8, 25e9),
         # DGX H100: 8 x H100 SXM5 80 GB, 989 TFLOP/s bf16 dense, NVLink 4 (450 GB/s per direction);
         # 8 x 400 Gb/s NDR InfiniBand per node, one per GPU (50 GB/s).
         # FP8: 1,979 TFLOP/s dense (H100, H200; NVIDIA's datasheets), 4,500 on B200.
-        Cluster(8, 989e12, 450e9, 2, 80e9, "dgx-h100", 8, 50e9, fp8_peak_flops=1979e12),
+        Cluster(8, 989e12, 450e9, 2, NVML_TOTAL_BYTES["h100"], "dgx-h100", 8, 50e9, fp8_peak_flops=1979e12),
         # DGX H200: 8 x H200 SXM 141 GB (HBM3e, 4.8 TB/s), 989 TFLOP/s bf16 dense, NVLink 4 (450 GB/s
         # per direction); 8 x 400 Gb/s NDR InfiniBand (50 GB/s per GPU).
-        Cluster(8, 989e12, 450e9, 2, 141e9, "dgx-h200", 8, 50e9, fp8_peak_flops=1979e12),
+        Cluster(8, 989e12, 450e9, 2, NVML_TOTAL_BYTES["h200"], "dgx-h200", 8, 50e9, fp8_peak_flops=1979e12),
         # DGX B200: 8 x B200 180 GB (HBM3e, 8 TB/s), 2,250 TFLOP/s bf16 dense, NVLink 5 (900 GB/s per
         # direction); 8 x 400 Gb/s ConnectX-7 (50 GB/s per GPU).
         Cluster(8, 2250e12, 900e9, 2, 180e9, "dgx-b200", 8, 50e9, fp8_peak_flops=4500e12),
@@ -334,14 +344,30 @@ def _with(efficiency: Efficiency, *figures: dict) -> Efficiency:
                    **{k: v for k, (v, _) in merged.items()})
 
 
-_SAME_CHIP = ("the H200's (same GH100 chip, 132 SMs, 1,980 MHz boost as the H100 SXM; H200 and H100 datasheets): "
+# The tensor-core clock of a training step. NVIDIA states the H100 and H200 SXM's tensor-core peaks at a 1,830 MHz
+# boost (989.4 TFLOP/s dense BF16 = 132 SMs x 4,096 FLOP a clock x 1.83 GHz; the H100 whitepaper's Table 3 gives
+# 1,830 MHz as the boost clock of tensor-core work, 1,980 MHz of the rest), while h200-kernels.json timed each
+# kernel alone at an SM clock of 1,980 MHz. A step runs its tensor-core kernels back to back at the clock their
+# peaks are stated at: the measured tensor-core kernels (products, FP8 products, flash attention) run 1830/1980 as
+# fast. The vector rate keeps the measured clock: NVIDIA states the CUDA cores' peaks (66.9 TFLOP/s FP32 = 132 x
+# 256 x 1.98 GHz) at 1,980 MHz. Memory and launch figures do not scale with the SM clock.
+H100_TENSOR_CLOCK_HZ, H200_MEASURED_CLOCK_HZ = 1830e6, 1980e6
+TENSOR_CORE_CURVES = ("matmul_curve", "matmul_dgrad_curve", "matmul_wgrad_curve", "fp8_matmul_curve", "attention_curve",
+                      "attention_backward_curve")
+_CLOCK = H100_TENSOR_CLOCK_HZ / H200_MEASURED_CLOCK_HZ
+_AT_CLOCK = ("published: at NVIDIA's stated 1,830 MHz tensor-core boost (H100 whitepaper, Table 3; 989.4 TFLOP/s = "
+             "132 SMs x 4,096 FLOP/clock x 1.83 GHz), the fractions measured at 1,980 MHz times 1830/1980 "
+             f"({_CLOCK:.3f}): {{}}")
+_H200 = _with(_H200, {name: (tuple((f, e * _CLOCK) for f, e in getattr(_H200, name)),
+                             _AT_CLOCK.format(_H200.sources[name])) for name in TENSOR_CORE_CURVES})
+
+_SAME_CHIP = ("the H200's (same GH100 chip, 132 SMs, the same clocks as the H100 SXM; H200 and H100 datasheets): "
               "{}")
 H200_CALIBRATION = _with(_H200, _NVLINK4, _NDR, _LATENCY)
 H100_CALIBRATION = _with(
     _H200, _NVLINK4, _NDR, _LATENCY,
     {name: (getattr(_H200, name), _SAME_CHIP.format(_H200.sources[name]))
-     for name in ("matmul_curve", "matmul_dgrad_curve", "matmul_wgrad_curve", "fp8_matmul_curve", "attention_curve",
-                  "attention_backward_curve", "vector_flops", "kernel_overhead_s", "memory_overlap")},
+     for name in (*TENSOR_CORE_CURVES, "vector_flops", "kernel_overhead_s", "memory_overlap")},
     {"memory_Bps": (3350e9 * _HBM_FRACTION,
                     f"the H100 SXM's published 3.35 TB/s HBM3 at the fraction the H200's copies reach of its "
                     f"4.8 TB/s ({_HBM_FRACTION:.3f}; {_H200.sources['memory_Bps']})")},
@@ -357,9 +383,10 @@ def _scaled(curve, ratio: float):
     return tuple((f * ratio, e) for f, e in curve)
 
 
-_B200_ASSUMED = ("assumed: the H200's fitted curve with its FLOP anchors scaled by the B200's peak over the H200's "
-                 "({:.2f}x; a kernel reaches the fraction an H200 kernel of the same duration reaches), not "
-                 "measured on a B200")
+_B200_ASSUMED = ("assumed: the H200's fitted curve at its stated tensor-core clock (1830/1980 of the fractions "
+                 "measured at 1,980 MHz) with its FLOP anchors scaled by the B200's peak over the H200's "
+                 "({:.2f}x; a kernel reaches the fraction of its stated peak an H200 kernel of the same duration "
+                 "reaches), not measured on a B200")
 B200_CALIBRATION = _with(
     _H200, _NVLINK5, _NDR, _LATENCY,
     {name: (_scaled(getattr(_H200, name), (_B200_FP8 / 1979e12) if name.startswith("fp8") else _B200_BF16 / 989e12),

@@ -100,7 +100,8 @@ __all__ = ["FORMATS", "NotExpressibleError", "TrainingSettings", "export_plan", 
            "loads_plan_document", "is_training_plan", "training_from_dict", "plan_graph", "plan_strategy",
            "layer_layouts", "dtensor_export", "partitionspec_export", "megatron_equivalent", "megatron_arguments",
            "megatron_script", "torchtitan_toml", "deepspeed_config", "file_name", "training_layouts",
-           "training_dtensor_export", "training_partitionspec_export", "launch_text", "TRAINING_MESH"]
+           "training_dtensor_export", "training_partitionspec_export", "launch_text", "TRAINING_MESH", "EXPERT_MESH",
+           "expert_axes"]
 
 FORMATS = ("dtensor", "partitionspec", "megatron", "megatron-bridge", "torchtitan", "deepspeed", "launch")
 # Marker and version of the DTensor and PartitionSpec documents this module writes.
@@ -165,6 +166,15 @@ def _nodes(mesh: object, devices: int) -> int:
     return math.prod(extents)
 
 
+def _modules(value) -> tuple[str, ...] | None:
+    """A plan's ``recompute_modules``: None when absent or Megatron-Core's default (the attention core alone)."""
+    if value is None or list(value) in ([], ["core_attn"]):
+        return None
+    if not isinstance(value, list) or not all(isinstance(m, str) for m in value):
+        raise FormatError(f"field 'recompute_modules' must be a list of module names, got {value!r}")
+    return tuple(value)
+
+
 def _expert_settings(experts) -> dict:
     """The expert layout a training plan's ``experts`` object records (``TrainingPlan.experts_dict``), as
     :class:`~pase.model.training.Parallelism` keywords; none without experts."""
@@ -207,6 +217,7 @@ def training_from_dict(data: Mapping) -> TrainingSettings:
             virtual_stages=_count(pipe, "virtual_stages", 1), microbatch_size=_count(pipe, "microbatch_size"),
             global_batch=_count(pipe, "global_batch"), sequence_parallel=sp,
             recompute=data.get("recompute", "none"), zero=data.get("zero_stage", 0),
+            recompute_modules=_modules(data.get("recompute_modules")),
             schedule=pipe.get("schedule"), stage_cuts=tuple(cuts) if cuts else None,
             **_expert_settings(data.get("experts")))
     except ConfigurationError as exc:
@@ -237,7 +248,7 @@ def training_from_dict(data: Mapping) -> TrainingSettings:
                             stages=tuple(run for _, run in sorted(stages)), searched=label.endswith(SEARCHED_SPLITS),
                             precision=precision, attention=attention,
                             blocks=_count(data, "transformer_blocks") if data.get("transformer_blocks") is not None
-                            else None)
+                            else None, experts=data.get("experts") is not None)
 
 
 def plan_graph(data: Mapping, graph: Graph | None = None) -> Graph:
@@ -342,6 +353,7 @@ class _Layout:
     tensor: TensorSpec
     placements: tuple[tuple, ...]
     local_shape: tuple[int, ...]
+    mesh: str = "layer"  # "expert": placements over the expert mesh's inner dimensions (EXPERT_MESH)
 
 
 def layer_layouts(graph: Graph, strategy: Mapping[str, tuple[int, ...]], mesh: DeviceMesh):
@@ -564,6 +576,31 @@ def _settings(data: Mapping, graph: Graph | None) -> TrainingSettings:
 
 # The mesh a 3-D plan's tensor-parallel layers live on, outermost first (torchtitan's ParallelDims order).
 TRAINING_MESH = ("pp", "dp_replicate", "dp_shard", "cp", "tp")
+# The experts' mesh of a plan with expert parallelism, over the same devices: per pipeline stage its t c d
+# devices folded as expert data x expert x expert tensor parallelism (Megatron-Core's and torchtitan's folding,
+# ranks row-major as the dense mesh's: expert tensor innermost, then expert).
+EXPERT_MESH = ("pp", "edp", "ep", "etp")
+
+
+def expert_axes(par) -> list[tuple[str, int]] | None:
+    """The ``(name, size)`` of the expert mesh of ``par`` (a :class:`~pase.model.training.Parallelism`), None
+    without expert parallelism."""
+    if par.ep == 1:
+        return None
+    return list(zip(EXPERT_MESH, (par.pipeline, par.expert_data, par.ep, par.expert_tensor)))
+
+
+def _expert_layout(layout: _Layout, par, zero3: bool) -> _Layout:
+    """An expert weight's layout on the expert mesh's inner dimensions ``edp, ep, etp``: the experts axis
+    (``x``) over ``ep`` (and, under ZeRO 3, FSDP's ``edp`` outside it), each expert's feed-forward axis (``f``)
+    over ``etp``."""
+    t = layout.tensor
+    experts, width = t.axes.index("x"), t.axes.index("f")
+    placements = [("S", experts) if zero3 and par.expert_data > 1 else ("R",), ("S", experts),
+                  ("S", width) if par.expert_tensor > 1 else ("R",)]
+    sizes = [par.expert_data, par.ep, par.expert_tensor]
+    return _Layout(layout.role, layout.index, t, tuple(placements), _local_shape(t.shape, placements, sizes),
+                   mesh="expert")
 
 
 def training_layouts(data: Mapping, graph: Graph | None = None):
@@ -589,7 +626,9 @@ def training_layouts(data: Mapping, graph: Graph | None = None):
 
     Returns ``(axes, layer_mesh, records)``: ``axes`` the ``(name, size)`` of
     the mesh, ``layer_mesh`` the names of its inner dimensions, ``records``
-    per layer ``(layer, stage, layouts)``.
+    per layer ``(layer, stage, layouts)``. With expert parallelism the
+    experts' weights are placed on the expert mesh (:func:`expert_axes`,
+    their layouts' ``mesh`` is ``"expert"``), the experts over ``ep``.
 
     Raises
     ------
@@ -646,6 +685,8 @@ def training_layouts(data: Mapping, graph: Graph | None = None):
                     placements[1] = ("S", 0)
                     lay = _Layout(role, i, global_t, tuple(placements),
                                   _local_shape(global_t.shape, placements, [n for _, n in inner]))
+                if role == "weight" and layer.op == "MoEExperts" and par.ep > 1:
+                    lay = _expert_layout(lay, par, zero3)
                 layouts.append(lay)
         # The layers before the blocks run on the first stage, those after them on the last (its device).
         stage = 0 if k is not None or not seen_block else (par.pipeline * par.virtual_stages - 1) % par.pipeline
@@ -681,10 +722,15 @@ def training_dtensor_export(data: Mapping, graph: Graph | None = None) -> dict:
     axes, layer_mesh, records = training_layouts(data, graph)
     out = _training_header(data, "dtensor", axes)
     out["mesh"] = {"shape": [n for _, n in axes], "dim_names": [a for a, _ in axes], "layer_mesh": layer_mesh}
+    experts = expert_axes(training_from_dict(data).parallelism)
+    if experts is not None:
+        out["expert_mesh"] = {"shape": [n for _, n in experts], "dim_names": [a for a, _ in experts],
+                              "layer_mesh": [a for a, _ in experts[1:]]}
     out["layers"] = [{
         "name": layer.name, "op": layer.op, "dims": list(layer.dims), "stage": stage,
         "tensors": [{"role": t.role, "index": t.index, "name": t.tensor.name, "shape": list(t.tensor.shape),
-                     "placements": [_dtensor_text(p) for p in t.placements], "local_shape": list(t.local_shape)}
+                     "placements": [_dtensor_text(p) for p in t.placements], "local_shape": list(t.local_shape),
+                     **({"mesh": "expert_mesh"} if t.mesh == "expert" else {})}
                     for t in layouts]} for layer, stage, layouts in records]
     return out
 
@@ -695,9 +741,17 @@ def training_partitionspec_export(data: Mapping, graph: Graph | None = None) -> 
     axes, layer_mesh, records = training_layouts(data, graph)
     out = _training_header(data, "partitionspec", axes)
     out["mesh"] = {"axis_names": [a for a, _ in axes], "shape": [n for _, n in axes]}
+    experts = expert_axes(training_from_dict(data).parallelism)
+    if experts is not None:
+        out["expert_mesh"] = {"axis_names": [a for a, _ in experts], "shape": [n for _, n in experts]}
+
+    def record(t: _Layout) -> dict:
+        if t.mesh == "expert":
+            return {**_spec_record(t, [(a, 0) for a, _ in experts[1:]]), "mesh": "expert_mesh"}
+        return _spec_record(t, [(a, 0) for a in layer_mesh])
+
     out["layers"] = [{"name": layer.name, "op": layer.op, "dims": list(layer.dims), "stage": stage,
-                      "tensors": [_spec_record(t, [(a, 0) for a in layer_mesh]) for t in layouts]}
-                     for layer, stage, layouts in records]
+                      "tensors": [record(t) for t in layouts]} for layer, stage, layouts in records]
     return out
 
 

@@ -24,7 +24,18 @@ scores recomputed, and the gradients of the probabilities, ``q``, ``k`` and
 curves (:attr:`~pase.hardware.efficiency.Efficiency.attention_curve`,
 measured per kernel as a function of the FLOPs it does), bounded below by its
 bytes (``q``, ``k``, ``v``, the output, read and written once forward, twice
-backward) at the memory bandwidth.
+backward) at the memory bandwidth. Under context parallelism (``ring``: a
+score product whose queries are split ``c`` ways across a context-parallel
+group) a device runs its share as Transformer Engine's ring attention does:
+``c`` kernels, one a ring step (its own key block, then each other rank's as
+it arrives), each with ``1/c`` of its FLOPs and bytes (the load-balanced
+split of a causal sequence gives every step the same number of pairs), so
+each runs at the curve's fraction of its smaller size. The steps' output
+corrections (merging each step's output by its log-sum-exp) are not priced.
+
+Rotary position embeddings (a unit's ``rotary``, its softmax's): fused or
+not, a calibrated model prices the kernels that rotate ``q`` and ``k``
+(:func:`rotary_times_s`), charged to the score product.
 
 A fused kernel runs head widths that are multiples of 8 up to 256
 (:func:`flash_units`); where flash is the default, a core it cannot run stays
@@ -48,7 +59,7 @@ from pase.ops import OPS
 
 __all__ = ["LSE_BYTES", "MAX_FLASH_HEAD_DIM", "FLASH_BACKWARD_RATIO", "AttentionUnit", "attention_core",
            "attention_units", "flash_units", "computed_fraction", "flash_flops", "flash_times_s", "lse_bytes",
-           "masked_model_flops"]
+           "masked_model_flops", "rotary_times_s"]
 
 # The log-sum-exp a fused kernel keeps per query row for its backward: fp32.
 LSE_BYTES = 4
@@ -88,6 +99,7 @@ class AttentionUnit:
     members: frozenset[str]
     mask: str = "none"
     window: int = 0
+    rotary: bool = False
 
 
 def attention_units(graph: Graph) -> tuple[AttentionUnit, ...]:
@@ -108,12 +120,12 @@ def _units(graph: Graph) -> tuple[AttentionUnit, ...]:
         if layer.name not in core or not OPS[layer.op].contraction:
             continue
         readers = [e.dst for e in graph.out_edges(layer.name)]
-        chain, mask, window = [layer.name], "none", 0
+        chain, mask, window, rotary = [layer.name], "none", 0, False
         while len(readers) == 1 and readers[0] in core and not OPS[graph.layer(readers[0]).op].contraction:
             step = graph.layer(readers[0])
             params = dict(step.params)
             if step.op == "Softmax":
-                mask, window = params.get("mask", "none"), params.get("window", 0)
+                mask, window, rotary = params.get("mask", "none"), params.get("window", 0), params.get("rotary", False)
             chain.append(step.name)
             readers = [e.dst for e in graph.out_edges(step.name)]
         if len(chain) < 2 or len(readers) != 1:
@@ -121,7 +133,7 @@ def _units(graph: Graph) -> tuple[AttentionUnit, ...]:
         context = graph.layer(readers[0])
         if not OPS[context.op].contraction or context.weights or len(context.inputs) != 2:
             continue
-        units.append(AttentionUnit(layer.name, context.name, frozenset((*chain, context.name)), mask, window))
+        units.append(AttentionUnit(layer.name, context.name, frozenset((*chain, context.name)), mask, window, rotary))
     return tuple(units)
 
 
@@ -199,20 +211,42 @@ def _io_elements(graph: Graph, unit: AttentionUnit, configs: np.ndarray) -> np.n
 
 
 def flash_times_s(graph: Graph, unit: AttentionUnit, configs: np.ndarray, peak_flops: float,
-                  efficiency: Efficiency, bytes_per_element: int) -> tuple[np.ndarray, np.ndarray]:
+                  efficiency: Efficiency, bytes_per_element: int, ring: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Forward and backward seconds of ``unit``'s fused kernel on one device per configuration of its score
     product (the module docstring): FLOPs at the peak times the attention curves' fraction (the matrix
     curve's where the calibration has none), at least its bytes at the memory bandwidth, plus the kernel
-    overhead."""
+    overhead. ``ring``: a split of the queries (``s``) is a context-parallel group running Transformer
+    Engine's ring attention, as many kernels as ranks, each with its share's FLOPs and bytes over that count."""
     forward, backward = flash_flops(graph, unit, configs)
     nbytes = _io_elements(graph, unit, configs) * bytes_per_element
+    scores = graph.layer(unit.scores)
+    cfg = np.asarray(configs, dtype=float)
+    steps = cfg[:, scores.dims.index("s")] if ring and "s" in scores.dims else np.ones(len(cfg))
     out = []
-    for flops, curve, moved in ((forward, efficiency.attention_curve, nbytes),
-                                (backward, efficiency.attention_backward_curve, 2 * nbytes)):
+    for flops, curve, moved in ((forward / steps, efficiency.attention_curve, nbytes / steps),
+                                (backward / steps, efficiency.attention_backward_curve, 2 * nbytes / steps)):
         fraction = efficiency.matmul_fraction(flops) if curve is None else curve_fraction(curve, flops)
         busy = np.maximum(flops / (peak_flops * fraction), moved / efficiency.memory_Bps)
-        out.append(np.where(flops > 0, busy + efficiency.kernel_overhead_s, 0.0))
+        out.append(np.where(flops > 0, steps * (busy + efficiency.kernel_overhead_s), 0.0))
     return out[0], out[1]
+
+
+def rotary_times_s(graph: Graph, unit: AttentionUnit, configs: np.ndarray, efficiency: Efficiency,
+                   bytes_per_element: int) -> tuple[np.ndarray, np.ndarray]:
+    """Forward and backward seconds on one device, per configuration of ``unit``'s score product, of applying
+    rotary position embeddings to its ``q`` and ``k`` (0 for a unit without, ``unit.rotary`` False): one
+    memory-bound kernel each way for each, as Megatron-Core's fused RoPE runs them (``apply_rope_fusion``):
+    forward it reads the tensor and writes it rotated, backward it reads the gradient and writes it rotated
+    back (the angles' table is negligible)."""
+    from pase.ops import block_elements
+
+    scores = graph.layer(unit.scores)
+    cfg = np.asarray(configs, dtype=float)
+    if not unit.rotary:
+        return np.zeros(len(cfg)), np.zeros(len(cfg))
+    elements = sum((block_elements(scores, t, cfg) for t in scores.inputs), np.zeros(len(cfg)))
+    one_way = 2 * elements * bytes_per_element / efficiency.memory_Bps + 2 * efficiency.kernel_overhead_s
+    return one_way, one_way
 
 
 def lse_bytes(graph: Graph, unit: AttentionUnit, configs: np.ndarray) -> np.ndarray:

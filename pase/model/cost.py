@@ -60,8 +60,8 @@ from pase.model.layout import (
     Placement, axis_factors, describe, paper_held, paper_placement, place, redistribute_s, tensor_layout,
 )
 from pase.ops import OPS, Collective, CollectiveOptions, collectives, partial_collectives, training_flops
-from pase.model.attention import flash_flops, flash_times_s, flash_units
-from pase.model.roofline import fp8_products, fused_chains, fused_times_s, layer_times_s
+from pase.model.attention import attention_units, flash_flops, flash_times_s, flash_units, rotary_times_s
+from pase.model.roofline import fp8_cast_bytes, fp8_products, fused_chains, fused_times_s, layer_times_s
 from pase.search.costgraph import CostGraph
 from pase.search.exact import default_memory_budget_bytes
 
@@ -386,6 +386,7 @@ def build_cost_model(
     table_budget_bytes: int | None = None,
     shared_reads: bool = False,
     fuse_elementwise: bool = False,
+    context_ring: bool = False,
 ) -> CostModel:
     """Enumerate configurations and compute every cost table of ``graph`` on ``cluster``.
 
@@ -411,7 +412,12 @@ def build_cost_model(
     Under flash attention (:func:`attention_kind`) each attention core is
     one kernel (:mod:`pase.model.attention`): its time on the score product,
     none on its other layers, and, for a costed strategy, nothing on the
-    edges inside it.
+    edges inside it; with ``context_ring`` (a costed strategy whose query
+    splits are a context-parallel group) one kernel a ring step, as
+    Transformer Engine's context parallelism runs it. On a calibrated
+    cluster an attention with rotary position embeddings also pays the
+    kernels that rotate its q and k, on its score product, fused or not
+    (:func:`~pase.model.attention.rotary_times_s`).
 
     ``fuse_elementwise`` (likewise for a costed strategy; on a calibrated
     cluster, not under the paper's model): each chain of element-wise layers
@@ -499,13 +505,15 @@ def build_cost_model(
         split = rows.shape, rows.tobytes()
         if split not in placed:
             placed[split] = placer(rows, mesh)
-        key = kind[l.name], split, fed[l.name], read[l.name], l.name in fp8
+        casts = fp8_cast_bytes(graph, l, fp8) if l.name in fp8 else None
+        key = kind[l.name], split, fed[l.name], read[l.name], casts
         if key not in own:
             counted = OPS[l.op].flops(l, np.asarray(l.sizes, dtype=float) / rows)
             timed = None
             if cluster.efficiency is not None and not paper:
                 timed = layer_times_s(l, rows, cluster.peak_flops, cluster.efficiency, bpe, needs_gradient(l),
-                                      fp8_peak_flops=cluster.fp8_peak_flops if l.name in fp8 else None)
+                                      fp8_peak_flops=cluster.fp8_peak_flops if l.name in fp8 else None,
+                                      cast_bytes=casts)
             own[key] = (_layer_comm_s(graph, l, rows, placed[split], cluster, options),
                         counted.total(needs_gradient(l)), counted.forward, timed)
         placements[l.name], mine[l.name] = placed[split], own[key]
@@ -534,9 +542,15 @@ def build_cost_model(
               [(e, edge_table(e, key)) for e, key in zip(edges, keys, strict=True)])
     if attention_kind(options, cluster) == "flash":
         units = flash_units(graph, explicit=options.attention == "flash")
-        _fuse_attention(graph, units, cluster, configs, forward, seconds, paper)
+        _fuse_attention(graph, units, cluster, configs, forward, seconds, paper, context_ring)
         if shared_reads:
             tables = _inside_attention_free(units, configs, tables)
+    if cluster.efficiency is not None and not paper:
+        for unit in attention_units(graph):
+            if unit.rotary:
+                f, b = rotary_times_s(graph, unit, configs[unit.scores], cluster.efficiency, bpe)
+                forward[unit.scores] = forward[unit.scores] + f
+                seconds[unit.scores] = seconds[unit.scores] + f + b
     return CostModel(
         graph=graph, cluster=cluster, options=options, layers=layers, configs=configs, placements=placements,
         compute_flops=flops, forward_flops=forward_flops, compute_s=seconds, forward_compute_s=forward,
@@ -567,11 +581,12 @@ def _fuse_chains(graph: Graph, cluster: Cluster, configs: Mapping[str, np.ndarra
 
 
 def _fuse_attention(graph: Graph, units, cluster: Cluster, configs: Mapping[str, np.ndarray], forward: dict,
-                    seconds: dict, paper: bool) -> None:
+                    seconds: dict, paper: bool, ring: bool = False) -> None:
     """Set the compute seconds of the layers of ``units`` (the attention cores that run fused) in ``forward``
     and ``seconds`` (layer name -> ``(K,)``) as one fused (flash) kernel each (:mod:`pase.model.attention`):
     the kernel's time on the score product, under each of its configurations, nothing on the core's other
-    layers. At peak rates (no calibration, or the paper's model) the kernel's FLOPs at the peak."""
+    layers (``ring``: :func:`~pase.model.attention.flash_times_s`'s). At peak rates (no calibration, or the
+    paper's model) the kernel's FLOPs at the peak."""
     timed: dict = {}  # repeated blocks repeat their units: price each kind once
     for unit in units:
         rows = configs[unit.scores]
@@ -581,7 +596,7 @@ def _fuse_attention(graph: Graph, units, cluster: Cluster, configs: Mapping[str,
                 f, b = (x / cluster.peak_flops for x in flash_flops(graph, unit, rows))
             else:
                 f, b = flash_times_s(graph, unit, rows, cluster.peak_flops, cluster.efficiency,
-                                     cluster.bytes_per_element)
+                                     cluster.bytes_per_element, ring)
             timed[key] = (f, f + b)
         for name in unit.members:
             zeros = np.zeros(len(configs[name]))

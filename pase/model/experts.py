@@ -36,9 +36,11 @@ experts layer costs and holds by this module's model, per device and microbatch 
   (:meth:`~pase.hardware.mesh.DeviceMesh.all_to_all_s` over the mesh axes the group spans);
 * compute: ``E / ep`` local experts, each on ``n = L T k etp ep / E`` tokens (its real size), as
   grouped products ``fc1`` (gate and up fused, ``n x d x 2 f / etp``) and ``fc2`` (``n x f / etp x
-  d``): forward both, backward an input-gradient and a weight-gradient product of each, at the
-  efficiency of one expert's product (small products run far below peak;
-  :meth:`~pase.hardware.efficiency.Efficiency.matmul_fraction`), one kernel per grouped product; the
+  d``): forward both, backward an input-gradient and a weight-gradient product of each, one kernel
+  per local expert and product (Transformer Engine's ``GroupedLinear``) dealt over its 4 compute
+  streams: waves of 4 concurrent products, each wave at the measured efficiency of one product of
+  their combined FLOPs (:meth:`~pase.hardware.efficiency.Efficiency.matmul_fraction`; small products
+  run far below peak); the
   SwiGLU activation memory-bound; in FP8, the products on the FP8 curve plus their casts
   (:mod:`pase.model.roofline`'s rule);
 * overlap: the dispatch and combine are exposed unless ``expert_overlap`` is asked for (off by
@@ -49,9 +51,11 @@ experts layer costs and holds by this module's model, per device and microbatch 
   gradients and optimizer state sharded over the expert-data-parallel group by ZeRO / the
   distributed optimizer, :func:`pase.model.training.assemble`); it keeps, per microbatch, the
   dispatched tokens its experts got (``n_dev = L T k etp`` rows of ``d``; FP8 copies in FP8), the
-  ``fc1`` output (``2 f / etp`` a row, for SwiGLU's backward) and the activation (``f / etp`` a row,
-  for ``fc2``'s weight gradient); the dispatch buffers (the permuted send buffer and the gathered
-  receive buffer) are transient.
+  ``fc1`` output (``2 f / etp`` a row, for SwiGLU's backward), the activation (``f / etp`` a row,
+  for ``fc2``'s weight gradient; not kept under the ``moe_act`` recompute module, whose forward is
+  then rerun, :mod:`pase.model.recompute`) and each row's FP32 gate: Megatron-Core weighs the rows
+  by their gates inside the activation, so the combine (the un-permutation and sum) keeps nothing;
+  the dispatch buffers (the permuted send buffer and the gathered receive buffer) are transient.
 
 Shared experts are dense SwiGLU layers of the graph, split by tensor parallelism as any other.
 The router's weights are replicated and reduced with the dense layers'.
@@ -82,6 +86,11 @@ ROLES = {"tp": "tensor", "cp": "context", "dp": "data", "pp": "pipeline", "ep": 
 FP8_DISPATCH_BYTES = 1 + 4 / 128
 # SwiGLU per hidden element: forward silu and product (2 FLOPs), backward 4 (:mod:`pase.ops.moe`).
 SWIGLU_VECTOR_FLOPS = (2, 4)
+# Transformer Engine's compute streams for grouped products (transformer_engine/common/util/multi_stream.cpp,
+# get_num_compute_streams(): 4): at most this many experts' products run at once.
+GROUPED_GEMM_STREAMS = 4
+# A routed row's gate probability, kept in FP32 for the weighted activation's backward.
+PROB_BYTES = 4
 
 
 @dataclass(frozen=True)
@@ -224,23 +233,29 @@ def block_costs(block: ExpertBlock, par: "Parallelism", cluster: Cluster, layout
             fwd += local * flops / peak
             bwd += 2 * local * flops / peak
             continue
-        one = lambda kind: float(matrix_kernel_s(np.array([flops]), np.array([nbytes]), peak, eff, kind, fp8_peak)[0])
-        # One grouped kernel per product: its local experts' products back to back, one launch.
-        fwd += local * (one("forward") - eff.kernel_overhead_s) + eff.kernel_overhead_s
-        bwd += sum(local * (one(kind) - eff.kernel_overhead_s) + eff.kernel_overhead_s for kind in ("dgrad", "wgrad"))
+        # Transformer Engine's grouped products run each local expert's product as its own cuBLAS kernel, dealt
+        # over its compute streams: waves of `streams` concurrent products, each wave as fast as one product of
+        # their combined FLOPs and bytes on the measured curve.
+        streams = min(local, GROUPED_GEMM_STREAMS)
+        group = lambda kind: local / streams * float(matrix_kernel_s(
+            np.array([streams * flops]), np.array([streams * nbytes]), peak, eff, kind, fp8_peak)[0])
+        fwd += group("forward")
+        bwd += group("dgrad") + group("wgrad")
         if fp8:
             # Casts: forward the product's input and its weights, backward its output gradient (roofline's rule).
             fwd += local * (x + w) * FP8_CAST_BYTES / eff.memory_Bps + 2 * eff.kernel_overhead_s
             bwd += local * y * FP8_CAST_BYTES / eff.memory_Bps + eff.kernel_overhead_s
     hidden = rows * width
     if eff is None:
-        fwd += SWIGLU_VECTOR_FLOPS[0] * hidden / peak
+        act_f = SWIGLU_VECTOR_FLOPS[0] * hidden / peak
         bwd += SWIGLU_VECTOR_FLOPS[1] * hidden / peak
     else:
         # SwiGLU reads the fc1 output (2 per hidden element) and writes the activation (1).
-        fwd += float(vector_kernel_s(np.array([SWIGLU_VECTOR_FLOPS[0] * hidden]), np.array([3 * hidden * bpe]), eff)[0])
+        act_f = float(vector_kernel_s(np.array([SWIGLU_VECTOR_FLOPS[0] * hidden]), np.array([3 * hidden * bpe]),
+                                      eff)[0])
         bwd += float(vector_kernel_s(np.array([SWIGLU_VECTOR_FLOPS[1] * hidden]), np.array([4.5 * hidden * bpe]),
                                      eff)[0])
+    fwd += act_f
     if par.expert_overlap:
         forward_s, backward_s = max(fwd, forward_comm - tp_gather) + tp_gather, max(bwd, backward_comm)
     else:
@@ -252,7 +267,10 @@ def block_costs(block: ExpertBlock, par: "Parallelism", cluster: Cluster, layout
         "combine_forward_s": combine_f, "combine_backward_s": combine_b,
         "forward_s": forward_s, "backward_s": backward_s, "dispatch_s": forward_comm + backward_comm,
         "compute_s": fwd + bwd, "params": float(local * 3 * d * width),
-        "activations": rows * d * kept_input + rows * 2 * width * bpe + rows * width * kept_input,
+        # The dispatched tokens (fc1's input), fc1's output (SwiGLU's input), the activation (fc2's input) and
+        # each row's gate, FP32: Megatron-Core weighs the rows in the activation (activation_func_with_probs).
+        "activations": rows * d * kept_input + rows * 2 * width * bpe + rows * width * kept_input + rows * PROB_BYTES,
+        "act_forward_s": act_f, "act_flops": SWIGLU_VECTOR_FLOPS[0] * hidden, "act_bytes": rows * width * kept_input,
         "buffers": copies * d * bpe * (1 + etp), "tokens": copies, "expert_tokens": n,
     }
 
@@ -316,10 +334,11 @@ def apply_experts(lt: "LayerTimes", cluster: Cluster, par: "Parallelism", strate
                                      "layer splits already split the experts inside the tensor-parallel group")
         return lt
     layout = expert_layout(par, cluster.mesh)
-    index = {l.name: i for i, l in enumerate(lt.layers)}
+    index = graph.derived("layer index", lambda: {l.name: i for i, l in enumerate(graph.layers)})
     arrays = {name: getattr(lt, name).copy() for name in (
         "forward_s", "backward_s", "recompute_s", "gradient_s", "params", "fp8_params", "activations", "buffers",
-        "expert_params", "dispatch_s", "expert_compute_s", "plain_activations")}
+        "expert_params", "dispatch_s", "expert_compute_s", "plain_activations", "recompute_flops")}
+    moe_act = par.recompute == "selective" and "moe_act" in par.modules
     transient = dict(lt.block_transient)
     memo: dict = {}
     for block in blocks:
@@ -343,11 +362,22 @@ def apply_experts(lt: "LayerTimes", cluster: Cluster, par: "Parallelism", strate
         arrays["expert_params"][i] = c["params"]
         arrays["fp8_params"][i] = c["params"] if precision == "fp8" else 0.0
         block_name = lt.block_of.get(block.experts_layer)
-        if block_name is not None:  # full recomputation: the block keeps its input; its activations are transient
+        if block_name is not None:  # a checkpointed unit keeps its input; its activations are transient
             transient[block_name] = transient.get(block_name, 0.0) + c["activations"] - float(lt.plain_activations[i])
+        elif moe_act:  # the activation's output is freed after fc2's forward and recomputed for its backward
+            arrays["activations"][i] = c["activations"] - c["act_bytes"]
+            arrays["recompute_s"][i] += c["act_forward_s"]
+            arrays["recompute_flops"][i] += c["act_flops"]
         else:
             arrays["activations"][i] = c["activations"]
         arrays["plain_activations"][i] = c["activations"]
+        # The combine un-permutes and sums its rows, already weighed by their gates in the experts' activation:
+        # its backward needs none of its inputs (Megatron-Core's unpermute without probs).
+        j = index[block.combine]
+        unit = lt.block_of.get(block.combine)
+        if unit is not None:
+            transient[unit] = transient.get(unit, 0.0) - float(lt.plain_activations[j])
+        arrays["activations"][j] = arrays["plain_activations"][j] = 0.0
         arrays["buffers"][i] = c["buffers"]
         arrays["dispatch_s"][i], arrays["expert_compute_s"][i] = c["dispatch_s"], c["compute_s"]
     summary = experts_summary(blocks[0], memo[next(iter(memo))], layout, cluster.mesh, par)

@@ -29,7 +29,7 @@ import functools
 
 import numpy as np
 
-from pase.model.pipeline import ScheduleResult, _order_arrays, in_flight
+from pase.model.pipeline import ScheduleResult, in_flight
 
 __all__ = ["simulate_levels", "LEVEL_SCHEDULES", "worth_levels"]
 

@@ -53,7 +53,10 @@ the products that issue them (Megatron-LM's asynchronous backward,
 :func:`_backward_collectives`). On a calibrated cluster each device then runs
 its optimizer step, memory-bound:
 ``OPTIMIZER_BYTES_PER_PARAMETER`` per parameter whose state it holds, at the
-achievable memory bandwidth (the paper's model leaves it out).
+achievable memory bandwidth (the paper's model leaves it out); training in
+FP8, with it the step's casts of its FP8 products' weights
+(:func:`pase.model.roofline.fp8_weight_cast_s`: once a step, not a
+microbatch).
 
 Memory per device of a stage (the peak at the start of the first backward):
 
@@ -105,14 +108,15 @@ from pase.ir.configs import ConfigOptions
 from pase.ir.graph import Graph, Layer
 from pase.model.attention import attention_core, flash_units, lse_bytes, masked_model_flops
 from pase.model.cost import attention_kind, build_cost_model, describe_model
-from pase.model.experts import apply_experts, expert_layout
+from pase.model.experts import apply_experts, expert_layout, moe_blocks
 from pase.model.groups import group_extents
 from pase.model.memory import FP8_COPY_BYTES_PER_PARAMETER, MemoryOptions, activation_bytes, buffer_elements
-from pase.model.pipeline import SCHEDULES, ScheduleResult, in_flight, simulate
+from pase.model.pipeline import CHUNKED, SCHEDULES, ZERO_BUBBLE, ScheduleResult, in_flight, schedule_problem, simulate
+from pase.model.recompute import DEFAULT_MODULES, check_modules, module_plan
 from pase.model.repeats import PeriodicCore, periodic_core
-from pase.model.roofline import MATRIX_OPS, blocks, fp8_products
+from pase.model.roofline import MATRIX_OPS, blocks, fp8_products, fp8_weight_cast_s
 from pase.model.schedule_levels import simulate_levels, worth_levels
-from pase.ops import OPS, block_elements
+from pase.ops import block_elements
 
 __all__ = ["RECOMPUTE", "Parallelism", "StageReport", "TrainingPlan", "LayerTimes", "evaluate_training",
            "cached_graph", "cached_times", "layer_times", "group_times", "assemble", "average_load_s", "check_devices",
@@ -150,11 +154,16 @@ class Parallelism:
         Megatron's sequence parallelism in the layers between tensor-parallel products.
     recompute : str
         ``"none"``, ``"selective"`` or ``"full"`` activation recomputation.
+    recompute_modules : tuple of str or None
+        Under ``"selective"``, the modules recomputed, as Megatron-Core's
+        ``--recompute-modules`` names them (:mod:`pase.model.recompute`);
+        ``None``: its default, the attention core.
     zero : int
         ZeRO stage 0 to 3 over the data-parallel replicas.
     schedule : str or None
-        ``"1f1b"``, ``"interleaved"`` or ``"gpipe"``; ``None``: interleaved
-        when ``virtual_stages > 1``, else 1F1B.
+        ``"1f1b"``, ``"interleaved"``, ``"gpipe"`` or ``"zb1p"`` (zero bubble,
+        :mod:`pase.model.pipeline`; with ``virtual_stages`` chunks); ``None``:
+        interleaved when ``virtual_stages > 1``, else 1F1B.
     stage_cuts : tuple of int or None
         Positions in the graph's layer order where virtual stages 1 ..
         ``p v - 1`` begin; ``None``: balanced (module docstring).
@@ -212,6 +221,7 @@ class Parallelism:
     global_batch: int = 1
     sequence_parallel: bool = False
     recompute: str = "none"
+    recompute_modules: tuple[str, ...] | None = None
     zero: int = 0
     schedule: str | None = None
     stage_cuts: tuple[int, ...] | None = None
@@ -247,18 +257,28 @@ class Parallelism:
                 f"data {self.data}); choose an --ep and --etp whose product divides them")
         if self.recompute not in RECOMPUTE:
             raise ConfigurationError(f"unknown recomputation {self.recompute!r}; choose one of {', '.join(RECOMPUTE)}")
+        if self.recompute_modules is not None:
+            if self.recompute != "selective":
+                raise ConfigurationError("recompute modules go with selective recomputation; add --recompute selective "
+                                         "or leave --recompute-modules out")
+            object.__setattr__(self, "recompute_modules", check_modules(self.recompute_modules))
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise ConfigurationError(f"ZeRO stage must be 0, 1, 2 or 3, not {self.zero!r}")
         if self.schedule is None:
             object.__setattr__(self, "schedule", "interleaved" if self.virtual_stages > 1 else "1f1b")
         if self.schedule not in SCHEDULES:
             raise ConfigurationError(f"unknown pipeline schedule {self.schedule!r}; choose one of {', '.join(SCHEDULES)}")
-        if self.virtual_stages > 1 and self.schedule != "interleaved":
-            raise ConfigurationError(f"{self.virtual_stages} virtual stages per device need the interleaved schedule, "
-                                     f"not {self.schedule}")
+        if self.virtual_stages > 1 and self.schedule not in CHUNKED:
+            raise ConfigurationError(f"{self.virtual_stages} virtual stages per device need the interleaved schedule "
+                                     f"(or zb1p), not {self.schedule}")
         if self.stage_cuts is not None:
             object.__setattr__(self, "stage_cuts", tuple(int(c) for c in self.stage_cuts))
         self.microbatches  # noqa: B018 - validates the batch split
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        """The modules selective recomputation recomputes: ``recompute_modules`` or Megatron-Core's default."""
+        return DEFAULT_MODULES if self.recompute_modules is None else self.recompute_modules
 
     @property
     def devices(self) -> int:
@@ -297,15 +317,19 @@ class Parallelism:
             raise ConfigurationError(
                 f"the interleaved schedule needs the {m} microbatches to be a multiple of the {self.pipeline} "
                 "pipeline stages; change the microbatch size or the global batch")
+        if self.schedule in ZERO_BUBBLE and (problem := schedule_problem(self.schedule, self.pipeline, m, 1)):
+            raise ConfigurationError(problem)
         return m
 
     def describe(self) -> str:
         """Short label, ``"t8 p2 d32 mb1 1f1b"``."""
         parts = [f"t{self.tensor}"] + ([f"c{self.context}"] if self.context > 1 else []) + [
             f"p{self.pipeline}", f"d{self.data}", f"mb{self.microbatch_size}"]
-        parts.append(f"v{self.virtual_stages}" if self.virtual_stages > 1 else self.schedule)
+        parts.append(f"v{self.virtual_stages}" if self.virtual_stages > 1 and self.schedule == "interleaved" else
+                     f"{self.schedule} v{self.virtual_stages}" if self.virtual_stages > 1 else self.schedule)
         parts += (["sp"] if self.sequence_parallel else []) + (
             [f"recompute {self.recompute}"] if self.recompute != "none" else []) + (
+            [f"({','.join(self.modules)})"] if self.recompute_modules is not None else []) + (
             [f"zero{self.zero}"] if self.zero else []) + (["tp-overlap"] if self.tp_overlap else []) + (
             ["tp-comm-overlap"] if self.tp_comm_overlap else [])
         if self.ep > 1 or self.etp is not None:
@@ -531,6 +555,7 @@ class TrainingPlan:
             "tensor_parallel": p.tensor, "context_parallel": p.context, "data_parallel": p.data,
             "pipeline_parallel": p.pipeline, "sequence_parallel": p.sequence_parallel,
             "zero_stage": p.zero, "recompute": p.recompute,
+            "recompute_modules": list(p.modules) if p.recompute == "selective" else [],
             "mesh": {name: {a.name: k for a, k in zip(self.cluster.mesh.axes, extents) if k > 1}
                      for name, extents in zip(("tensor x context", "data", "pipeline"), check_devices(p, self.cluster))},
             "pipeline": {
@@ -597,6 +622,7 @@ class LayerTimes:
     dispatch_s: np.ndarray  # an expert block's dispatch and combine seconds, forward and backward, before overlap
     expert_compute_s: np.ndarray  # an expert block's products and activation seconds, forward and backward
     plain_activations: np.ndarray  # bytes kept per microbatch without recomputation
+    weight_grad_s: np.ndarray  # of backward_s, the weight-gradient products' (a zero-bubble schedule defers them)
     attention: str = "unfused"  # how the attention cores ran ("flash" or "unfused")
     precision: str = "bf16"
     experts: dict | None = None  # pase.model.experts.experts_summary of a model with experts
@@ -668,7 +694,8 @@ def group_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
     """
     group = group_cluster(cluster, par)
     configs = {name: np.array([cfg]) for name, cfg in strategy.items()}
-    cost = build_cost_model(graph, group, options, configs=configs, shared_reads=True, fuse_elementwise=True)
+    cost = build_cost_model(graph, group, options, configs=configs, shared_reads=True, fuse_elementwise=True,
+                            context_ring=par.context > 1)
     layers = cost.layers
     index = {l.name: i for i, l in enumerate(layers)}
 
@@ -688,10 +715,10 @@ def group_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
     comm = np.array([float(cost.comm_s[l.name][0]) for l in layers]) + edge_s - grad
     forward = fwd_s + comm / 2
     backward = total_s - fwd_s + comm / 2
+    products = np.array([bool(l.weights) for l in layers])
+    # A product's backward is its input-gradient and its weight-gradient products, of equal FLOPs.
+    half = np.where(products, (total_s - fwd_s) / 2, 0.0)
     if cost.cluster.efficiency is not None and (par.sequence_parallel or par.tp_overlap):
-        products = np.array([bool(l.weights) for l in layers])
-        # A product's backward is its input-gradient and its weight-gradient products, of equal FLOPs.
-        half = np.where(products, (total_s - fwd_s) / 2, 0.0)
         backward = backward + _backward_collectives(graph, cost, configs, group, par, half)
     if cost.cluster.efficiency is not None and par.tp_comm_overlap:
         forward = forward - _forward_overlap(graph, cost, fwd_s)
@@ -707,11 +734,12 @@ def group_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
     lse = {u.scores: float(lse_bytes(graph, u, configs[u.scores])[0]) for u in units}
     fp8_params = np.where([l.name in narrow for l in layers], params, 0.0)
 
-    def kept(**how) -> dict[str, np.ndarray]:
+    def kept(dropped: frozenset = frozenset(), checkpoints: Mapping[str, str] | None = None) -> dict[str, np.ndarray]:
         # A fused kernel keeps its log-sum-exp for its backward, unless recomputation reruns its forward.
         acts = activation_bytes(graph, configs, bpe, memory.index_bytes, producer_blocks=par.sequence_parallel,
-                                fused=fused, narrow=narrow, **how)
-        return acts if how else {name: a + lse.get(name, 0.0) for name, a in acts.items()}
+                                fused=fused, narrow=narrow, dropped=dropped, checkpoints=checkpoints)
+        rerun = dropped | frozenset(checkpoints or ())
+        return {name: a + (0.0 if name in rerun else lse.get(name, 0.0)) for name, a in acts.items()}
 
     plain = kept()
     plain_array = np.array([float(plain[l.name][0]) for l in layers])
@@ -719,19 +747,27 @@ def group_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
     flops = _model_flops(graph, options, cluster)
     out = {}
     for mode in ((par.recompute,) if recompute is None else recompute):
-        core = attention_core(graph) if mode == "selective" else frozenset()
-        block_of = blocks(graph) if mode == "full" else {}
+        # Selective recomputation: Megatron-Core's modules (pase.model.recompute), checkpointed units and
+        # discarded outputs; full: every block a unit.
+        chosen = module_plan(graph, par.modules) if mode == "selective" else None
+        block_of = blocks(graph) if mode == "full" else dict(chosen.units) if chosen is not None else {}
         transient: dict[str, float] = {}
+        for l in layers:
+            if l.name in block_of:
+                transient[block_of[l.name]] = transient.get(block_of[l.name], 0.0) + float(plain[l.name][0])
         if mode == "full":
             recompute_flops, recompute_s = fwd_flops.copy(), forward.copy()
             acts = kept(checkpoints=block_of)
-            for l in layers:
-                if l.name in block_of:
-                    transient[block_of[l.name]] = transient.get(block_of[l.name], 0.0) + float(plain[l.name][0])
+        elif chosen is not None:
+            rerun = np.array([l.name in chosen.recomputed for l in layers], dtype=bool)
+            # A checkpointed unit reruns its forward, its collectives included; a discarded output only its kernel.
+            in_unit = np.array([l.name in chosen.units for l in layers], dtype=bool)
+            recompute_flops = np.where(rerun, fwd_flops, 0.0)
+            recompute_s = np.where(in_unit, forward, np.where(rerun, fwd_s, 0.0))
+            acts = kept(dropped=chosen.discarded, checkpoints=chosen.units or None)
         else:
-            in_core = np.array([l.name in core for l in layers], dtype=bool)
-            recompute_flops, recompute_s = np.where(in_core, fwd_flops, 0.0), np.where(in_core, fwd_s, 0.0)
-            acts = kept(dropped=core) if core else plain
+            recompute_flops, recompute_s = zeros, zeros
+            acts = plain
         out[mode] = LayerTimes(
             graph=graph, layers=tuple(layers), edges=edges, tensor_elements=sizes, tied=tied,
             forward_s=forward, backward_s=backward, recompute_s=recompute_s, gradient_s=grad,
@@ -739,7 +775,8 @@ def group_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
             buffers=buffers,
             recompute_flops=recompute_flops, block_transient=transient, block_of=block_of,
             model_flops=flops, expert_params=zeros, dispatch_s=zeros, expert_compute_s=zeros,
-            plain_activations=plain_array, attention="flash" if units else "unfused", precision=options.precision)
+            plain_activations=plain_array, weight_grad_s=half, attention="flash" if units else "unfused",
+            precision=options.precision)
     return out[par.recompute] if recompute is None else out
 
 
@@ -895,7 +932,8 @@ def cached_times(source: GraphSource, cluster: Cluster, par: Parallelism, option
     Raises ``ConfigurationError`` as :func:`layer_times`.
     """
     b = par.microbatch_size
-    base = ("times", b, par.tensor, par.context, par.sequence_parallel, par.tp_overlap, par.tp_comm_overlap)
+    base = ("times", b, par.tensor, par.context, par.sequence_parallel, par.tp_overlap, par.tp_comm_overlap,
+            par.modules)
     # The expert blocks' costs depend on these too; the rest of the layers' times are shared by every expert layout.
     key = base + (par.ep, par.expert_tensor, par.etp is not None, par.expert_imbalance, par.capacity_factor,
                   par.expert_overlap, par.fp8_dispatch)
@@ -933,12 +971,14 @@ def _group_cache(source: GraphSource, cluster: Cluster, par: Parallelism, option
         except ConfigurationError as exc:
             cache[key] = str(exc)  # the same sizes fail the same way for every pipeline and data size
             raise
+        # Named modules go with selective recomputation alone (Parallelism refuses them with the other modes).
+        modes = ("selective",) if par.recompute_modules is not None else RECOMPUTE
         if core is None:
-            cache[key] = (strategy, group_times(graph, cluster, strategy, par, options, memory, recompute=RECOMPUTE))
+            cache[key] = (strategy, group_times(graph, cluster, strategy, par, options, memory, recompute=modes))
         else:
             # Cost the graph with its run of identical blocks shortened to three, then spread the values over
             # the whole run: exact (pase.model.repeats) and as many times cheaper as the run is long.
-            small = group_times(core.graph, cluster, strategy, par, options, memory, recompute=RECOMPUTE)
+            small = group_times(core.graph, cluster, strategy, par, options, memory, recompute=modes)
             names = [l.name for l in core.graph.layers]
             whole = {l.name: strategy[names[r]] for l, r in zip(graph.layers, core.representative)}
             # The tied weights' blocks depend on the splits alone: one list for every recomputation mode.
@@ -980,9 +1020,15 @@ def _spread(small: LayerTimes, graph: Graph, core: PeriodicCore, tied: tuple, op
     rep = core.representative
     layers = tuple(graph.layers)
     per_layer = {f.name: getattr(small, f.name)[rep] for f in fields(LayerTimes) if f.name not in _GRAPH_FIELDS}
-    block_of = graph.derived("blocks", lambda: blocks(graph)) if small.block_of else {}
-    transient = {block_of[l.name]: small.block_transient[small.block_of[small.layers[r].name]]
-                 for l, r in zip(layers, rep) if l.name in block_of}
+    # A checkpointed unit (a block, or a module of one) is named after its block: take the representative's unit
+    # and put this layer's block in its name.
+    whole, part = graph.derived("blocks", lambda: blocks(graph)), core.graph.derived("blocks", lambda: blocks(core.graph))
+    block_of, transient = {}, {}
+    for l, r in zip(layers, rep):
+        unit = small.block_of.get(small.layers[r].name)
+        if unit is not None:
+            block_of[l.name] = whole[l.name] + unit[len(part[small.layers[r].name]):]
+            transient[block_of[l.name]] = small.block_transient[unit]
     edges, sizes = _edge_arrays(graph)
     return LayerTimes(
         graph=graph, layers=layers, edges=edges, tensor_elements=sizes,
@@ -992,16 +1038,18 @@ def _spread(small: LayerTimes, graph: Graph, core: PeriodicCore, tied: tuple, op
 
 
 def _step_lower_bound(fq: Sequence[float], bq: Sequence[float], send: Sequence[float], S: int, m: int,
-                      reduce: Sequence[float] | None, overlap: bool) -> float:
+                      reduce: Sequence[float] | None, overlap: bool,
+                      deferred: bool = False) -> float:
     """A lower bound of any schedule's step: device ``s`` cannot start before the first microbatch has passed
     the stages before it and their sends, works ``m`` times its chunks' ``f + b``, and its last backward (chunk
-    0) must still pass back through those stages and sends; a serial reduction follows its own work
+    0) must still pass back through those stages and sends (not counted with ``deferred`` weight gradients, a
+    zero-bubble schedule's, which may run while it passes back); a serial reduction follows its own work
     (``reduce`` is only read then)."""
     fq, bq, send = (np.asarray(x, dtype=float) for x in (fq, bq, send))
     busy = m * np.bincount(np.arange(len(fq)) % S, fq + bq, S)
     sent = np.concatenate(([0.0], np.cumsum(send[:S - 1])))
     before_f = np.concatenate(([0.0], np.cumsum(fq[:S - 1]))) + sent
-    tail = np.concatenate(([0.0], np.cumsum(bq[:S - 1]))) + sent
+    tail = np.zeros(S) if deferred else np.concatenate(([0.0], np.cumsum(bq[:S - 1]))) + sent
     serial = np.zeros(S) if overlap else np.asarray(reduce, dtype=float)
     tail[0] = serial[0]
     return float(max((before_f + busy + tail).max(), (busy + serial).max()))
@@ -1121,7 +1169,7 @@ def _stage_sums(lt: "LayerTimes", cluster: Cluster, par: Parallelism, zero3: tup
     key = ("stages", Q, zero3, par.overlap, par.stage_cuts, expert3)
     if key not in lt.memo:
         loads = _loads(lt, cluster, zero3, par.overlap, expert3)
-        cuts = balanced_cuts(loads["weight"], Q) if par.stage_cuts is None else par.stage_cuts
+        cuts = _expert_whole_cuts(lt, loads["weight"], Q) if par.stage_cuts is None else par.stage_cuts
         if len(cuts) != Q - 1 or any(not 0 < c < n for c in cuts) or list(cuts) != sorted(set(cuts)):
             raise ConfigurationError(
                 f"stage cuts {list(cuts)} must be {Q - 1} increasing positions between 1 and {n - 1}")
@@ -1133,6 +1181,26 @@ def _stage_sums(lt: "LayerTimes", cluster: Cluster, par: Parallelism, zero3: tup
             fq, bq = _prefetched(g, f, b, np.array([0, *cuts]), np.array([*cuts, n]))
         lt.memo[key] = (tuple(cuts), fq, bq)
     return lt.memo[key]
+
+
+def _expert_whole_cuts(lt: "LayerTimes", weight: np.ndarray, pieces: int) -> tuple[int, ...]:
+    """:func:`balanced_cuts` of ``weight`` that never cut inside an expert block (between its router and its
+    combine): Megatron-Core's MoE layer is one module of a transformer layer, and the pipeline passes only
+    what leaves it, never its ``k`` dispatched copies of every token."""
+    if lt.experts is None:
+        return balanced_cuts(weight, pieces)
+
+    def positions() -> np.ndarray:
+        index = {l.name: i for i, l in enumerate(lt.graph.layers)}
+        inside = np.zeros(len(index) + 1, dtype=bool)
+        for block in moe_blocks(lt.graph):
+            inside[index[block.router] + 1:index[block.combine] + 1] = True
+        return np.flatnonzero(~inside[1:len(index)]) + 1
+    allowed = lt.graph.derived("expert-whole cut positions", positions)
+    if len(allowed) < pieces - 1:
+        return balanced_cuts(weight, pieces)
+    atoms = balanced_cuts(np.add.reduceat(weight, np.concatenate(([0], allowed))), pieces)
+    return tuple(int(allowed[a - 1]) for a in atoms)
 
 
 def _prefetched(gather: np.ndarray, forward: np.ndarray, backward: np.ndarray, lo: np.ndarray,
@@ -1204,8 +1272,10 @@ def _placement(lt: "LayerTimes", cluster: Cluster, cuts: tuple[int, ...], S: int
     np.maximum.at(transient, layer_dev, lt.buffers)
     if lt.block_transient:
         recomputed = np.zeros(S)
-        np.maximum.at(recomputed, layer_dev,
-                      [lt.block_transient.get(lt.block_of.get(l.name), 0.0) for l in lt.layers])
+        if "unit transient" not in lt.memo:
+            lt.memo["unit transient"] = np.array([lt.block_transient.get(lt.block_of.get(l.name), 0.0)
+                                                  for l in lt.layers])
+        np.maximum.at(recomputed, layer_dev, lt.memo["unit transient"])
         transient += recomputed
     gathered = np.zeros(S)
     np.maximum.at(gathered, layer_dev, (lt.params + lt.expert_params) * cluster.bytes_per_element)
@@ -1223,14 +1293,15 @@ def _placement(lt: "LayerTimes", cluster: Cluster, cuts: tuple[int, ...], S: int
 _in_flight = functools.lru_cache(maxsize=256)(in_flight)
 
 
-def _schedule(lt: "LayerTimes", par: Parallelism, fq: list[float], bq: list[float], m: int, send: list[float],
-              reduce: list[float], record: bool) -> ScheduleResult:
-    """:func:`~pase.model.pipeline.simulate` of ``par``'s schedule on these stage times; a long GPipe or 1F1B
-    pipeline level by level (:mod:`pase.model.schedule_levels`, the same numbers), once per distinct input in a
-    search (ZeRO stages often share every time), memoised on ``lt``."""
-    if record or not worth_levels(par.schedule, par.pipeline, m, par.virtual_stages):
+def _schedule(lt: "LayerTimes", par: Parallelism, fq: list[float], bq: list[float], wq: list[float] | None, m: int,
+              send: list[float], reduce: list[float], record: bool) -> ScheduleResult:
+    """:func:`~pase.model.pipeline.simulate` of ``par``'s schedule on these stage times (``wq``: a zero-bubble
+    schedule's deferred weight gradients); a long GPipe or 1F1B pipeline level by level
+    (:mod:`pase.model.schedule_levels`, the same numbers), once per distinct input in a search (ZeRO stages
+    often share every time), memoised on ``lt``."""
+    if record or wq is not None or not worth_levels(par.schedule, par.pipeline, m, par.virtual_stages):
         return simulate(par.schedule, fq, bq, m, chunks=par.virtual_stages, send_s=send, reduce_s=reduce,
-                        overlap=par.overlap, record=record)
+                        overlap=par.overlap, record=record, weight_s=wq)
     key = ("schedule", par.schedule, m, par.overlap, tuple(fq), tuple(bq), tuple(send), tuple(reduce))
     if key not in lt.memo:
         lt.memo[key] = simulate_levels(par.schedule, fq, bq, m, send, reduce, par.overlap) or simulate(
@@ -1285,7 +1356,13 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
         if ("experts", edp_k) not in across:
             across["experts", edp_k] = mesh.allreduce_s(expert_params * bpe, np.tile(edp_k, (S, 1)))
         reduce = reduce + across["experts", edp_k]
-    lower = _step_lower_bound(fq, bq, placed["send"], S, m, reduce, par.overlap)
+    wq = None
+    if par.schedule in ZERO_BUBBLE:
+        # The weight gradients a zero-bubble schedule defers: each stage's products' (an expert block's stay in
+        # its backward, whose time pase.model.experts replaced).
+        w_layer = np.where(lt.expert_params > 0, 0.0, lt.weight_grad_s)
+        wq = np.minimum(np.add.reduceat(w_layer, bounds[:-1]), bq)
+    lower = _step_lower_bound(fq, bq, placed["send"], S, m, reduce, par.overlap, wq is not None)
     if bound_s is not None and lower >= bound_s:
         return None
     held = _in_flight(par.schedule, S, m, v)
@@ -1317,7 +1394,7 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
     # The optimizer step reads and writes its state once a step; the roofline prices it on a calibrated cluster.
     optimizer = np.zeros(S) if cluster.efficiency is None else (
         (params / shard["optimizer"] + expert_params / expert_shard["optimizer"]) * OPTIMIZER_BYTES_PER_PARAMETER
-        / cluster.efficiency.memory_Bps)
+        / cluster.efficiency.memory_Bps + fp8_weight_cast_s(fp8 / FP8_COPY_BYTES_PER_PARAMETER, cluster.efficiency))
     reduce = reduce.tolist()
 
     def stages() -> tuple[StageReport, ...]:  # built only for a plan that is finished
@@ -1332,9 +1409,9 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
             dispatch_s=float(placed["dispatch"][s]), expert_compute_s=float(placed["expert compute"][s]),
         ) for s in range(S))
     if defer:
-        return Deferred(lower, lambda: _finish(lt, cluster, par, fq, bq, placed, reduce, optimizer, stages, capacity,
-                                               label, record))
-    return _finish(lt, cluster, par, fq, bq, placed, reduce, optimizer, stages, capacity, label, record)
+        return Deferred(lower, lambda: _finish(lt, cluster, par, fq, bq, wq, placed, reduce, optimizer, stages,
+                                               capacity, label, record))
+    return _finish(lt, cluster, par, fq, bq, wq, placed, reduce, optimizer, stages, capacity, label, record)
 
 
 @dataclass(frozen=True)
@@ -1346,14 +1423,16 @@ class Deferred:
     finish: Callable[[], TrainingPlan]
 
 
-def _finish(lt: "LayerTimes", cluster: Cluster, par: Parallelism, fq: np.ndarray, bq: np.ndarray, placed: dict,
-            reduce: list[float], optimizer: np.ndarray, stages: Callable[[], tuple], capacity: float | None,
-            label: str, record: bool) -> TrainingPlan:
-    """The plan of :func:`assemble`, its schedule simulated (``stages()`` its stage reports)."""
+def _finish(lt: "LayerTimes", cluster: Cluster, par: Parallelism, fq: np.ndarray, bq: np.ndarray,
+            wq: np.ndarray | None, placed: dict, reduce: list[float], optimizer: np.ndarray,
+            stages: Callable[[], tuple], capacity: float | None, label: str, record: bool) -> TrainingPlan:
+    """The plan of :func:`assemble`, its schedule simulated (``wq`` a zero-bubble schedule's deferred weight
+    gradients per virtual stage, ``stages()`` its stage reports)."""
     from pase.analysis.throughput import sequence_length  # late: pase.analysis imports the planner
 
     graph, m, d = lt.graph, par.microbatches, par.data
-    result = _schedule(lt, par, fq.tolist(), bq.tolist(), m, placed["send"].tolist(), reduce, record)
+    result = _schedule(lt, par, fq.tolist(), bq.tolist(), None if wq is None else wq.tolist(), m,
+                       placed["send"].tolist(), reduce, record)
     replicas = m * d  # microbatch graphs per step
     return TrainingPlan(
         parallelism=par, cluster=cluster, graph_name=graph.name,

@@ -16,10 +16,14 @@ first of ``v h e`` a layer has) split the key/value heads ``t`` ways, each
 device keeping its query heads' groups whole, as Megatron-LM does: ``t`` must
 divide the 8 key/value heads. The feed-forward width is ``e``.
 
-Rotary position embeddings (RoPE) are left out: an elementwise rotation of q
-and k, no parameters, a few FLOPs per element of q and k (negligible next to
-the products). So are the 1/sqrt(c) scaling and the causal mask, as in the
-other samples: the scores and context products count every (s, k) pair.
+Rotary position embeddings (RoPE) are no layer of their own: an elementwise
+rotation of q and k, no parameters, a few FLOPs per element of q and k
+(negligible next to the products, and not counted). The attention's softmax
+says the model has them (``rotary``), and the calibrated model prices the
+kernel that applies them, a read and a write of q and k each way
+(:mod:`pase.model.attention`). The 1/sqrt(c) scaling is left out and the
+causal mask is the softmax's, as in the other samples: the scores and
+context products count every (s, k) pair.
 
 :func:`llama`'s ``norm`` and ``mlp`` options build the decoders of the same
 shape that differ in those two parts: NVIDIA's Nemotron-4 (LayerNorm, a
@@ -114,8 +118,9 @@ def llama(name: str, layers: int, hidden: int, heads: int, kv_heads: int, ffn: i
     block, two FFN matrices (``l d F`` fewer parameters).
 
     ``rope``: whether positions are rotary (Llama's RoPE, True) or absent;
-    the graph is the same either way, RoPE having no parameters and
-    negligible FLOPs (the module docstring).
+    the layers are the same either way (RoPE has no parameters and
+    negligible FLOPs), the attention's softmax saying which (the module
+    docstring).
 
     The other keyword options cover the Llama family's variants (Hugging
     Face's Llama, Mistral and Qwen2 configurations,
@@ -156,6 +161,7 @@ def llama(name: str, layers: int, hidden: int, heads: int, kv_heads: int, ffn: i
     for i in range(layers):
         p = f"layers.{i}"
         x = gqa_attention(g, p, x, batch=b, seq=s, hidden=d, kv_heads=kv_heads, group=heads // kv_heads, window=window,
+                          rope=rope,
                           head_dim=c, qkv_bias=qkv_bias, out_bias=out_bias, norm=norm)
         y = add_vertex(g, NORMS[norm](f"{p}.ffn_norm", (b, s, d), BSD), x)
         y = feed_forward(g, f"{p}.ffn", y, batch=b, seq=s, hidden=d, width=ffn, bias=mlp_bias)
@@ -201,7 +207,7 @@ def add_vertex(g: Graph, layer: Layer, *inputs: str | tuple[str, int]) -> str:
 
 def gqa_attention(g: Graph, prefix: str, x: str, *, batch: int, seq: int, hidden: int, kv_heads: int, group: int,
                   head_dim: int, qkv_bias: bool = False, out_bias: bool = False, window: int = 0,
-                  norm: str = "rms", qk_norm: bool = False) -> str:
+                  norm: str = "rms", qk_norm: bool = False, rope: bool = False) -> str:
     """Add the attention half of a pre-norm block at ``prefix`` to ``g``, fed by ``x``; the residual sum's name.
 
     Nine vertices, those of :func:`llama`'s blocks: ``{prefix}.attn_norm``
@@ -216,6 +222,7 @@ def gqa_attention(g: Graph, prefix: str, x: str, *, batch: int, seq: int, hidden
     0 (Mistral's). The sizes are the caller's to check (:func:`llama`, :func:`pase.models.moe.moe_decoder`).
     ``norm``: the op of ``attn_norm``, a key of :data:`NORMS` (RMSNorm by default). ``qk_norm``: RMSNorm
     over each head's ``c`` of q and of k (``attn.q_norm``, ``attn.k_norm``, Qwen3's), a scale of ``c`` each.
+    ``rope``: q and k carry rotary position embeddings (the softmax's ``rotary``).
     """
     b, s, d, h, r, c = batch, seq, hidden, kv_heads, group, head_dim
     q_sizes = dict(b=b, s=s, d=d, h=h, r=r, c=c)
@@ -230,7 +237,7 @@ def gqa_attention(g: Graph, prefix: str, x: str, *, batch: int, seq: int, hidden
     scores = add_vertex(g, L.einsum(f"{prefix}.attn.scores", "bshrc,bkhc->bhrsk", dict(b=b, s=s, h=h, r=r, c=c, k=s)),
                   q, k)
     probs = add_vertex(g, L.softmax(f"{prefix}.attn.softmax", (b, h, r, s, s), ("b", "h", "r", "s", "k"), axis="k",
-                                    mask="causal", window=window), scores)
+                                    mask="causal", window=window, rotary=rope), scores)
     context = add_vertex(g, L.einsum(f"{prefix}.attn.context", "bhrsk,bkhc->bshrc", dict(b=b, h=h, r=r, s=s, k=s, c=c)),
                    probs, v)
     y = add_vertex(g, L.einsum(f"{prefix}.attn.out", "bshrc,hrcd->bsd", q_sizes, weights=(1,), bias=out_bias), context)

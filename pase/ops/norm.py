@@ -269,7 +269,7 @@ MASKS = ("none", "causal")
 @register("Softmax", _softmax_flops, _softmax_collectives, contraction=False,
           saved=lambda layer: (frozenset(), frozenset({0})), onnx=("Softmax", "LogSoftmax"))
 def softmax(name: str, shape: Sequence[int], dims: Sequence[str], axis: str | None = None, mask: str = "none",
-            window: int = 0) -> Layer:
+            window: int = 0, rotary: bool = False) -> Layer:
     """Softmax along dimension ``axis`` (default the last).
 
     FLOPs: ``SOFTMAX_FLOPS_PER_ELEMENT`` per element. Communication: splitting
@@ -281,8 +281,11 @@ def softmax(name: str, shape: Sequence[int], dims: Sequence[str], axis: str | No
     the sliding window a query sees. The softmax itself computes every
     element whatever the mask, as unfused attention does; a fused (flash)
     attention kernel skips the masked blocks (:mod:`pase.model.attention`).
+    ``rotary``: the attention's q and k carry rotary position embeddings
+    (RoPE), applied to them by a kernel of their own before the scores
+    (priced by :mod:`pase.model.attention`; it changes no FLOP count here).
 
-    Raises ``GraphError`` for an unknown mask or a negative window.
+    Raises ``GraphError`` for an unknown mask, a negative window or a ``rotary`` that is not a bool.
     """
     shape = tuple(shape)
     dims = check_letters(name, dims, shape)
@@ -293,7 +296,10 @@ def softmax(name: str, shape: Sequence[int], dims: Sequence[str], axis: str | No
         raise GraphError(f"layer {name!r}: unknown attention mask {mask!r}; choose one of {', '.join(MASKS)}")
     if isinstance(window, bool) or not isinstance(window, int) or window < 0:
         raise GraphError(f"layer {name!r}: window must be a whole number of positions >= 0 (0: none), got {window!r}")
-    masking = ({"mask": mask} if mask != "none" else {}) | ({"window": window} if window else {})
+    if not isinstance(rotary, bool):
+        raise GraphError(f"layer {name!r}: rotary must be true or false, got {rotary!r}")
+    masking = (({"mask": mask} if mask != "none" else {}) | ({"window": window} if window else {})
+               | ({"rotary": True} if rotary else {}))
     return Layer(
         name, "Softmax", dims, shape,
         inputs=(TensorSpec(shape, dims, "x"),),

@@ -10,7 +10,9 @@ fastest whose every stage fits device memory:
   placements that tile it; ``p`` at most the layers);
 * microbatch sizes ``b`` dividing ``G / d`` (up to ``max_microbatch``);
 * schedules 1F1B, GPipe and interleaved with ``v`` in ``virtual_stages`` (when
-  the microbatches are a multiple of ``p``);
+  the microbatches are a multiple of ``p``); the zero-bubble ``zb1p`` (one
+  chunk a device, or ``v``) only for a framework that runs it (torchtitan),
+  or when ``schedules`` names it;
 * recomputation none, selective, full; ZeRO 0 to 3; sequence parallelism on or off;
 * for a model with experts, expert parallelism ``ep`` (the divisors of the
   experts) and expert tensor parallelism ``etp`` (1 or ``t``) with ``etp x ep``
@@ -71,8 +73,9 @@ from pase.ir.configs import ConfigOptions
 from pase.ir.graph import Graph
 from pase.model.cost import build_cost_model
 from pase.model.experts import moe_blocks
+from pase.model.recompute import search_sets
 from pase.model.memory import InsufficientMemoryError, MemoryOptions
-from pase.model.pipeline import SCHEDULES
+from pase.model.pipeline import SCHEDULES, ZERO_BUBBLE, schedule_problem
 from pase.model.training import (
     RECOMPUTE, Deferred, LayerTimes, Parallelism, TrainingPlan, assemble, average_load_s, cached_graph, cached_times,
     cut_weights_s, evaluate_training, group_cluster, group_extents, layer_times,
@@ -163,7 +166,7 @@ def search_training(
     context: Sequence[int] = (1,),
     microbatch_sizes: Sequence[int] | None = None,
     max_microbatch: int = 8,
-    schedules: Sequence[str] = SCHEDULES,
+    schedules: Sequence[str] | None = None,
     virtual_stages: Sequence[int] = (2, 3, 4),
     recompute: Sequence[str] = RECOMPUTE,
     zero: Sequence[int] = (0, 1, 2, 3),
@@ -219,7 +222,11 @@ def search_training(
     probe = cached_graph(build, 1, cache)
     layers, sequence = len(probe), sequence_length(probe)
     experts = {b.experts for b in moe_blocks(probe)}
+    module_sets = search_sets(probe)
     targets = _targets(framework)
+    if schedules is None:  # zero-bubble schedules only where a framework asked for runs them
+        schedules = [s for s in SCHEDULES if s not in ZERO_BUBBLE
+                     or any(s in f.schedules for f in targets.values())]
     if targets:
         from pase.frameworks import block_layout
 
@@ -251,10 +258,20 @@ def search_training(
                     continue
                 for ep, etp in _expert_layouts(experts, t, t * c * d, expert, expert_tensor):
                     try:
-                        candidates.append((MEGATRON_SPLITS, (sp, ep, etp), cached_times(build, cluster, replace(
+                        candidates.append((MEGATRON_SPLITS, (sp, ep, etp, None), cached_times(build, cluster, replace(
                             base, sequence_parallel=sp, ep=ep, etp=etp), options, memory, cache)))
                     except ConfigurationError:
                         continue
+                    # Megatron-Core's module recomputation where it matters (MoE models), as selective recomputation.
+                    for modules in module_sets if "selective" in recompute else ():
+                        try:
+                            times = cached_times(build, cluster, replace(base, sequence_parallel=sp, ep=ep, etp=etp,
+                                                                         recompute_modules=modules,
+                                                                         recompute="selective"),
+                                                 options, memory, cache)
+                        except ConfigurationError:
+                            continue
+                        candidates.append((MEGATRON_SPLITS, (sp, ep, etp, modules), {"selective": times["selective"]}))
             if intra_search and t * c > 1:
                 if m not in searched:
                     searched[m] = None
@@ -267,22 +284,26 @@ def search_training(
                         except ConfigurationError:
                             pass
                 if searched[m] is not None:
-                    candidates.append((SEARCHED_SPLITS, (False, 1, None), searched[m]))
+                    candidates.append((SEARCHED_SPLITS, (False, 1, None, None), searched[m]))
             for label, sp, all_times in candidates:
                 for rc, lt in all_times.items():
                     if rc not in recompute:
                         continue
-                    for schedule, v in [(s, 1) for s in schedules if s != "interleaved"] + (
-                            [("interleaved", v) for v in virtual_stages] if "interleaved" in schedules and p > 1
-                            else []):
+                    for schedule, v in [(s, 1) for s in schedules if s != "interleaved"] + [
+                            (s, v) for s in ("interleaved", *ZERO_BUBBLE) if s in schedules and p > 1
+                            for v in virtual_stages]:
                         if (schedule == "interleaved" and (m % p or p * v > layers)) or (schedule == "gpipe" and p == 1):
+                            continue
+                        if schedule in ZERO_BUBBLE and (p == 1 or p * v > layers
+                                                        or schedule_problem(schedule, p, m, v)):
                             continue
                         for z in zero:
                             if z and d == 1:
                                 continue
                             rules = _rules(targets, framework, lambda: replace(
-                                base, sequence_parallel=sp[0], ep=sp[1], etp=sp[2], recompute=rc, zero=z,
-                                schedule=schedule, virtual_stages=v), options.precision, lt.attention)
+                                base, sequence_parallel=sp[0], ep=sp[1], etp=sp[2], recompute=rc,
+                                recompute_modules=sp[3], zero=z, schedule=schedule, virtual_stages=v),
+                                options.precision, lt.attention, lt.experts is not None)
                             if not rules:
                                 continue
                             floor_s = average_load_s(lt, cluster, data_k, z, m, p, overlap)
@@ -335,9 +356,9 @@ def search_training(
         if bound is not None and floor_s >= bound:
             skipped += 1
             continue
-        sp, ep, etp = sp
+        sp, ep, etp, modules = sp
         par = replace(base, sequence_parallel=sp, recompute=rc, zero=z, schedule=schedule, virtual_stages=v, ep=ep,
-                      etp=etp)
+                      etp=etp, recompute_modules=modules)
         if rule is not None:
             try:
                 par = replace(par, stage_cuts=_block_cuts(lt, cluster, par, data_k, targets[rule] if rule in targets
@@ -383,15 +404,16 @@ def _targets(framework: str | None) -> dict:
     return dict(FRAMEWORKS) if framework == "any" else {framework: named(framework)}
 
 
-def _rules(targets: dict, framework: str | None, par: Callable[[], Parallelism], precision: str,
-           attention: str) -> list:
-    """How ``par()`` enters the search: per way of cutting its stages (None: anywhere; a framework's name: as it
-    cuts), the kept lists the plan may join ("" the best and runners-up, a framework's name its best). ``par``
-    is only built when a framework is asked for."""
+def _rules(targets: dict, framework: str | None, par: Callable[[], Parallelism], precision: str, attention: str,
+           experts: bool) -> list:
+    """How ``par()`` enters the search (``experts``: the model has a mixture of experts): per way of cutting its
+    stages (None: anywhere; a framework's name: as it cuts), the kept lists the plan may join ("" the best and
+    runners-up, a framework's name its best). ``par`` is only built when a framework is asked for."""
     if not targets:
         return [(None, ("",))]
     par = par()
-    runs = [name for name, f in targets.items() if f.runs(par, precision=precision, attention=attention)]
+    runs = [name for name, f in targets.items()
+            if f.runs(par, precision=precision, attention=attention, experts=experts)]
     if framework != "any":
         return [(framework, ("",))] if runs else []
     # Megatron-LM and torchtitan take any whole-block cut (the balanced one); DeepSpeed partitions uniformly.

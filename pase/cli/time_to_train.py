@@ -8,12 +8,18 @@ import argparse
 import math
 
 from pase.analysis.time_to_train import (
-    DEFAULT_RESTART_S, DEFAULT_STORAGE_BPS, DEFAULT_STORAGE_PER_DEVICE_BPS, LLAMA3_INTERRUPTIONS_PER_GPU_HOUR,
-    FailureModel, PowerModel, TimeToTrain, time_to_train,
+    DEFAULT_RESTART_S,
+    DEFAULT_STORAGE_BPS,
+    DEFAULT_STORAGE_PER_DEVICE_BPS,
+    LLAMA3_INTERRUPTIONS_PER_GPU_HOUR,
+    FailureModel,
+    PowerModel,
+    TimeToTrain,
+    time_to_train,
 )
 from pase.errors import GraphError
 
-__all__ = ["add_options", "asked", "estimate", "lines", "models"]
+__all__ = ["add_options", "asked", "checked", "estimate", "lines", "models", "print_estimate", "when_asked"]
 
 # What each option sets; with none of them given, nothing is estimated.
 _FIELDS = ("train_tokens", "train_steps", "price_per_gpu_hour", "interruptions_per_gpu_hour", "restart_min",
@@ -84,6 +90,26 @@ def asked(args) -> bool:
         flag = "--" + given[0].replace("_", "-")
         raise GraphError(f"{flag} prices training: also give --train-tokens N (or --train-steps N)")
     return bool(given)
+
+
+def checked(args) -> bool:
+    """Whether ``args`` ask for a time to train (:func:`asked`), their figures checked at once (before any search,
+    so that bad ones fail first); GraphError or ConfigurationError naming a bad figure."""
+    if not asked(args):
+        return False
+    models(args)
+    return True
+
+
+def when_asked(plan, args, parameters: int | None = None) -> TimeToTrain | None:
+    """The time to train ``plan`` as ``args`` ask (:func:`estimate`), or None when they do not ask."""
+    return estimate(plan, args, parameters) if checked(args) else None
+
+
+def print_estimate(t: TimeToTrain | None) -> None:
+    """Print :func:`lines` of ``t``; nothing for None (not asked)."""
+    if t is not None:
+        print("\n".join(lines(t)))
 
 
 def models(args) -> tuple[FailureModel, PowerModel]:
