@@ -94,7 +94,7 @@ for the presets).
 
 from __future__ import annotations
 
-import bisect
+import functools
 import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Callable, Mapping, Sequence
@@ -115,6 +115,7 @@ from pase.model.pipeline import CHUNKED, SCHEDULES, ZERO_BUBBLE, ScheduleResult,
 from pase.model.recompute import DEFAULT_MODULES, check_modules, module_plan
 from pase.model.repeats import PeriodicCore, periodic_core
 from pase.model.roofline import MATRIX_OPS, blocks, fp8_products, fp8_weight_cast_s
+from pase.model.schedule_levels import simulate_levels, worth_levels
 from pase.ops import block_elements
 
 __all__ = ["RECOMPUTE", "Parallelism", "StageReport", "TrainingPlan", "LayerTimes", "evaluate_training",
@@ -371,20 +372,28 @@ def balanced_cuts(times: Sequence[float], pieces: int) -> tuple[int, ...]:
     if pieces > n:
         raise ConfigurationError(f"{pieces} pipeline stages need at least {pieces} layers; the graph has {n}")
     times = np.asarray(times, dtype=float)
-    prefix = [0.0, *np.cumsum(times).tolist()]
-    total, largest = prefix[n], float(times.max(initial=0.0))
+    prefix = np.concatenate(([0.0], np.cumsum(times)))
+    total, largest = float(prefix[n]), float(times.max(initial=0.0))
+    after = np.arange(1, n + 2)
+
+    def furthest(slack: float) -> list[int]:
+        # Per start, the end of the furthest run from it within slack, at least one layer on (bisect_right
+        # from start + 1, for every start at once).
+        return (np.maximum(np.searchsorted(prefix, prefix + slack, side="right"), after) - 1).tolist()
 
     def runs(limit: float) -> tuple[bool, float, float]:
         # Furthest-end runs within limit: whether they reach the end in `pieces`, their largest sum,
         # and the least sum one of them would have with the next layer added.
-        slack = limit * (1 + 1e-12)
-        start, count, biggest, grow = 0, 0, 0.0, math.inf
-        while start < n and count < pieces:
-            end = bisect.bisect_right(prefix, prefix[start] + slack, start + 1) - 1
-            biggest = max(biggest, prefix[end] - prefix[start])
-            if end < n:
-                grow = min(grow, prefix[end + 1] - prefix[start])
-            start, count = end, count + 1
+        end = furthest(limit * (1 + 1e-12))
+        starts, start = [], 0
+        while start < n and len(starts) < pieces:
+            starts.append(start)
+            start = end[start]
+        first = np.array(starts)
+        last = np.array(starts[1:] + [start])  # each run ends where the next starts
+        biggest = float((prefix[last] - prefix[first]).max())
+        short = last < n
+        grow = float((prefix[last[short] + 1] - prefix[first[short]]).min()) if short.any() else math.inf
         return start == n, biggest, grow
 
     lo, hi = max(largest, total / pieces), min(total, total / pieces + largest)
@@ -395,10 +404,10 @@ def balanced_cuts(times: Sequence[float], pieces: int) -> tuple[int, ...]:
             hi = min(hi, biggest)
         else:
             lo = max(mid, min(grow, hi))
-    slack = hi * (1 + 1e-12)
+    end = furthest(hi * (1 + 1e-12))
     cuts, start = [], 0
     for k in range(pieces - 1):
-        start = min(bisect.bisect_right(prefix, prefix[start] + slack, start + 1) - 1, n - (pieces - 1 - k))
+        start = min(end[start], n - (pieces - 1 - k))
         cuts.append(start)
     return tuple(cuts)
 
@@ -972,7 +981,9 @@ def _group_cache(source: GraphSource, cluster: Cluster, par: Parallelism, option
             small = group_times(core.graph, cluster, strategy, par, options, memory, recompute=modes)
             names = [l.name for l in core.graph.layers]
             whole = {l.name: strategy[names[r]] for l, r in zip(graph.layers, core.representative)}
-            cache[key] = (whole, {mode: _spread(lt, graph, core, whole, options, cluster) for mode, lt in small.items()})
+            # The tied weights' blocks depend on the splits alone: one list for every recomputation mode.
+            tied = _tied(graph.layers, {l.name: np.array([whole[l.name]]) for l in _tying(graph)})
+            cache[key] = (whole, {mode: _spread(lt, graph, core, tied, options, cluster) for mode, lt in small.items()})
 
 
 # What LayerTimes holds of the whole graph; every other field holds one value per layer.
@@ -996,10 +1007,16 @@ def _model_flops(graph: Graph, options: ConfigOptions, cluster: Cluster) -> floa
     return graph.derived(("model flops", options.cost_model, kind), compute)
 
 
-def _spread(small: LayerTimes, graph: Graph, core: PeriodicCore, strategy: Mapping[str, tuple[int, ...]],
-            options: ConfigOptions, cluster: Cluster) -> LayerTimes:
+def _tying(graph: Graph) -> tuple[Layer, ...]:
+    """The layers of ``graph`` holding a tied weight (``TensorSpec.tied``); derived once per graph."""
+    return graph.derived("tying layers", lambda: tuple(l for l in graph.layers if any(w.tied for w in l.weights)))
+
+
+def _spread(small: LayerTimes, graph: Graph, core: PeriodicCore, tied: tuple, options: ConfigOptions,
+            cluster: Cluster) -> LayerTimes:
     """The layer times of ``graph`` from those of its core (``small``, :func:`layer_times` of ``core.graph``):
-    each layer takes its representative's values; what concerns the whole graph is derived from it."""
+    each layer takes its representative's values; what concerns the whole graph is derived from it (``tied``:
+    :func:`_tied` of the whole graph's splits)."""
     rep = core.representative
     layers = tuple(graph.layers)
     per_layer = {f.name: getattr(small, f.name)[rep] for f in fields(LayerTimes) if f.name not in _GRAPH_FIELDS}
@@ -1015,8 +1032,7 @@ def _spread(small: LayerTimes, graph: Graph, core: PeriodicCore, strategy: Mappi
     edges, sizes = _edge_arrays(graph)
     return LayerTimes(
         graph=graph, layers=layers, edges=edges, tensor_elements=sizes,
-        tied=_tied(layers, {l.name: np.array([strategy[l.name]]) for l in layers}),
-        block_transient=transient, block_of=block_of,
+        tied=tied, block_transient=transient, block_of=block_of,
         model_flops=_model_flops(graph, options, cluster), attention=small.attention, precision=small.precision,
         **per_layer)
 
@@ -1273,22 +1289,42 @@ def _placement(lt: "LayerTimes", cluster: Cluster, cuts: tuple[int, ...], S: int
     return placed
 
 
+# The activations each device holds at once depend on the schedule and its sizes alone: shared by a search.
+_in_flight = functools.lru_cache(maxsize=256)(in_flight)
+
+
+def _schedule(lt: "LayerTimes", par: Parallelism, fq: list[float], bq: list[float], wq: list[float] | None, m: int,
+              send: list[float], reduce: list[float], record: bool) -> ScheduleResult:
+    """:func:`~pase.model.pipeline.simulate` of ``par``'s schedule on these stage times (``wq``: a zero-bubble
+    schedule's deferred weight gradients); a long GPipe or 1F1B pipeline level by level
+    (:mod:`pase.model.schedule_levels`, the same numbers), once per distinct input in a search (ZeRO stages
+    often share every time), memoised on ``lt``."""
+    if record or wq is not None or not worth_levels(par.schedule, par.pipeline, m, par.virtual_stages):
+        return simulate(par.schedule, fq, bq, m, chunks=par.virtual_stages, send_s=send, reduce_s=reduce,
+                        overlap=par.overlap, record=record, weight_s=wq)
+    key = ("schedule", par.schedule, m, par.overlap, tuple(fq), tuple(bq), tuple(send), tuple(reduce))
+    if key not in lt.memo:
+        lt.memo[key] = simulate_levels(par.schedule, fq, bq, m, send, reduce, par.overlap) or simulate(
+            par.schedule, fq, bq, m, send_s=send, reduce_s=reduce, overlap=par.overlap)
+    return lt.memo[key]
+
+
 def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: MemoryOptions, capacity: float | None,
              *, label: str = "", record: bool = False, bound_s: float | None = None,
-             rejected: Callable[[float], None] | None = None) -> TrainingPlan | None:
+             rejected: Callable[[float], None] | None = None, defer: bool = False) -> TrainingPlan | Deferred | None:
     """The step of ``par`` from its layers' times ``lt`` (:func:`layer_times` for the same group and options).
 
     For searches: with ``bound_s``, returns None without simulating the
     schedule when the step cannot beat it (a device's busy time alone
     reaches it); with ``rejected``, a stage over ``capacity`` is not simulated
-    either: ``rejected(its bytes)`` is called and None returned. What depends
+    either: ``rejected(its bytes)`` is called and None returned; with
+    ``defer``, returns a :class:`Deferred` (a lower bound of the step, and
+    the simulation still to run) instead of the plan. What depends
     only on the stage count, the cuts or the pipeline's placement is memoised
     on ``lt``, so a search re-costs only what each configuration changes.
 
     Raises ``ConfigurationError`` as :func:`evaluate_training`.
     """
-    from pase.analysis.throughput import sequence_length  # late: pase.analysis imports the planner
-
     _, data_k, pipe_k = check_devices(par, cluster)
     mesh = cluster.mesh
     graph, layers = lt.graph, lt.layers
@@ -1326,10 +1362,10 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
         # its backward, whose time pase.model.experts replaced).
         w_layer = np.where(lt.expert_params > 0, 0.0, lt.weight_grad_s)
         wq = np.minimum(np.add.reduceat(w_layer, bounds[:-1]), bq)
-    if bound_s is not None and _step_lower_bound(fq, bq, placed["send"], S, m, reduce, par.overlap,
-                                                 wq is not None) >= bound_s:
+    lower = _step_lower_bound(fq, bq, placed["send"], S, m, reduce, par.overlap, wq is not None)
+    if bound_s is not None and lower >= bound_s:
         return None
-    held = in_flight(par.schedule, S, m, v)
+    held = _in_flight(par.schedule, S, m, v)
     per_param = memory.bytes_per_parameter(bpe)
     # Context-parallel ranks hold the same weights: the distributed optimizer shards its state and gradients
     # over them too (Megatron-Core's data-parallel group with context parallelism).
@@ -1360,25 +1396,48 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
         (params / shard["optimizer"] + expert_params / expert_shard["optimizer"]) * OPTIMIZER_BYTES_PER_PARAMETER
         / cluster.efficiency.memory_Bps + fp8_weight_cast_s(fp8 / FP8_COPY_BYTES_PER_PARAMETER, cluster.efficiency))
     reduce = reduce.tolist()
-    stages = tuple(StageReport(
-        index=s, layers=tuple((layers[bounds[q]].name, layers[bounds[q + 1] - 1].name) for q in range(s, Q, S)),
-        layer_count=int(placed["counts"][s]), forward_s=float(fdev[s]), backward_s=float(bdev[s]),
-        send_s=float(sdev[s]), reduce_s=reduce[s], optimizer_s=float(optimizer[s]), in_flight=held[s],
-        weights_bytes=float(states["weights"][s]),
-        gradient_bytes=float(states["gradients"][s]), optimizer_bytes=float(states["optimizer"][s]),
-        activation_bytes=float(acts[s]), transient_bytes=float(transient[s]), memory_bytes=float(total[s]),
-        fp8_bytes=float(fp8[s]), expert_params=float(expert_params[s]),
-        dispatch_s=float(placed["dispatch"][s]), expert_compute_s=float(placed["expert compute"][s]),
-    ) for s in range(S))
-    result = simulate(par.schedule, fq.tolist(), bq.tolist(), m, chunks=v, send_s=placed["send"].tolist(),
-                      reduce_s=reduce, overlap=par.overlap, record=record,
-                      weight_s=None if wq is None else wq.tolist())
 
+    def stages() -> tuple[StageReport, ...]:  # built only for a plan that is finished
+        return tuple(StageReport(
+            index=s, layers=tuple((layers[bounds[q]].name, layers[bounds[q + 1] - 1].name) for q in range(s, Q, S)),
+            layer_count=int(placed["counts"][s]), forward_s=float(fdev[s]), backward_s=float(bdev[s]),
+            send_s=float(sdev[s]), reduce_s=reduce[s], optimizer_s=float(optimizer[s]), in_flight=held[s],
+            weights_bytes=float(states["weights"][s]),
+            gradient_bytes=float(states["gradients"][s]), optimizer_bytes=float(states["optimizer"][s]),
+            activation_bytes=float(acts[s]), transient_bytes=float(transient[s]), memory_bytes=float(total[s]),
+            fp8_bytes=float(fp8[s]), expert_params=float(expert_params[s]),
+            dispatch_s=float(placed["dispatch"][s]), expert_compute_s=float(placed["expert compute"][s]),
+        ) for s in range(S))
+    if defer:
+        return Deferred(lower, lambda: _finish(lt, cluster, par, fq, bq, wq, placed, reduce, optimizer, stages,
+                                               capacity, label, record))
+    return _finish(lt, cluster, par, fq, bq, wq, placed, reduce, optimizer, stages, capacity, label, record)
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """A configuration :func:`assemble` has placed and found to fit, its schedule not yet simulated:
+    ``lower_bound_s`` bounds its step from below, ``finish()`` simulates it and returns the plan."""
+
+    lower_bound_s: float
+    finish: Callable[[], TrainingPlan]
+
+
+def _finish(lt: "LayerTimes", cluster: Cluster, par: Parallelism, fq: np.ndarray, bq: np.ndarray,
+            wq: np.ndarray | None, placed: dict, reduce: list[float], optimizer: np.ndarray,
+            stages: Callable[[], tuple], capacity: float | None, label: str, record: bool) -> TrainingPlan:
+    """The plan of :func:`assemble`, its schedule simulated (``wq`` a zero-bubble schedule's deferred weight
+    gradients per virtual stage, ``stages()`` its stage reports)."""
+    from pase.analysis.throughput import sequence_length  # late: pase.analysis imports the planner
+
+    graph, m, d = lt.graph, par.microbatches, par.data
+    result = _schedule(lt, par, fq.tolist(), bq.tolist(), None if wq is None else wq.tolist(), m,
+                       placed["send"].tolist(), reduce, record)
     replicas = m * d  # microbatch graphs per step
     return TrainingPlan(
         parallelism=par, cluster=cluster, graph_name=graph.name,
         step_time_s=max(f + e + o for f, e, o in zip(result.finish_s, result.exposed_reduce_s, optimizer)),
-        stages=stages, schedule=result, model_flops_per_step=lt.model_flops * replicas,
+        stages=stages(), schedule=result, model_flops_per_step=lt.model_flops * replicas,
         hardware_flops_per_step=(lt.model_flops + float(lt.recompute_flops.sum()) * par.group) * replicas,
         memory_capacity_bytes=capacity, tokens_per_sample=sequence_length(graph), label=label or par.describe(),
         attention=lt.attention, precision=lt.precision, experts=lt.experts,

@@ -236,12 +236,19 @@ def load_instance(path: str | PathLike) -> tuple[CostGraph, dict]:
     # file cannot forge a placeholder to point at another entry's array.
     key = f"__array_{secrets.token_hex(8)}__"
 
+    # Repeated layers repeat their tables word for word (31 distinct of the 460 of transformer p=64): each
+    # distinct text is parsed once, its array shared (the cost graph keeps read-only views).
+    parsed: dict[bytes, int] = {}
+
     def parse_numbers(m: re.Match) -> bytes:
-        a = _parse_cost_array(m.group(1))
-        if a is None:  # leave anything unusual to json, which reports it precisely
-            return m.group(0)
-        arrays.append(a)
-        return b'"cost": {"%s": %d}' % (key.encode(), len(arrays) - 1)
+        text = m.group(1)
+        if text not in parsed:
+            a = _parse_cost_array(text)
+            if a is None:  # leave anything unusual to json, which reports it precisely
+                return m.group(0)
+            arrays.append(a)
+            parsed[text] = len(arrays) - 1
+        return b'"cost": {"%s": %d}' % (key.encode(), parsed[text])
 
     try:
         doc = json.loads(_COST_ARRAY.sub(parse_numbers, raw))

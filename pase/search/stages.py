@@ -40,12 +40,13 @@ framework runs (``TrainingSearch.by_framework``).
 Exact over that space: every configuration is modelled, except those
 skipped because a lower bound of their step already reaches the slowest of
 the plans kept (the best and its runners-up), so skipping never loses one.
-The configurations are tried in the order of their cheapest bound (the
-average device's work), so the kept plans are fast early and, once that
-bound reaches the last of them, every later configuration is skipped at
-once; a tighter bound (the first microbatch's way through the stages before
-a device and back, :func:`~pase.model.training.assemble`) skips most of the
-rest before their schedule is simulated. The
+The configurations are tried best first: in the order of their cheapest bound
+(the average device's work) they are placed (stage cuts, memory) and given a
+tighter bound (the first microbatch's way through the stages before a device
+and back, :func:`~pase.model.training.assemble`), and a placed configuration's
+schedule is simulated only once no other bound is lower, so the kept plans
+are the fastest early and, once the cheapest bound left reaches the last of
+them, every other configuration is skipped at once. The
 cuts are not searched for memory: a configuration whose balanced cut does
 not fit is dropped even if another cut would fit. The result carries
 ``gap_bound_s``: its step time minus a lower bound of any cut of the same
@@ -54,11 +55,14 @@ the cuts further could gain.
 
 Identical work is done once: the layer times of a (microbatch, group,
 sequence parallelism, recomputation, layer splits) are shared by every
-pipeline size, schedule and ZeRO stage.
+pipeline size, schedule and ZeRO stage, and a long pipeline's schedule whose
+times are all those of one simulated before (ZeRO stages often are) is not
+simulated again (:func:`~pase.model.training.assemble`).
 """
 
 from __future__ import annotations
 
+import heapq
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
@@ -73,7 +77,7 @@ from pase.model.recompute import search_sets
 from pase.model.memory import InsufficientMemoryError, MemoryOptions
 from pase.model.pipeline import SCHEDULES, ZERO_BUBBLE, schedule_problem
 from pase.model.training import (
-    RECOMPUTE, LayerTimes, Parallelism, TrainingPlan, assemble, average_load_s, cached_graph, cached_times,
+    RECOMPUTE, Deferred, LayerTimes, Parallelism, TrainingPlan, assemble, average_load_s, cached_graph, cached_times,
     cut_weights_s, evaluate_training, group_cluster, group_extents, layer_times,
 )
 from pase.search.solver import exact
@@ -296,11 +300,10 @@ def search_training(
                         for z in zero:
                             if z and d == 1:
                                 continue
-                            rules = _rules(targets, framework, replace(base, sequence_parallel=sp[0], ep=sp[1],
-                                                                       etp=sp[2], recompute=rc,
-                                                                       recompute_modules=sp[3], zero=z,
-                                                                       schedule=schedule, virtual_stages=v),
-                                           options.precision, lt.attention, lt.experts is not None)
+                            rules = _rules(targets, framework, lambda: replace(
+                                base, sequence_parallel=sp[0], ep=sp[1], etp=sp[2], recompute=rc,
+                                recompute_modules=sp[3], zero=z, schedule=schedule, virtual_stages=v),
+                                options.precision, lt.attention, lt.experts is not None)
                             if not rules:
                                 continue
                             floor_s = average_load_s(lt, cluster, data_k, z, m, p, overlap)
@@ -321,11 +324,34 @@ def search_training(
     kept: dict[str, list[TrainingPlan]] = {name: [] for name in keep}
     too_large: list[float] = []
     skipped = 0
-    for i, (floor_s, _, lt, base, (sp, rc, z, schedule, v), label, data_k, rule, lists) in enumerate(pending):
+    # Best first: a configuration placed and found to fit waits in ``placed`` under its tighter bound (the first
+    # microbatch's way through the stages) until no other configuration's bound is lower; only then is its
+    # schedule simulated. Every plan faster than the last kept is still simulated (its bounds are lower), so
+    # the kept lists are those of trying every configuration.
+    placed: list[tuple[float, int, Deferred, tuple[str, ...]]] = []
+    i = 0
+    while i < len(pending) or placed:
         bounds = {name: _bound(kept[name], keep[name]) for name in keep}
-        if None not in bounds.values() and floor_s >= max(bounds.values()):
-            skipped += len(pending) - i  # every later configuration's floor is at least this one's
+        full = None not in bounds.values()
+        if placed and (i == len(pending) or placed[0][0] <= pending[i][0]):
+            lower, _, deferred, lists = heapq.heappop(placed)
+            bound = None if any(bounds[n] is None for n in lists) else max(bounds[n] for n in lists)
+            if bound is not None and lower >= bound:
+                skipped += 1
+                continue
+            got = deferred.finish()
+            for name in lists:
+                kept[name].append(got)
+                # Equal steps (ZeRO stages often tie): the one needing less memory first.
+                kept[name].sort(key=lambda r: (round(r.step_time_s, 12), r.memory_per_device_bytes))
+                del kept[name][keep[name] + 1:]
+            continue
+        floor_s, order, lt, base, (sp, rc, z, schedule, v), label, data_k, rule, lists = pending[i]
+        if full and floor_s >= max(bounds.values()):
+            # Every later configuration's floor, and every placed one's bound, is at least this one's floor.
+            skipped += len(pending) - i + len(placed)
             break
+        i += 1
         bound = None if any(bounds[n] is None for n in lists) else max(bounds[n] for n in lists)
         if bound is not None and floor_s >= bound:
             skipped += 1
@@ -341,15 +367,11 @@ def search_training(
                 skipped += 1
                 continue
         got = assemble(lt, cluster, par, memory, capacity, label=f"{par.describe()}, {label}", bound_s=bound,
-                       rejected=too_large.append)
+                       rejected=too_large.append, defer=True)
         if got is None:
             skipped += 1
             continue
-        for name in lists:
-            kept[name].append(got)
-            # Equal steps (ZeRO stages often tie): the one needing less memory first.
-            kept[name].sort(key=lambda r: (round(r.step_time_s, 12), r.memory_per_device_bytes))
-            del kept[name][keep[name] + 1:]
+        heapq.heappush(placed, (got.lower_bound_s, order, got, lists))
     found = kept[""]
     if not found:
         raise InsufficientMemoryError(
@@ -382,13 +404,14 @@ def _targets(framework: str | None) -> dict:
     return dict(FRAMEWORKS) if framework == "any" else {framework: named(framework)}
 
 
-def _rules(targets: dict, framework: str | None, par: Parallelism, precision: str, attention: str,
+def _rules(targets: dict, framework: str | None, par: Callable[[], Parallelism], precision: str, attention: str,
            experts: bool) -> list:
-    """How ``par`` enters the search (``experts``: the model has a mixture of experts): per way of cutting its
+    """How ``par()`` enters the search (``experts``: the model has a mixture of experts): per way of cutting its
     stages (None: anywhere; a framework's name: as it cuts), the kept lists the plan may join ("" the best and
-    runners-up, a framework's name its best)."""
+    runners-up, a framework's name its best). ``par`` is only built when a framework is asked for."""
     if not targets:
         return [(None, ("",))]
+    par = par()
     runs = [name for name, f in targets.items()
             if f.runs(par, precision=precision, attention=attention, experts=experts)]
     if framework != "any":
