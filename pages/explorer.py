@@ -209,7 +209,8 @@ def training_summary(search, group_plan) -> None:
         st.caption(md(note))
     source = problem.source
     l1, l2 = st.columns([1, 3])
-    l1.download_button("Plan (JSON)", json.dumps(search.to_dict(), indent=1),
+    # Written when clicked (a callable), as the other downloads: the page does not wait for them.
+    l1.download_button("Plan (JSON)", lambda: json.dumps(search.to_dict(), indent=1),
                        file_name=f"{source.name}-p{c.devices}-training.json", mime="application/json",
                        icon=":material/download:", key="dl_training_json")
     # A link, as the navigation's: st.switch_page from a button would drop the sidebar's widget state (the problem).
@@ -243,11 +244,13 @@ with summary:
         )
     table = strategy_table(plan)
     d1, d2, d3, d4 = st.columns([1, 1, 1, 2])
-    d1.download_button("Strategy (JSON)", json.dumps(plan.to_dict(), indent=1),
+    # Written when clicked (callables): writing them took longer than drawing the rest of the summary.
+    d1.download_button("Strategy (JSON)", lambda: json.dumps(plan.to_dict(), indent=1),
                        file_name=f"{graph.name}-p{c.devices}-strategy.json", mime="application/json",
                        icon=":material/download:", key="dl_json")
-    d2.download_button("Table (CSV)", table.to_csv(index=False), file_name=f"{graph.name}-p{c.devices}-table.csv",
-                       mime="text/csv", icon=":material/download:", key="dl_csv")
+    d2.download_button("Table (CSV)", lambda csv=table: csv.to_csv(index=False),
+                       file_name=f"{graph.name}-p{c.devices}-table.csv", mime="text/csv",
+                       icon=":material/download:", key="dl_csv")
     export_format = d3.selectbox("Export as", EXPORT_FORMATS, index=None, placeholder="Export as...",
                                  key="ex_export_format", label_visibility="collapsed",
                                  help="DTensor placements and JAX PartitionSpecs of every layer; Megatron-LM, "
