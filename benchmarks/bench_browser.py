@@ -60,8 +60,9 @@ CLICK_TO_RESULT_JS = """
       waiting = true;
       requestAnimationFrame(() => { graphMs = performance.now() - t0; });
     }
-    const metric = [...document.querySelectorAll('[data-testid="stMetric"]')]
-      .some(m => m.innerText.includes('Estimated step time'));
+    // textContent, not innerText: innerText lays the page out on every mutation, slowing what is measured.
+    const metric = waiting && [...document.querySelectorAll('[data-testid="stMetric"]')]
+      .some(m => m.textContent.includes('Estimated step time'));
     if (waiting && metric && app.getAttribute('data-test-script-state') === 'notRunning') {
       observer.disconnect();
       requestAnimationFrame(() => resolve({graph_ms: graphMs, result_ms: performance.now() - t0}));
