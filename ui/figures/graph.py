@@ -3,6 +3,8 @@ time or gain over data parallelism, with edges on a scale of redistribution time
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
@@ -26,11 +28,17 @@ MAX_LABELLED_NODES = 600
 # Node labels: font size (px) and the longest line drawn (characters).
 LABEL_FONT_PX = 11
 LABEL_CHARS = 18
+# A halo of the plot's white round every label's glyphs (CSS text-shadow), so that an edge passing behind a
+# label does not cross its letters.
+LABEL_HALO = "-1px -1px 0 #fff, 1px -1px 0 #fff, -1px 1px 0 #fff, 1px 1px 0 #fff, 0 0 3px #fff"
 # The layout leaves about this many pixels per generation (column) and per branch (row):
 # labels sit under the nodes of even columns and over those of odd ones, so neighbouring
 # columns' labels never meet. A graph of more generations than a plot this wide holds
 # opens on its first columns, to pan along.
 COLUMN_PX = 72
+# A graph a little longer than the window is drawn whole, its columns down to this many pixels apart: a label
+# (LABEL_CHARS at LABEL_FONT_PX, about 115 px at most) still clears the next one on its side, two columns on.
+FIT_COLUMN_PX = 62
 ROW_PX = 104
 NOMINAL_PLOT_PX = 1000
 PLOT_DOMAIN = (0.0, 0.94)  # of the figure's width: the rest holds the colour bar
@@ -157,7 +165,7 @@ def strategy_graph_figure(
             marker=dict(size=1, opacity=0, color=[0.0], cmin=0.0, cmax=max_s * 1e3, colorscale=EDGE_COLORSCALE,
                         showscale=True, colorbar=dict(title=dict(text="redistribution<br>(ms)", side="top"),
                                                       x=PLOT_DOMAIN[1] + 0.01, xanchor="left", thickness=12,
-                                                      len=0.42 if scaled else 0.8, tickformat=".3g",
+                                                      len=0.42 if scaled else 0.8, tickformat=".3~g",
                                                       **(dict(y=1.0, yanchor="top") if scaled else {}))),
         ))
 
@@ -199,7 +207,7 @@ def strategy_graph_figure(
                         line=outline),
             text=[node_label(n, view.solved) for n in nodes] if labels else None,
             textposition=["top center" if round(n.x) % 2 else "bottom center" for n in nodes],
-            textfont=dict(size=LABEL_FONT_PX, color=INK),
+            textfont=dict(size=LABEL_FONT_PX, color=INK, shadow=LABEL_HALO),
             hovertext=[hover_of[n.key] for n in nodes], hoverinfo="text",
             name=name, showlegend=colors is None, unselected=unselected,
             legendgroup="kinds", legendgrouptitle_text="Parallelism" if view.solved else "Not solved yet",
@@ -212,14 +220,14 @@ def strategy_graph_figure(
             marker=dict(size=1, opacity=0, color=[mid if mid is not None else lo], cmin=lo, cmax=hi or 1.0,
                         colorscale=scale, showscale=True,
                         colorbar=dict(title=dict(text=bar, side="top"), x=PLOT_DOMAIN[1] + 0.01, xanchor="left",
-                                      thickness=12, len=0.42, y=0.0, yanchor="bottom", tickformat=".3g")),
+                                      thickness=12, len=0.42, y=0.0, yanchor="bottom", tickformat=".3~g")),
         ))
 
     if highlight is not None and highlight in pos:
         x, y = pos[highlight]
         fig.add_trace(go.Scatter(
             x=[x], y=[y], mode="markers+text", text=[plotly_text(highlight)], textposition="top center",
-            textfont=dict(size=LABEL_FONT_PX + 1),
+            textfont=dict(size=LABEL_FONT_PX + 1, shadow=LABEL_HALO),
             marker=dict(size=28, color="rgba(0,0,0,0)", line=dict(color=FOUND_RING, width=3)),
             hoverinfo="skip", name="found", showlegend=False,
         ))
@@ -235,10 +243,12 @@ def strategy_graph_figure(
     plot_px = min(max(span * ROW_PX, 300), max_plot_px)
     rows = plot_px / ROW_PX
     height = int(plot_px + top_margin + 10)
-    # Most of a column beside the first and last nodes, so that their centred labels are not clipped.
+    # Most of a column beside the first and last nodes, so that their centred labels are not clipped. The whole
+    # graph when it fits at FIT_COLUMN_PX a column; else a window of the whole columns that fit at COLUMN_PX with
+    # that margin, to pan along (no node of the window is cut at its edge).
     x_lo, x_hi = min(xs) - 0.9, max(xs) + 0.9
-    if x_hi - x_lo > columns:
-        x_hi = x_lo + columns
+    if x_hi - x_lo > NOMINAL_PLOT_PX / FIT_COLUMN_PX:
+        x_hi = min(xs) + math.floor(columns - 1.8) + 0.9
     if span <= rows:
         mid = (max(ys) + min(ys)) / 2
         y_lo, y_hi = mid - rows / 2, mid + rows / 2
