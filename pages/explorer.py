@@ -271,12 +271,16 @@ with summary:
 # Only the open tab is built and sent (switching tabs reruns the page): building and drawing all three after every
 # Solve took about 0.3 s of the landing page's Solve to result on 2 cores (BENCHMARKS.md, the browser section).
 tab_chart, tab_table, tab_memory = st.tabs(EXPLORER_TABS, key="ex_tab", on_change="rerun")
+# A widget not drawn in a run loses its value: keep those of the closed tabs for when they open again (their
+# defaults set here, not as the widgets' own, which Streamlit refuses beside a value kept this way).
+for kept, default in (("ex_sort", "total"), (f"ex_limit_{graph.name}", min(len(names), 40)), ("ex_why", False)):
+    st.session_state[kept] = st.session_state.get(kept, default)
 if tab_chart.open:
     with tab_chart:
         s1, s2 = st.columns([1, 1])
-        sort_by = s1.selectbox("Sort by", list(SORT_KEYS), index=1, key="ex_sort")
-        limit = int(s2.number_input("Layers shown", min_value=1, max_value=len(names), value=min(len(names), 40),
-                                    step=5, key=f"ex_limit_{graph.name}"))
+        sort_by = s1.selectbox("Sort by", list(SORT_KEYS), key="ex_sort")
+        limit = int(s2.number_input("Layers shown", min_value=1, max_value=len(names), step=5,
+                                    key=f"ex_limit_{graph.name}"))
         st.plotly_chart(cost_breakdown_figure(plan.layers, sort_by=sort_by, limit=limit), key="breakdown_chart")
 if tab_table.open:
     with tab_table:

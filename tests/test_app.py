@@ -126,10 +126,14 @@ def test_explorer_solve_draws_the_strategy_graph_and_table():
     assert names & {"data", "tensor", "hybrid", "replicated"}, names
     assert charts(at, "breakdown_chart")
     assert not charts(at, "memory_chart") and not at.dataframe, "only the open tab is built"
+    at.selectbox(key="ex_sort").set_value("compute").run()
     open_tab(at, "Memory per device")
     assert charts(at, "memory_chart") and not charts(at, "breakdown_chart")
     open_tab(at, "Configurations (Table II)")
     assert len(at.dataframe) == 1
+    open_tab(at, "Per-layer cost breakdown")
+    assert at.selectbox(key="ex_sort").value == "compute", "a closed tab's choices are kept"
+    open_tab(at, "Configurations (Table II)")
     labels = [m.label for m in at.metric]
     assert labels == ["Estimated step time", "Speedup over data parallelism", "Search time", "Largest dependent set"]
     speedup = at.metric[1].value
