@@ -269,7 +269,7 @@ with summary:
 # -- cost breakdown and table ------------------------------------------------------------------
 
 # Only the open tab is built and sent (switching tabs reruns the page): building and drawing all three after every
-# Solve took about 0.3 s of the landing page's Solve to result on 2 cores (BENCHMARKS.md, the browser section).
+# Solve took about a third of the landing page's Solve to result on 2 cores (BENCHMARKS.md, the browser section).
 tab_chart, tab_table, tab_memory = st.tabs(EXPLORER_TABS, key="ex_tab", on_change="rerun")
 # A widget not drawn in a run loses its value: keep those of the closed tabs for when they open again (their
 # defaults set here, not as the widgets' own, which Streamlit refuses beside a value kept this way).
