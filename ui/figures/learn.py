@@ -9,7 +9,6 @@ import networkx as nx
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ui.figures._common import empty_axes
 from ui.palette import (
     MUTED_LINE, OUTLINE, PARTIAL_SUM_SCALE, REPLICATED_SCALE, STEP_COLORS, device_color, ordering_color,
 )
@@ -176,7 +175,8 @@ def search_step_figure(
             textposition="middle right", hoverinfo="text", hovertext=ns, name=legend[st_name],
             legendrank=STEP_ORDER.index(st_name),
         ))
-    empty_axes(fig)
+    fig.update_xaxes(visible=False, showgrid=False, zeroline=False)
+    fig.update_yaxes(visible=False, showgrid=False, zeroline=False)
     xs_all = [p[0] for p in pos.values()]
     fig.update_xaxes(range=[min(xs_all) - 1, max(xs_all) + 2.5])
     fig.update_layout(height=420, margin=dict(l=10, r=10, t=10, b=10), plot_bgcolor="white",
