@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 from pase.hardware.cluster import Cluster
 from pase.models import sample
 from pase.planner import evaluate, plan
-from ui.fmt import fmt_count, fmt_percent, round_sig
+from ui.fmt import fmt_count, fmt_percent, fmt_words, round_sig
 from ui.graphview import KINDS, build_graph_view, kind_of
 from ui.tables import strategy_table, totals_table
 
@@ -138,3 +138,22 @@ def test_the_explorer_of_a_3d_plan_shows_no_negative_zero_or_glued_exponent():
     graph = [c for c in at.get("plotly_chart") if c.proto.id.endswith("graph_chart")]
     names = {tr.get("name") for tr in json.loads(graph[0].proto.spec)["data"]}
     assert "parameter" not in names, names
+
+
+@pytest.mark.parametrize("n,text", [(1e9, "1 billion"), (2.5e12, "2.5 trillion"), (15e6, "15 million"),
+                                    (300_000, "300,000"), (0.5, "0.5")])
+def test_a_count_in_a_title_reads_in_words_not_as_an_exponent(n, text):
+    assert fmt_words(n) == text
+
+
+def test_the_sweeps_logarithmic_axes_label_every_tick_in_full():
+    """Plotly labels the ticks between powers of ten of a logarithmic axis with their leading digit alone ("2",
+    "5": 20 GB reads as 2) unless the axis has a tick format; every logarithmic axis of the sweep figures has one."""
+    from pase.analysis.sweep import sweep
+    from pase.hardware.cluster import preset
+    from ui.figures import sweep_figure, sweep_panels_figure
+
+    records = sweep(sample("alexnet"), [1, 2, 4], preset("dgx-h100", devices=4))
+    for fig in (sweep_figure(records), sweep_panels_figure(records)):
+        logs = [a for a in fig.layout if a.startswith("yaxis") and fig.layout[a].type == "log"]
+        assert logs and all(fig.layout[a].tickformat for a in logs), fig.layout

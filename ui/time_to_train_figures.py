@@ -8,6 +8,7 @@ from typing import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ui.figures.sweeps import LOG_TICK_FORMAT
 from ui.fmt import plotly_text
 
 __all__ = ["time_to_train_figure"]
@@ -50,7 +51,11 @@ def time_to_train_figure(records: Sequence[Mapping], *, series: str = "series") 
                                      showlegend=False, line=dict(color=color, dash="dot"), hoverinfo="skip"),
                           row=1, col=1)
     for i, (_, _, title) in enumerate(panels):
-        fig.update_xaxes(type="log", title_text="devices", row=1, col=i + 1)
-        fig.update_yaxes(title_text=title, type="log" if title != "goodput" else "linear", row=1, col=i + 1)
+        fig.update_xaxes(type="log", title_text="devices", tickformat=LOG_TICK_FORMAT, row=1, col=i + 1)
+        # Goodput is a share of the wall time, drawn from 0 to all of it (a range of 0.9998 to 0.9999 would need
+        # ticks of five figures and read as a steep fall).
+        fig.update_yaxes(title_text=title, type="log" if title != "goodput" else "linear", row=1, col=i + 1,
+                         **({"tickformat": LOG_TICK_FORMAT} if title != "goodput"
+                            else {"range": [0, 1.05], "tickformat": ".0%"}))
     fig.update_layout(height=380, margin=dict(t=60, b=40), legend=dict(orientation="h", y=-0.25))
     return fig

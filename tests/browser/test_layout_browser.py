@@ -2,8 +2,9 @@
 from the figures' data.
 
 For every plotly chart on the explorer (the default problem solved: the strategy graph by kind and by time,
-the cost breakdown, the memory chart) and on the Training page (a pipelined plan evaluated: the schedule, the
-memory per stage, the mesh):
+the cost breakdown, the memory chart), on the Training page (a pipelined plan evaluated: the schedule, the
+memory per stage, the mesh) and on the What-if page (its default sweep: the speedup, the small multiples with
+the memory capacity, time to train with failures, the splits):
 
 * no text is clipped: every text element's box lies inside its chart's SVG, and a strategy-graph label whose
   node is in view lies inside the plot area;
@@ -14,7 +15,7 @@ memory per stage, the mesh):
   more than four significant figures or an exponent (``8.72e+50``);
 
 and every metric's label is drawn whole (not cut with an ellipsis) and its value is a number with a unit (or a
-ratio, a percentage, a count) of at most four significant figures. One server for the module, two pages.
+ratio, a percentage, a count) of at most four significant figures. One server for the module, three pages.
 """
 
 from __future__ import annotations
@@ -237,3 +238,16 @@ def test_the_training_pages_charts_and_numbers_read_whole(wide, app_url):
     assert {"forward", "backward"} <= {item["text"] for item in gantt["legend"]}, gantt["legend"]
     labels = [m["label"] for m in check_metrics(page, "the Training page")]
     assert any(label.startswith("Memory per device") for label in labels), labels
+
+
+def test_the_what_if_pages_charts_read_whole(wide, app_url):
+    page = wide
+    open_page(page, f"{app_url}/what-if")
+    page.get_by_role("button", name="Run sweep").click()
+    page.wait_for_selector(".st-key-wi_panels .js-plotly-plot", state="attached")
+    wait_idle(page)
+    assert_no_exception(page, "the What-if page after a sweep")
+    charts = check_charts(page, "the What-if page", {"wi_sweep", "wi_panels", "wi_time_to_train"})
+    panels = next(c for c in charts if c["key"] == "wi_panels")
+    titles = [t["text"] for t in panels["texts"] if "annotation" in t["cls"]]
+    assert any(t.startswith("Time to train") for t in titles), titles

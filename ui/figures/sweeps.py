@@ -8,11 +8,17 @@ from typing import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ui.fmt import compact_config, config_str, fmt_time, plotly_text
+from ui.fmt import compact_config, config_str, fmt_time, fmt_words, plotly_text
 from ui.graphview import kind_of
 from ui.palette import CAPACITY_COLOR, KIND_COLORS, strategy_color
 
-__all__ = ["paired_colors", "sweep_figure", "sweep_panels_figure", "split_changes_figure"]
+__all__ = ["paired_colors", "sweep_figure", "sweep_panels_figure", "split_changes_figure", "LOG_TICK_FORMAT",
+           "RATE_TICK_FORMAT"]
+
+# Tick labels of a logarithmic axis: every tick a whole number of 3 significant figures ("20", "0.5", "1,000"),
+# not plotly's leading digit alone ("2", "5") between powers of ten; a rate with an SI suffix ("400k", "1M").
+LOG_TICK_FORMAT = ",.3~r"
+RATE_TICK_FORMAT = ".3~s"
 
 def paired_colors(records: Sequence[Mapping], series: str = "strategy") -> dict[str, str]:
     """Series name -> colour: a strategy's series share its hue (:func:`ui.palette.strategy_color`).
@@ -113,7 +119,8 @@ def sweep_figure(records: Sequence[Mapping], *, by: str = "devices", series: str
     if by == "devices":
         ticks = sorted({r["devices"] for r in records})
         fig.update_xaxes(tickvals=ticks, ticktext=[str(t) for t in ticks])
-    fig.update_yaxes(title_text=left_unit, type="linear" if show == "MFU" else "log", row=1, col=1)
+    fig.update_yaxes(title_text=left_unit, type="linear" if show == "MFU" else "log", row=1, col=1,
+                     tickformat=RATE_TICK_FORMAT if show == "throughput" else LOG_TICK_FORMAT)
     if show == "MFU":
         fig.update_yaxes(rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text="× data parallel", rangemode="tozero", row=1, col=2)
@@ -168,7 +175,7 @@ def sweep_panels_figure(records: Sequence[Mapping], *, series: str = "strategy")
     ]
     if estimated:
         amount = records[0]["train_amount"]
-        panels += [("time_to_train_s", f"Time to train {amount:.3g} {unit}", t_unit, 1 / t_scale, True),
+        panels += [("time_to_train_s", f"Time to train {fmt_words(amount)} {unit}", t_unit, 1 / t_scale, True),
                    ("gpu_hours", "GPU-hours", "GPU-hours", 1.0, True)]
     if priced:
         panels.append(("train_cost", "Cost", "GPU-hours x price", 1.0, True))
@@ -215,14 +222,16 @@ def sweep_panels_figure(records: Sequence[Mapping], *, series: str = "strategy")
         text = plotly_text(f"{', '.join(names)}: {capacity / 1e9:g} GB")
         fig.add_trace(go.Scatter(
             x=[ticks[0], ticks[-1]], y=[capacity * 1e-9] * 2, mode="lines+text", text=[text, ""],
-            textposition="top right", textfont=dict(size=10, color=CAPACITY_COLOR), name=f"capacity {text}",
+            # Under its line: above it, the label of a capacity at the top of the axis would leave the plot.
+            textposition="bottom right", textfont=dict(size=10, color=CAPACITY_COLOR), name=f"capacity {text}",
             line=dict(color=CAPACITY_COLOR, dash="dot", width=1), showlegend=False, hoverinfo="name",
         ), row=memory_at // cols + 1, col=memory_at % cols + 1)
     fig.update_xaxes(type="log", tickvals=ticks, ticktext=[str(t) for t in ticks])
     fig.update_xaxes(title_text="devices", row=rows)
-    for i, (_, _, title, _, log) in enumerate(panels):
+    for i, (key, _, title, _, log) in enumerate(panels):
+        ticks_as = RATE_TICK_FORMAT if key == rate else LOG_TICK_FORMAT
         fig.update_yaxes(title_text=title, type="log" if log else "linear", row=i // cols + 1, col=i % cols + 1,
-                         **({} if log else {"rangemode": "tozero"}))
+                         **({"tickformat": ticks_as} if log else {"rangemode": "tozero"}))
     fig.update_layout(height=300 * rows + 120, margin=dict(l=10, r=10, t=50, b=40), hovermode="closest",
                       legend=dict(orientation="h", y=-0.12, yanchor="top", x=0))
     return fig
