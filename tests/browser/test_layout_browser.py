@@ -37,7 +37,7 @@ RAW_KEY = re.compile(r"\b[a-z]+_[A-Za-z0-9_]+\b")
 NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
 EXPONENT = re.compile(r"\de[+-]?\d", re.IGNORECASE)
 # A metric's value: a number (thousands separated) with an optional unit or suffix, a ratio, or n/a.
-METRIC_VALUE = re.compile(r"^(n/a|-?\d[\d,]*(\.\d+)?\s?(×|%|k|M|B|T|µs|ms|s|min|h|days|GB|MB|TB|kB|B)?)$")
+METRIC_VALUE = re.compile(r"^(n/a|-?\d[\d,]*(\.\d+)?\s?(×|%|[kMGTB]|[nµm]?s|min|h|days|[kMGT]?B(/s)?|[GTP]FLOP/s)?)$")
 
 # Every visible plotly chart: the key of the Streamlit element holding it, its SVG's and plot areas' boxes, its
 # toolbar's and legend's boxes, its text elements (class, text, box; for scatter text, whether the anchor is in
@@ -178,7 +178,8 @@ def check_metrics(page, where: str) -> list[dict]:
     for m in metrics:
         assert not m["cut"] and not m["label"].endswith(("...", "…")), (where, "a label cut short", m)
         assert not RAW_KEY.search(m["label"]), (where, "a raw key", m)
-        assert METRIC_VALUE.match(m["value"]), (where, "a value without its unit", m)
+        assert METRIC_VALUE.match(m["value"]) and not EXPONENT.search(m["value"]), (where, "a value without its unit",
+                                                                                     m)
         for number in NUMBER.findall(m["value"]):
             assert _significant(number) <= 4, (where, "too many significant figures", m)
     return metrics
