@@ -157,3 +157,22 @@ def test_the_sweeps_logarithmic_axes_label_every_tick_in_full():
     for fig in (sweep_figure(records), sweep_panels_figure(records)):
         logs = [a for a in fig.layout if a.startswith("yaxis") and fig.layout[a].type == "log"]
         assert logs and all(fig.layout[a].tickformat for a in logs), fig.layout
+
+
+@pytest.mark.parametrize("values", [[10_000, 200_000], [15, 45], [5, 90], [0.4, 8.5], [4e5, 1.1e6], [1, 1e9]])
+def test_log_ticks_are_few_round_numbers_over_the_values(values):
+    from ui.figures.sweeps import log_ticks
+
+    ticks = log_ticks(values)
+    assert 2 <= len(ticks) <= 6 and ticks == sorted(ticks), ticks
+    for t in ticks:
+        mantissa = t / 10 ** math.floor(math.log10(t) + 1e-9)
+        assert min(abs(mantissa - m) for m in (1, 1.5, 2, 3, 5, 7)) < 1e-9, t  # a round number
+    inside = [t for t in ticks if min(values) / 1.15 <= t <= max(values) * 1.15]
+    assert len(inside) >= 2, (values, ticks)
+
+
+def test_log_ticks_leave_a_range_narrower_than_their_steps_to_plotly():
+    from ui.figures.sweeps import log_ticks
+
+    assert log_ticks([23, 24]) is None and log_ticks([None, 0]) is None

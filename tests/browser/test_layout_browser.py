@@ -10,7 +10,7 @@ the memory capacity, time to train with failures, the splits):
   node is in view lies inside the plot area;
 * every legend swatch is painted in a colour the marks of its series are painted in (fill or stroke, with
   opacity, a pattern's background resolved);
-* plotly's toolbar does not overlap a legend;
+* plotly's toolbar does not overlap a legend, nor an axis's tick labels one another;
 * no title, axis title or legend entry is a program's key (``step_ms``), and no chart text holds a number of
   more than four significant figures or an exponent (``8.72e+50``);
 
@@ -157,6 +157,15 @@ def check_charts(page, where: str, keys: set[str]) -> list[dict]:
             assert not EXPONENT.search(text["text"]), (name, "an exponent", text["text"])
             for number in NUMBER.findall(text["text"]):
                 assert _significant(number) <= 4, (name, "too many significant figures", text["text"])
+        ticks: dict[str, list[dict]] = {}
+        for text in chart["texts"]:
+            axis = text["cls"].split()[-1] if text["cls"].split() else ""
+            if "tick" in axis:
+                ticks.setdefault(axis, []).append(text)
+        for axis, labels in ticks.items():  # an axis's tick labels apart (a log axis labelled too densely overlaps)
+            for i, a in enumerate(labels):
+                for b in labels[i + 1:]:
+                    assert not _overlap(a["box"], b["box"]), (name, f"{axis} labels overlap", a["text"], b["text"])
         for item in chart["legend"]:
             if item["index"] is None:  # a legend group's title
                 continue

@@ -13,12 +13,39 @@ from ui.graphview import kind_of
 from ui.palette import CAPACITY_COLOR, KIND_COLORS, strategy_color
 
 __all__ = ["paired_colors", "sweep_figure", "sweep_panels_figure", "split_changes_figure", "LOG_TICK_FORMAT",
-           "RATE_TICK_FORMAT"]
+           "RATE_TICK_FORMAT", "log_ticks"]
 
 # Tick labels of a logarithmic axis: every tick a whole number of 3 significant figures ("20", "0.5", "1,000"),
-# not plotly's leading digit alone ("2", "5") between powers of ten; a rate with an SI suffix ("400k", "1M").
+# not plotly's leading digit alone ("2", "5") between powers of ten; a rate with an SI suffix ("400k", "1M"). The
+# ticks themselves from log_ticks: plotly's own, labelled in full, would crowd an axis spanning a decade or two.
 LOG_TICK_FORMAT = ",.3~r"
 RATE_TICK_FORMAT = ".3~s"
+# Ticks of a logarithmic axis, finest first: the mantissas of each power of ten.
+_LOG_MANTISSAS = ((1, 1.5, 2, 3, 5, 7), (1, 2, 5), (1, 3), (1,))
+
+
+def log_ticks(values: Sequence[float | None], most: int = 6) -> list[float] | None:
+    """Tick values of a logarithmic axis over the positive ``values``: the finest of 1-1.5-2-3-5-7, 1-2-5, 1-3 and
+    1 per power of ten that puts at most ``most`` ticks between the least and the largest value, else every n-th
+    power of ten; None (plotly's own ticks) when no value is positive or the finest puts fewer than two there."""
+    import math
+
+    shown = [v for v in values if v is not None and v > 0]
+    if not shown:
+        return None
+    lo, hi = min(shown), max(shown)
+    first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    # Ticks just outside the values stay: plotly's range pads them a little.
+    lo, hi = lo / 1.15, hi * 1.15
+    for mantissas in _LOG_MANTISSAS:
+        ticks = [float(f"{m * 10.0 ** e:.3g}") for e in range(first, last + 1) for m in mantissas
+                 if lo <= m * 10.0 ** e <= hi]
+        if len(ticks) < 2:  # a range within one step of the finest: plotly's own ticks, few and labelled in full
+            return None
+        if len(ticks) <= most:
+            return ticks
+    step = max(1, math.ceil((last - first + 1) / most))
+    return [10.0 ** e for e in range(first, last + 1, step)]
 
 def paired_colors(records: Sequence[Mapping], series: str = "strategy") -> dict[str, str]:
     """Series name -> colour: a strategy's series share its hue (:func:`ui.palette.strategy_color`).
@@ -120,7 +147,9 @@ def sweep_figure(records: Sequence[Mapping], *, by: str = "devices", series: str
         ticks = sorted({r["devices"] for r in records})
         fig.update_xaxes(tickvals=ticks, ticktext=[str(t) for t in ticks])
     fig.update_yaxes(title_text=left_unit, type="linear" if show == "MFU" else "log", row=1, col=1,
-                     tickformat=RATE_TICK_FORMAT if show == "throughput" else LOG_TICK_FORMAT)
+                     tickformat=RATE_TICK_FORMAT if show == "throughput" else LOG_TICK_FORMAT,
+                     tickvals=None if show == "MFU" else log_ticks(
+                         [r[left] * left_scale for r in records if r.get(left) is not None and _runs(r)]))
     if show == "MFU":
         fig.update_yaxes(rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text="× data parallel", rangemode="tozero", row=1, col=2)
@@ -228,10 +257,14 @@ def sweep_panels_figure(records: Sequence[Mapping], *, series: str = "strategy")
         ), row=memory_at // cols + 1, col=memory_at % cols + 1)
     fig.update_xaxes(type="log", tickvals=ticks, ticktext=[str(t) for t in ticks])
     fig.update_xaxes(title_text="devices", row=rows)
-    for i, (key, _, title, _, log) in enumerate(panels):
+    for i, (key, _, title, scale, log) in enumerate(panels):
         ticks_as = RATE_TICK_FORMAT if key == rate else LOG_TICK_FORMAT
+        drawn = [r[key] * scale for r in records if r.get(key) is not None
+                 and (key == "memory_per_device_bytes" or _runs(r))]
+        if key == "memory_per_device_bytes":
+            drawn += [c * 1e-9 for c in capacities]
         fig.update_yaxes(title_text=title, type="log" if log else "linear", row=i // cols + 1, col=i % cols + 1,
-                         **({"tickformat": ticks_as} if log else {"rangemode": "tozero"}))
+                         **({"tickformat": ticks_as, "tickvals": log_ticks(drawn)} if log else {"rangemode": "tozero"}))
     fig.update_layout(height=300 * rows + 120, margin=dict(l=10, r=10, t=50, b=40), hovermode="closest",
                       legend=dict(orientation="h", y=-0.12, yanchor="top", x=0))
     return fig
