@@ -87,6 +87,13 @@ def _need_gb(record: Mapping) -> str:
     return f"{need / 1e9:.3g} GB of {cap / 1e9:g} GB"
 
 
+def _step_unit(records: Sequence[Mapping]) -> tuple[str, float]:
+    """(axis title, scale from seconds) of step times: seconds once the longest step that runs is 10 s or more (a
+    language model's), else milliseconds."""
+    longest = max((r["step_time_s"] for r in records if r.get("step_time_s") is not None and _runs(r)), default=0.0)
+    return ("s per step", 1.0) if longest >= 10.0 else ("ms per step", 1e3)
+
+
 def sweep_figure(records: Sequence[Mapping], *, by: str = "devices", series: str = "strategy",
                  show: str = "step time") -> go.Figure:
     """Step time (or throughput, or MFU) and speedup over data parallelism against ``by`` (Fig. 6, modelled).
@@ -108,7 +115,7 @@ def sweep_figure(records: Sequence[Mapping], *, by: str = "devices", series: str
         raise ValueError(f"show must be 'step time', 'throughput' or 'MFU', got {show!r}")
     tokens = bool(records) and all(r.get("tokens_per_s") is not None for r in records)
     left, left_title, left_unit, left_scale = {
-        "step time": ("step_time_s", "Estimated step time", "ms per step", 1e3),
+        "step time": ("step_time_s", "Estimated step time", *_step_unit(records)),
         "throughput": (("tokens_per_s", "Estimated throughput", "tokens/s", 1.0) if tokens
                        else ("samples_per_s", "Estimated throughput", "samples/s", 1.0)),
         "MFU": ("mfu", "Model FLOPs utilisation (of peak)", "% of peak FLOP/s", 100.0),
@@ -197,7 +204,7 @@ def sweep_panels_figure(records: Sequence[Mapping], *, series: str = "strategy")
     unit = records[0].get("train_unit", "") if estimated else ""
     # (record field, title, y-axis title, scale, logarithmic)
     panels = [
-        ("step_time_s", "Step time", "ms per step", 1e3, True),
+        ("step_time_s", "Step time", *_step_unit(records), True),
         (rate, "Throughput", "tokens/s" if tokens else "samples/s", 1.0, True),
         ("mfu", "MFU (of peak FLOP/s)", "% of peak", 100.0, False),
         ("memory_per_device_bytes", "Memory per device", "GB", 1e-9, True),
