@@ -176,3 +176,11 @@ def test_log_ticks_leave_a_range_narrower_than_their_steps_to_plotly():
     from ui.figures.sweeps import log_ticks
 
     assert log_ticks([23, 24]) is None and log_ticks([None, 0]) is None
+
+
+@pytest.mark.parametrize("seconds,text", [(6.36e6, "73.6 days"), (999, "999 s"), (5400, "1.5 h"), (1200, "20 min"),
+                                          (0.0123, "12.3 ms")])
+def test_a_long_duration_reads_in_minutes_hours_or_days_not_as_an_exponent(seconds, text):
+    from ui.fmt import fmt_time
+
+    assert fmt_time(seconds) == text

@@ -44,17 +44,24 @@ def plotly_text(text: object) -> str:
 
 
 def fmt_time(seconds: float) -> str:
-    """A duration with 3 significant digits and a fitting unit.
+    """A duration with 3 significant digits and a fitting unit: ns to s, then min, h and days from 1,000 s (where
+    seconds would need an exponent).
 
     >>> fmt_time(0.0123)
     '12.3 ms'
     >>> fmt_time(0)
     '0 s'
+    >>> fmt_time(6.36e6)
+    '73.6 days'
     """
     s = float(seconds)
     if s == 0:
         return "0 s"
     a = abs(s)
+    if a >= 1000:
+        for scale, unit in ((86400.0, "days"), (3600.0, "h"), (60.0, "min")):
+            if a >= scale:
+                return f"{s / scale:.3g} {unit}"
     for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")):
         if a >= scale:
             return f"{s / scale:.3g} {unit}"

@@ -89,6 +89,7 @@ def test_the_training_page_plans_an_uploaded_config_json_as_pase_solve_does(wide
     page.wait_for_timeout(500)
     wait_idle(page)
     set_number(page, "Devices p", "8")
+    page.get_by_text("8 x 989 TFLOP/s").first.wait_for()  # the page plans the sidebar's 8 devices
     page.get_by_role("button", name="Search", exact=True).click()
     metric = page.locator('[data-testid="stMetric"]').filter(has_text="Step time")
     metric.first.wait_for()
@@ -96,7 +97,8 @@ def test_the_training_page_plans_an_uploaded_config_json_as_pase_solve_does(wide
     assert_no_exception(page, "the Training page after searching an uploaded config.json")
     expected = search_training(hf_batch_builder(TINY), preset("dgx-h100", 8, calibrated=True), DEFAULT_BATCH).best
     shown = metric.first.locator('[data-testid="stMetricValue"]').inner_text().strip()
-    assert shown == fmt_time(expected.step_time_s), (shown, expected.label)
+    assert shown == fmt_time(expected.step_time_s), (shown, expected.label,
+                                                     page.locator('[data-testid="stMain"]').inner_text()[:3000])
 
 
 def test_every_page_plans_the_sidebars_problem(wide, app_url):
