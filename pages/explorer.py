@@ -22,6 +22,8 @@ routed()  # first of all: run under app.py's router (see ui.pagekit.routed)
 GROUP_ABOVE = 80
 # "Colour nodes by" choices -> strategy_graph_figure's color_by.
 COLOUR_BY = {"kind of parallelism": "kind", "time": "time", "gain over data parallelism": "gain"}
+# The tabs under a solved plan's summary (session key "ex_tab" holds the open one).
+EXPLORER_TABS = ["Per-layer cost breakdown", "Configurations (Table II)", "Memory per device"]
 
 st.title("PaSE explorer")
 st.caption("Find the per-layer parallelization strategy of least estimated training step time "
@@ -207,7 +209,8 @@ def training_summary(search, group_plan) -> None:
         st.caption(md(note))
     source = problem.source
     l1, l2 = st.columns([1, 3])
-    l1.download_button("Plan (JSON)", json.dumps(search.to_dict(), indent=1),
+    # Written when clicked (a callable), as the other downloads: the page does not wait for them.
+    l1.download_button("Plan (JSON)", lambda: json.dumps(search.to_dict(), indent=1),
                        file_name=f"{source.name}-p{c.devices}-training.json", mime="application/json",
                        icon=":material/download:", key="dl_training_json")
     # A link, as the navigation's: st.switch_page from a button would drop the sidebar's widget state (the problem).
@@ -241,11 +244,13 @@ with summary:
         )
     table = strategy_table(plan)
     d1, d2, d3, d4 = st.columns([1, 1, 1, 2])
-    d1.download_button("Strategy (JSON)", json.dumps(plan.to_dict(), indent=1),
+    # Written when clicked (callables): writing them took longer than drawing the rest of the summary.
+    d1.download_button("Strategy (JSON)", lambda: json.dumps(plan.to_dict(), indent=1),
                        file_name=f"{graph.name}-p{c.devices}-strategy.json", mime="application/json",
                        icon=":material/download:", key="dl_json")
-    d2.download_button("Table (CSV)", table.to_csv(index=False), file_name=f"{graph.name}-p{c.devices}-table.csv",
-                       mime="text/csv", icon=":material/download:", key="dl_csv")
+    d2.download_button("Table (CSV)", lambda csv=table: csv.to_csv(index=False),
+                       file_name=f"{graph.name}-p{c.devices}-table.csv", mime="text/csv",
+                       icon=":material/download:", key="dl_csv")
     export_format = d3.selectbox("Export as", EXPORT_FORMATS, index=None, placeholder="Export as...",
                                  key="ex_export_format", label_visibility="collapsed",
                                  help="DTensor placements and JAX PartitionSpecs of every layer; Megatron-LM, "
@@ -263,43 +268,51 @@ with summary:
 
 # -- cost breakdown and table ------------------------------------------------------------------
 
-tab_chart, tab_table, tab_memory = st.tabs(["Per-layer cost breakdown", "Configurations (Table II)",
-                                           "Memory per device"])
-with tab_chart:
-    s1, s2 = st.columns([1, 1])
-    sort_by = s1.selectbox("Sort by", list(SORT_KEYS), index=1, key="ex_sort")
-    limit = int(s2.number_input("Layers shown", min_value=1, max_value=len(names), value=min(len(names), 40), step=5,
-                                key=f"ex_limit_{graph.name}"))
-    st.plotly_chart(cost_breakdown_figure(plan.layers, sort_by=sort_by, limit=limit), key="breakdown_chart")
-with tab_table:
-    if st.toggle("Why this split? Show each layer's runner-up", key="ex_why",
-                 help="The next-best configuration of each layer with every other layer kept as planned, and how "
-                      "much slower the whole step would be with it (pase.analysis.explain)."):
-        try:
-            with st.spinner("Pricing every layer's alternatives (a worker process)..."):
-                table = strategy_table(plan, state.explanations(problem, plan))
-        except PaseError as exc:
-            st.error(f"The runners-up could not be computed: {md(str(exc))}")
-    st.dataframe(
-        table, hide_index=True, key="strategy_table",
-        column_config={
-            "compute_ms": st.column_config.NumberColumn("compute ms", format="%.4g"),
-            "intra_comm_ms": st.column_config.NumberColumn("intra-layer ms", format="%.4g"),
-            "edge_comm_ms": st.column_config.NumberColumn("edge ms", format="%.4g"),
-            "total_ms": st.column_config.NumberColumn("total ms", format="%.4g"),
-            "runner_up": st.column_config.TextColumn("runner-up"),
-            "runner_up_slower_ms": st.column_config.NumberColumn(
-                "runner-up slower by ms", format="%.4g",
-                help="Negative: faster, but the plan keeps its choice to fit device memory."),
-        },
-    )
-with tab_memory:
-    if plan.memory is None:
-        st.info("This plan carries no memory estimate.", icon=":material/info:")
-    else:
-        if plan.fits_memory is False:
-            st.error(f"This strategy needs {plan.memory_per_device_bytes / 1e9:.3g} GB per device, more than the "
-                     f"{plan.memory_capacity_bytes / 1e9:.3g} GB each device has.", icon=":material/memory:")
-        st.plotly_chart(memory_figure(plan.memory), key="memory_chart")
-        st.caption("Adam with fp32 master weights; activations are those the backward pass keeps. Set a capacity "
-                   "under Nodes and memory to search only strategies that fit.")
+# Only the open tab is built and sent (switching tabs reruns the page): building and drawing all three after every
+# Solve took about a third of the landing page's Solve to result on 2 cores (BENCHMARKS.md, the browser section).
+tab_chart, tab_table, tab_memory = st.tabs(EXPLORER_TABS, key="ex_tab", on_change="rerun")
+# A widget not drawn in a run loses its value: keep those of the closed tabs for when they open again (their
+# defaults set here, not as the widgets' own, which Streamlit refuses beside a value kept this way).
+for kept, default in (("ex_sort", "total"), (f"ex_limit_{graph.name}", min(len(names), 40)), ("ex_why", False)):
+    st.session_state[kept] = st.session_state.get(kept, default)
+if tab_chart.open:
+    with tab_chart:
+        s1, s2 = st.columns([1, 1])
+        sort_by = s1.selectbox("Sort by", list(SORT_KEYS), key="ex_sort")
+        limit = int(s2.number_input("Layers shown", min_value=1, max_value=len(names), step=5,
+                                    key=f"ex_limit_{graph.name}"))
+        st.plotly_chart(cost_breakdown_figure(plan.layers, sort_by=sort_by, limit=limit), key="breakdown_chart")
+if tab_table.open:
+    with tab_table:
+        if st.toggle("Why this split? Show each layer's runner-up", key="ex_why",
+                     help="The next-best configuration of each layer with every other layer kept as planned, and "
+                          "how much slower the whole step would be with it (pase.analysis.explain)."):
+            try:
+                with st.spinner("Pricing every layer's alternatives (a worker process)..."):
+                    table = strategy_table(plan, state.explanations(problem, plan))
+            except PaseError as exc:
+                st.error(f"The runners-up could not be computed: {md(str(exc))}")
+        st.dataframe(
+            table, hide_index=True, key="strategy_table",
+            column_config={
+                "compute_ms": st.column_config.NumberColumn("compute ms", format="%.4g"),
+                "intra_comm_ms": st.column_config.NumberColumn("intra-layer ms", format="%.4g"),
+                "edge_comm_ms": st.column_config.NumberColumn("edge ms", format="%.4g"),
+                "total_ms": st.column_config.NumberColumn("total ms", format="%.4g"),
+                "runner_up": st.column_config.TextColumn("runner-up"),
+                "runner_up_slower_ms": st.column_config.NumberColumn(
+                    "runner-up slower by ms", format="%.4g",
+                    help="Negative: faster, but the plan keeps its choice to fit device memory."),
+            },
+        )
+if tab_memory.open:
+    with tab_memory:
+        if plan.memory is None:
+            st.info("This plan carries no memory estimate.", icon=":material/info:")
+        else:
+            if plan.fits_memory is False:
+                st.error(f"This strategy needs {plan.memory_per_device_bytes / 1e9:.3g} GB per device, more than "
+                         f"the {plan.memory_capacity_bytes / 1e9:.3g} GB each device has.", icon=":material/memory:")
+            st.plotly_chart(memory_figure(plan.memory), key="memory_chart")
+            st.caption("Adam with fp32 master weights; activations are those the backward pass keeps. Set a "
+                       "capacity under Nodes and memory to search only strategies that fit.")

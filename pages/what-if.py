@@ -410,7 +410,9 @@ if estimated:
             "fits memory": _fits(r),
             "idle devices": r["idle_devices"],
         })
-    st.dataframe(table, hide_index=True, key="wi_train_table")
+    # Rates of millions read with thousands separators (1,014,000), not as a run of digits.
+    st.dataframe(table, hide_index=True, key="wi_train_table",
+                 column_config={f"{unit_name}/s": st.column_config.NumberColumn(format="localized")})
     st.caption(f"PaSE's strategy at each device count{'' if vary is None else f', at {vary_label} = {first_value / unit[0]:g}'}: "
                f"time = N / {unit_name} per second, GPU-hours = time x devices / 3600 (idle devices are paid for "
                f"too), cost = GPU-hours x price. {MODELLED}")

@@ -44,6 +44,14 @@ def solve(at: AppTest, key: str = "solve") -> AppTest:
     return at
 
 
+def open_tab(at: AppTest, label: str, key: str = "ex_tab") -> AppTest:
+    """Open the tab ``label`` of the tabs ``key``: only the open one is built (``on_change="rerun"``)."""
+    at.session_state[key] = label
+    at.run()
+    no_exception(at)
+    return at
+
+
 def choose_sample(at: AppTest, name: str, devices: int = 4) -> AppTest:
     at.selectbox(key="in_sample").set_value(name).run()
     at.number_input(key="in_devices").set_value(devices).run()
@@ -76,19 +84,21 @@ def test_the_default_problem_shows_a_strategy_worth_finding():
     assert not at.error, [e.value for e in at.error]
     speedup = float(at.metric[1].value.rstrip("×"))
     assert speedup > 1.6, speedup  # about 2x at this writing; margin for refits of the calibration
+    open_tab(at, "Configurations (Table II)")
     kinds = set(at.dataframe[0].value["parallelism"])
     assert "tensor" in kinds and len(kinds - {"replicated"}) >= 2, kinds
     at.radio(key="in_model").set_value("peak").run()
     solve(at)
     speedup = float(at.metric[1].value.rstrip("×"))
     assert speedup > 1.5, speedup
+    open_tab(at, "Configurations (Table II)")
     kinds = set(at.dataframe[0].value["parallelism"])
     assert {"data", "hybrid", "tensor"} <= kinds, kinds
 
 
 def test_explorer_explains_each_layer_with_its_runner_up():
     at = choose_sample(new_app(), "alexnet", devices=4)
-    solve(at)
+    open_tab(solve(at), "Configurations (Table II)")
     at.toggle(key="ex_why").set_value(True).run(timeout=60)
     assert not at.error, [e.value for e in at.error]
     table = at.dataframe[0].value
@@ -115,8 +125,15 @@ def test_explorer_solve_draws_the_strategy_graph_and_table():
     names = {t.get("name") for t in spec["data"]}
     assert names & {"data", "tensor", "hybrid", "replicated"}, names
     assert charts(at, "breakdown_chart")
-    assert charts(at, "memory_chart")
-    assert [df for df in at.dataframe if df.proto.id.endswith("strategy_table")] or len(at.dataframe) >= 1
+    assert not charts(at, "memory_chart") and not at.dataframe, "only the open tab is built"
+    at.selectbox(key="ex_sort").set_value("compute").run()
+    open_tab(at, "Memory per device")
+    assert charts(at, "memory_chart") and not charts(at, "breakdown_chart")
+    open_tab(at, "Configurations (Table II)")
+    assert len(at.dataframe) == 1
+    open_tab(at, "Per-layer cost breakdown")
+    assert at.selectbox(key="ex_sort").value == "compute", "a closed tab's choices are kept"
+    open_tab(at, "Configurations (Table II)")
     labels = [m.label for m in at.metric]
     assert labels == ["Estimated step time", "Speedup over data parallelism", "Search time", "Largest dependent set"]
     speedup = at.metric[1].value
@@ -177,7 +194,7 @@ def test_bad_upload_shows_an_error_and_the_app_keeps_working():
     at.file_uploader(key="in_upload").clear().upload("tiny.json", EXAMPLE, "application/json").run()
     no_exception(at)
     assert not at.error, [e.value for e in at.error]
-    solve(at)
+    open_tab(solve(at), "Configurations (Table II)")
     assert charts(at, "graph_chart") and len(at.dataframe[0].value) == 4
 
     # And so does going back to the samples.
@@ -201,15 +218,15 @@ def test_an_onnx_upload_is_solved():
 
 
 def test_a_search_too_large_is_reported_not_raised(monkeypatch):
-    import pase.planner
     import ui.jobs
+    import ui.solving
     from pase.errors import SearchTooLargeError
 
     run = ui.jobs.run
 
     def refuse_searches(fn, *args, **kwargs):
         # What the worker sends back when the search refuses (the worker's own path is tested in test_jobs).
-        if fn is pase.planner.plan:
+        if fn is ui.solving.plan_and_data_parallel:
             raise SearchTooLargeError("the search would hold 1e30 table entries; use fewer devices")
         return run(fn, *args, **kwargs)
 

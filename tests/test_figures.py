@@ -118,6 +118,18 @@ def test_layered_layout_keeps_chains_straight_and_branches_side_by_side():
     assert len({pos[n][1] for n in ("a1", "b1", "c1")}) == 3, "branches side by side"
 
 
+def test_layered_layout_puts_an_input_just_before_its_first_consumer():
+    import networkx as nx
+
+    # A decoder's embedding: an input consumed only at the fourth generation, and one consumed by two layers.
+    g = nx.DiGraph([("a", "b"), ("b", "c"), ("c", "d"), ("e", "d"), ("f", "c"), ("f", "d")])
+    pos = layered_layout(g, direction="LR")
+    assert pos["e"][0] == pos["d"][0] - 1, "one column before its consumer, not in the first"
+    assert pos["f"][0] == pos["c"][0] - 1, "before the first of its consumers"
+    assert pos["a"][0] == 0 and all(pos[u][0] < pos[v][0] for u, v in g.edges)
+    assert len({pos[n] for n in g}) == len(g), "no two nodes at one place"
+
+
 def test_short_names():
     assert short_name("Mixed_5b.branch3x3dbl_2.bn") == "branch3x3dbl_2.bn"
     assert short_name("h.0.attn.q") == "attn.q"
@@ -691,3 +703,21 @@ def test_colour_by_kind_stays_the_default(graph, solved, data_parallel):
     unsolved = build_graph_view(graph, None, depth=1)
     fig = F.strategy_graph_figure(unsolved, color_by="time")
     assert not _traces(fig, name="node scale"), "an unsolved graph is drawn by kind"
+
+
+@pytest.mark.parametrize("name, depth", [("transformer", 2), ("alexnet", None), ("gpt", None)])
+def test_the_graph_opens_on_whole_columns_each_with_room_for_its_label(name, depth):
+    """A graph a little longer than the window (the Transformer grouped: 15 columns) is drawn whole; a longer one
+    opens on a window in which every node has most of a column (0.9) on either side, so that neither a node nor its
+    centred label is cut at the window's edge."""
+    from pase.models import sample
+
+    view = build_graph_view(sample(name), depth=depth)
+    fig = F.strategy_graph_figure(view)
+    lo, hi = fig.layout.xaxis.range
+    columns = sorted({n.x for n in view.nodes})
+    shown = [x for x in columns if lo <= x <= hi]
+    assert shown == columns[:len(shown)] and len(shown) >= 10, (lo, hi, columns)
+    assert shown[0] - lo >= 0.9 - 1e-9 and hi - shown[-1] >= 0.9 - 1e-9, (lo, hi, shown)
+    if len(columns) <= 15:
+        assert shown == columns, "drawn whole"

@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 from pase.hardware.cluster import Cluster
 from pase.models import sample
 from pase.planner import evaluate, plan
-from ui.fmt import fmt_count, fmt_percent, round_sig
+from ui.fmt import fmt_count, fmt_percent, fmt_words, round_sig
 from ui.graphview import KINDS, build_graph_view, kind_of
 from ui.tables import strategy_table, totals_table
 
@@ -138,3 +138,49 @@ def test_the_explorer_of_a_3d_plan_shows_no_negative_zero_or_glued_exponent():
     graph = [c for c in at.get("plotly_chart") if c.proto.id.endswith("graph_chart")]
     names = {tr.get("name") for tr in json.loads(graph[0].proto.spec)["data"]}
     assert "parameter" not in names, names
+
+
+@pytest.mark.parametrize("n,text", [(1e9, "1 billion"), (2.5e12, "2.5 trillion"), (15e6, "15 million"),
+                                    (300_000, "300,000"), (0.5, "0.5")])
+def test_a_count_in_a_title_reads_in_words_not_as_an_exponent(n, text):
+    assert fmt_words(n) == text
+
+
+def test_the_sweeps_logarithmic_axes_label_every_tick_in_full():
+    """Plotly labels the ticks between powers of ten of a logarithmic axis with their leading digit alone ("2",
+    "5": 20 GB reads as 2) unless the axis has a tick format; every logarithmic axis of the sweep figures has one."""
+    from pase.analysis.sweep import sweep
+    from pase.hardware.cluster import preset
+    from ui.figures import sweep_figure, sweep_panels_figure
+
+    records = sweep(sample("alexnet"), [1, 2, 4], preset("dgx-h100", devices=4))
+    for fig in (sweep_figure(records), sweep_panels_figure(records)):
+        logs = [a for a in fig.layout if a.startswith("yaxis") and fig.layout[a].type == "log"]
+        assert logs and all(fig.layout[a].tickformat for a in logs), fig.layout
+
+
+@pytest.mark.parametrize("values", [[10_000, 200_000], [15, 45], [5, 90], [0.4, 8.5], [4e5, 1.1e6], [1, 1e9]])
+def test_log_ticks_are_few_round_numbers_over_the_values(values):
+    from ui.figures.sweeps import log_ticks
+
+    ticks = log_ticks(values)
+    assert 2 <= len(ticks) <= 6 and ticks == sorted(ticks), ticks
+    for t in ticks:
+        mantissa = t / 10 ** math.floor(math.log10(t) + 1e-9)
+        assert min(abs(mantissa - m) for m in (1, 1.5, 2, 3, 5, 7)) < 1e-9, t  # a round number
+    inside = [t for t in ticks if min(values) / 1.15 <= t <= max(values) * 1.15]
+    assert len(inside) >= 2, (values, ticks)
+
+
+def test_log_ticks_leave_a_range_narrower_than_their_steps_to_plotly():
+    from ui.figures.sweeps import log_ticks
+
+    assert log_ticks([23, 24]) is None and log_ticks([None, 0]) is None
+
+
+@pytest.mark.parametrize("seconds,text", [(6.36e6, "73.6 days"), (999, "999 s"), (5400, "1.5 h"), (1200, "20 min"),
+                                          (0.0123, "12.3 ms")])
+def test_a_long_duration_reads_in_minutes_hours_or_days_not_as_an_exponent(seconds, text):
+    from ui.fmt import fmt_time
+
+    assert fmt_time(seconds) == text

@@ -69,3 +69,15 @@ def test_pase_sweep_plans_a_language_model_in_3d_by_default(capsys):
     # The per-layer search stays one option away.
     assert main(["sweep", str(TINY), "-p", "2", "--cluster", "dgx-h100", "--search", "layers", "--batch", "8"]) == 0
     assert "search: per layer" in capsys.readouterr().out
+
+
+def test_a_language_models_step_times_are_charted_in_seconds_a_small_models_in_ms():
+    """Steps of minutes read as "180 s", not as 180,000 ms; steps of milliseconds stay in ms."""
+    long = [{"devices": p, "strategy": "PaSE", "step_time_s": t, "speedup_over_dp": 1.0, "fits_memory": True}
+            for p, t in ((8, 180.0), (16, 90.0))]
+    short = [dict(r, step_time_s=r["step_time_s"] / 1e4) for r in long]
+    for records, unit, scale in ((long, "s per step", 1.0), (short, "ms per step", 1e3)):
+        for fig in (sweep_figure(records), sweep_panels_figure(records)):
+            assert fig.layout.yaxis.title.text == unit
+            (first,) = [t for t in fig.data if t.name == "PaSE" and t.yaxis in (None, "y")][:1]
+            assert first.y[0] == pytest.approx(records[0]["step_time_s"] * scale)

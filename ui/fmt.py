@@ -8,8 +8,8 @@ import html as _html
 import string
 from typing import Sequence
 
-__all__ = ["fmt_time", "fmt_count", "fmt_bytes", "fmt_percent", "fmt_fit", "round_sig", "config_str", "compact_config",
-           "dims_str", "visible", "md", "plotly_text"]
+__all__ = ["fmt_time", "fmt_count", "fmt_words", "fmt_bytes", "fmt_percent", "fmt_fit", "round_sig", "config_str",
+           "compact_config", "dims_str", "visible", "md", "plotly_text"]
 
 # Markdown gives meaning to every ASCII punctuation character somewhere (emphasis, links, images,
 # Streamlit's :directives[...] and :emoji:); CommonMark lets each be escaped with a backslash.
@@ -44,17 +44,24 @@ def plotly_text(text: object) -> str:
 
 
 def fmt_time(seconds: float) -> str:
-    """A duration with 3 significant digits and a fitting unit.
+    """A duration with 3 significant digits and a fitting unit: ns to s, then min, h and days from 1,000 s (where
+    seconds would need an exponent).
 
     >>> fmt_time(0.0123)
     '12.3 ms'
     >>> fmt_time(0)
     '0 s'
+    >>> fmt_time(6.36e6)
+    '73.6 days'
     """
     s = float(seconds)
     if s == 0:
         return "0 s"
     a = abs(s)
+    if a >= 1000:
+        for scale, unit in ((86400.0, "days"), (3600.0, "h"), (60.0, "min")):
+            if a >= scale:
+                return f"{s / scale:.3g} {unit}"
     for scale, unit in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")):
         if a >= scale:
             return f"{s / scale:.3g} {unit}"
@@ -80,6 +87,15 @@ def fmt_count(n: float) -> str:
         if abs(n) >= scale:
             return f"{n / scale:.3g}{unit}"
     return f"{n:.3g}" if n != int(n) else str(int(n))
+
+
+def fmt_words(n: float) -> str:
+    """A count for a title, its scale in words: ``fmt_words(1e9) == '1 billion'``, ``fmt_words(2.5e12) ==
+    '2.5 trillion'``, ``fmt_words(300_000) == '300,000'`` (3 significant figures from a million up)."""
+    for scale, word in ((1e12, "trillion"), (1e9, "billion"), (1e6, "million")):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g} {word}"
+    return f"{n:,.0f}" if n == int(n) else f"{n:.3g}"
 
 
 def fmt_bytes(n: float) -> str:

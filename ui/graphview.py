@@ -198,7 +198,8 @@ def _spread(desired: list[float], gap: float) -> list[float]:
 
 
 def layered_layout(g: nx.DiGraph, gap: float = 1.0, direction: str = "TB") -> dict[str, tuple[float, float]]:
-    """Layered positions: one layer per topological generation, ``gap`` apart across it.
+    """Layered positions: one layer per topological generation, ``gap`` apart across it; an input (a node
+    without predecessors) sits in the layer just before its first consumer's.
 
     ``direction="TB"``: ``y = -generation`` (producers above consumers);
     ``"LR"``: ``x = generation`` (producers left of consumers). Across a layer
@@ -212,8 +213,17 @@ def layered_layout(g: nx.DiGraph, gap: float = 1.0, direction: str = "TB") -> di
         raise ValueError(f"direction must be 'TB' or 'LR', got {direction!r}")
     across: dict = {}
     order = {n: i for i, n in enumerate(g.nodes)}
-    levels: dict = {}
-    for level, generation in enumerate(nx.topological_generations(g)):
+    levels = {n: level for level, generation in enumerate(nx.topological_generations(g)) for n in generation}
+    # An input consumed late (a decoder's embedding) would otherwise sit in the first layer and send one long
+    # edge across every layer between, through their labels.
+    for n in g.nodes:
+        if g.in_degree(n) == 0 and g.out_degree(n) > 0:
+            levels[n] = min(levels[s] for s in g.successors(n)) - 1
+    by_level: dict[int, list] = defaultdict(list)
+    for n in sorted(g.nodes, key=order.get):
+        by_level[levels[n]].append(n)
+    for level in sorted(by_level):
+        generation = by_level[level]
         roots = sorted((n for n in generation if not any(p in across for p in g.predecessors(n))), key=order.get)
         root_at = {n: (j - (len(roots) - 1) / 2) * gap for j, n in enumerate(roots)}
 
@@ -224,7 +234,6 @@ def layered_layout(g: nx.DiGraph, gap: float = 1.0, direction: str = "TB") -> di
         row = sorted(generation, key=desired)
         for n, a in zip(row, _spread([desired(n)[0] for n in row], gap)):
             across[n] = a
-            levels[n] = level
     if direction == "LR":
         return {n: (float(levels[n]), -across[n]) for n in g.nodes}
     return {n: (across[n], -float(levels[n])) for n in g.nodes}

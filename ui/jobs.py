@@ -48,8 +48,8 @@ JOB_TIME_S = float(os.environ.get("PASE_JOB_TIME_S", 900))
 MAX_JOBS = int(os.environ.get("PASE_MAX_JOBS", 0)) or max(
     2, min(os.cpu_count() or 2, _physical_memory_bytes() * 2 // 3 // JOB_MEMORY_BYTES))
 
-_PRELOAD = ["ui.jobs", "pase.planner", "pase.analysis.sweep", "pase.analysis.baselines", "pase.io.graph_json",
-            "pase.models"]
+_PRELOAD = ["ui.jobs", "ui.solving", "pase.planner", "pase.analysis.sweep", "pase.analysis.baselines",
+            "pase.io.graph_json", "pase.models"]
 _slots = threading.BoundedSemaphore(MAX_JOBS)
 _context_lock = threading.Lock()
 _context = None

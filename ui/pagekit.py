@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextvars
 import runpy
+import time
 from pathlib import Path
 
 import streamlit as st
@@ -17,6 +18,9 @@ from ui.fmt import fmt_count, fmt_time, md
 __all__ = ["routed", "run_routed", "require_problem", "solve_button", "solve_training_button", "headline"]
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
+# Seconds a search runs before its progress bar and Cancel button are drawn: a quick search (the landing page's,
+# a few tenths of a second) draws neither, so the browser only draws its result.
+SHOW_PROGRESS_AFTER_S = 0.4
 # True while app.py's router runs the page it chose (in this script run's thread).
 _ROUTED: contextvars.ContextVar[bool] = contextvars.ContextVar("pase_routed", default=False)
 
@@ -78,8 +82,8 @@ def solve_training_button(problem: state.Problem, *, key: str = "solve", label: 
 
 def _action_button(key: str, label: str, help: str, cached, text: str, counts: str, compute):
     """A Solve button: ``cached`` if there is one; on a click, ``compute(progress=, waiting=, heartbeat=)``
-    under a progress bar (``text`` at first, then "``counts``: done of total") and a Cancel button.
-    A PaseError is shown with st.error, returning None."""
+    under a progress bar (``text`` at first, then "``counts``: done of total") and a Cancel button, both drawn
+    once it has run :data:`SHOW_PROGRESS_AFTER_S`. A PaseError is shown with st.error, returning None."""
     cancelled = st.session_state.get(f"{key}_cancel")
     clicked = st.button(label, type="primary", key=key, icon=":material/play_arrow:", help=help)
     if not clicked:
@@ -88,15 +92,36 @@ def _action_button(key: str, label: str, help: str, cached, text: str, counts: s
         return cached
     if cached is not None:
         return cached
-    bar = st.progress(0.0, text=text)
-    # Clicking Cancel reruns the page, which stops this script at its next heartbeat and kills the worker.
-    cancel = st.empty()
-    cancel.button("Cancel", key=f"{key}_cancel", icon=":material/stop:", help="Stop the search.")
-    beat = st.empty()
+    bar, cancel, beat = st.empty(), st.empty(), st.empty()
+    started = time.monotonic()
+    shown = [False]
+
+    def show() -> bool:
+        """Draw the progress bar and the Cancel button once the search has run SHOW_PROGRESS_AFTER_S; whether
+        they are drawn."""
+        if not shown[0] and time.monotonic() - started >= SHOW_PROGRESS_AFTER_S:
+            shown[0] = True
+            bar.progress(0.0, text=text)
+            # Clicking Cancel reruns the page, which stops this script at its next heartbeat and kills the worker.
+            cancel.button("Cancel", key=f"{key}_cancel", icon=":material/stop:", help="Stop the search.")
+        return shown[0]
+
+    counted = state.throttled_progress(bar, counts)
+
+    def progress(done: int, total: int) -> None:
+        if show():
+            counted(done, total)
+
+    def waiting() -> None:
+        if show():
+            bar.progress(0.0, text="Waiting for a free worker (the server is busy)...")
+
+    def heartbeat() -> None:
+        show()
+        beat.empty()
+
     try:
-        return compute(progress=state.throttled_progress(bar, counts),
-                       waiting=lambda: bar.progress(0.0, text="Waiting for a free worker (the server is busy)..."),
-                       heartbeat=beat.empty)
+        return compute(progress=progress, waiting=waiting, heartbeat=heartbeat)
     except PaseError as exc:
         st.error(f"{type(exc).__name__}: {md(exc)}", icon=":material/error:")
         return None

@@ -201,13 +201,21 @@ def solve(problem: Problem, progress: Callable[[int, int], None] | None = None,
     """Find (or fetch) the best plan for ``problem`` in a worker process.
 
     ``progress(done, total)`` follows the search; ``waiting()`` and ``heartbeat()`` as in :func:`ui.jobs.run`.
+    Data parallelism is costed in the same job and kept for :func:`data_parallel_plan` (the explorer shows
+    both after one Solve; one worker start, not two).
     """
-    from pase.planner import plan
+    from ui.solving import plan_and_data_parallel
 
+    found = cached_plan(problem)
+    if found is not None:
+        return found
     options = PlanOptions(configs=problem.options, search_budget_bytes=jobs.SEARCH_BUDGET_BYTES)
-    return _cached("plans", problem, lambda: jobs.run(plan, load_graph(problem.source), problem.cluster, options,
-                                                        progress=progress, waiting=waiting, heartbeat=heartbeat,
-                                                        what="the search"))
+    found, dp = jobs.run(plan_and_data_parallel, load_graph(problem.source), problem.cluster, options,
+                         progress=progress, waiting=waiting, heartbeat=heartbeat, what="the search")
+    stores()["plans"].put(problem, found)
+    if isinstance(dp, Plan):  # else data_parallel_plan costs it again and raises its error on the page
+        stores()["dp"].put(problem, dp)
+    return found
 
 
 def is_language_model(source: GraphSource) -> bool:

@@ -8,6 +8,7 @@ from typing import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ui.figures.sweeps import LOG_TICK_FORMAT, log_ticks
 from ui.fmt import plotly_text
 
 __all__ = ["time_to_train_figure"]
@@ -49,8 +50,19 @@ def time_to_train_figure(records: Sequence[Mapping], *, series: str = "series") 
                                      name=f"{plotly_text(str(name))} without failures", legendgroup=str(name),
                                      showlegend=False, line=dict(color=color, dash="dot"), hoverinfo="skip"),
                           row=1, col=1)
-    for i, (_, _, title) in enumerate(panels):
-        fig.update_xaxes(type="log", title_text="devices", row=1, col=i + 1)
-        fig.update_yaxes(title_text=title, type="log" if title != "goodput" else "linear", row=1, col=i + 1)
+    counts = sorted({r["devices"] for r in shown})
+    for i, (key, _, title) in enumerate(panels):
+        fig.update_xaxes(type="log", title_text="devices", tickvals=counts, ticktext=[f"{n:,}" for n in counts],
+                         row=1, col=i + 1)
+        if title == "goodput":
+            # A share of the wall time, drawn from 0 to all of it (a range of 0.9998 to 0.9999 would need ticks of
+            # five figures and read as a steep fall).
+            fig.update_yaxes(title_text=title, range=[0, 1.05], tickformat=".0%", row=1, col=i + 1)
+            continue
+        drawn = [r.get(key) for r in shown]
+        if key == "wall_days":  # the dotted lines too
+            drawn += [r["time_to_train_s"] / 86400 for r in shown if r.get("time_to_train_s") is not None]
+        fig.update_yaxes(title_text=title, type="log", tickformat=LOG_TICK_FORMAT, tickvals=log_ticks(drawn),
+                         row=1, col=i + 1)
     fig.update_layout(height=380, margin=dict(t=60, b=40), legend=dict(orientation="h", y=-0.25))
     return fig
