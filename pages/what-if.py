@@ -423,9 +423,10 @@ if estimated:
                      icon=":material/tune:"):
         f1, f2, f3, f4 = st.columns(4)
         rate_text = f1.text_input(
-            "Interruptions per GPU-hour", value=f"{ttt.LLAMA3_INTERRUPTIONS_PER_GPU_HOUR:.3g}", key="wi_fail_rate",
-            help="Failures per device per hour of running. Default: Llama 3's 419 unexpected interruptions in a "
-                 "54-day snapshot on 16,384 H100s (Meta 2024, section 3.3.4).")
+            "Interruptions per million GPU-hours", value=f"{ttt.LLAMA3_INTERRUPTIONS_PER_GPU_HOUR * 1e6:.3g}",
+            key="wi_fail_rate",
+            help="Failures per million hours of one device running. Default: Llama 3's 419 unexpected "
+                 "interruptions in a 54-day snapshot on 16,384 H100s (Meta 2024, section 3.3.4).")
         restart_text = f2.text_input(
             "Restart (minutes)", value=f"{ttt.DEFAULT_RESTART_S / 60:g}", key="wi_restart",
             help="From a failure to training again, reading the checkpoint aside. Default: an assumption "
@@ -440,7 +441,7 @@ if estimated:
                                       "runs in the background (a failure during it loses one more interval).")
         try:
             failures_set = ttt.FailureModel(
-                interruptions_per_gpu_hour=float(rate_text), restart_s=float(restart_text) * 60,
+                interruptions_per_gpu_hour=float(rate_text) / 1e6, restart_s=float(restart_text) * 60,
                 storage_Bps=float(storage_text) * 1e9, async_checkpoint=asynchronous)
         except ValueError as exc:
             st.error(f"Cannot model failures: {md(exc) if isinstance(exc, PaseError) else 'type numbers'} (the "

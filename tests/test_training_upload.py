@@ -82,13 +82,28 @@ def test_two_uploads_of_one_name_are_planned_apart():
     assert second.build(1).parameter_count > first.build(1).parameter_count
 
 
+def test_a_mixture_of_experts_config_is_planned_in_3d_with_its_experts_view():
+    """An uploaded Mixtral config.json: the Training page searches it in 3-D (expert parallelism among the knobs),
+    as `pase solve config.json` does, and shows the experts' layout."""
+    at = upload(app(), "mixtral.json", json.dumps(MIXTRAL).encode())
+    assert not at.error, [e.value for e in at.error]
+    at.sidebar.number_input(key="in_devices").set_value(8).run()
+    at.sidebar.number_input(key="in_config_batch").set_value(8).run()
+    at.button(key="tr_search").click().run()
+    assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
+    calibrated = at.sidebar.radio(key="in_model").value == "calibrated"
+    expected = search_training(hf_batch_builder(json.dumps(MIXTRAL).encode()),
+                               preset("dgx-h100", 8, calibrated=calibrated), 8, framework="any").best
+    step = next(m for m in at.metric if m.label == "Step time")
+    assert step.value == fmt_time(expected.step_time_s), (step.value, expected.label)
+    assert any(h.value == "Experts" for h in at.subheader), [h.value for h in at.subheader]  # ui/moe.py's view
+
+
 @pytest.mark.parametrize("name,data,message", [
     ("example-graph.json", (ROOT / "docs" / "example-graph.json").read_bytes(), "is a pase graph file"),
-    ("mixtral.json", json.dumps(MIXTRAL).encode(), "mixture of experts"),
 ])
 def test_what_the_3d_search_does_not_plan_is_planned_per_layer(name, data, message):
-    """A pase graph and a mixture of experts' config are the sidebar's problem too, planned per layer: the Training
-    page says so, no error."""
+    """A pase graph is the sidebar's problem too, planned per layer: the Training page says so, no error."""
     with pytest.raises(FormatError, match=message):
         uploaded_config(data, name)
     at = upload(app(), name, data)

@@ -34,7 +34,7 @@ def test_the_what_if_page_draws_days_goodput_and_cost_against_devices_with_edita
     spec = json.loads(next(c for c in at.get("plotly_chart") if c.proto.id.endswith("wi_time_to_train")).proto.spec)
     assert any("Cost" in a["text"] for a in spec["layout"]["annotations"])
     # A thousand times Llama 3's failure rate, a slow file system and long restarts: goodput falls.
-    at.text_input(key="wi_fail_rate").set_value("0.02").run()
+    at.text_input(key="wi_fail_rate").set_value("20000").run()  # per million GPU-hours
     at.text_input(key="wi_restart").set_value("30").run()
     at.text_input(key="wi_storage").set_value("0.5").run()
     assert not at.exception and not at.error, [e.value for e in at.error]
@@ -51,6 +51,6 @@ def test_the_what_if_page_tells_a_bad_failure_figure_in_one_line():
         at.text_input(key=key).set_value(value).run()
         assert not at.exception
         assert len(at.error) == 1 and words in at.error[0].value, [e.value for e in at.error]
-        at.text_input(key=key).set_value({"wi_fail_rate": "2e-5", "wi_storage": "2000",
+        at.text_input(key=key).set_value({"wi_fail_rate": "20", "wi_storage": "2000",
                                           "wi_restart": "10"}[key]).run()
     assert not at.error

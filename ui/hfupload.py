@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from pase.errors import FormatError
-from pase.io.hf_config import DEFAULT_BATCH, hf_batch_builder, is_moe_config
+from pase.io.hf_config import DEFAULT_BATCH, hf_batch_builder
 from pase.ir.graph import Graph
 
 __all__ = ["UploadedConfig", "uploaded_config"]
@@ -39,8 +39,7 @@ def uploaded_config(data: bytes, filename: str) -> UploadedConfig:
     Raises
     ------
     FormatError
-        Not a Hugging Face config (a pase graph file belongs in the sidebar's upload), a mixture of experts
-        (its experts are split by the per-layer search, not the 3-D one), or what
+        Not a Hugging Face config (a pase graph file belongs in the sidebar's upload), or what
         :func:`pase.io.hf_config.from_hf_config` refuses.
     GraphError
         Impossible sizes (:func:`pase.io.hf_config.from_hf_config`).
@@ -57,8 +56,5 @@ def _read(data: bytes, filename: str) -> UploadedConfig:
     if isinstance(parsed, dict) and "format" in parsed:
         raise FormatError(f"{filename} is a pase graph file, not a Hugging Face config.json: upload it in the "
                           "sidebar (Graph: Upload) and plan it on the Explorer")
-    if is_moe_config(data):
-        raise FormatError(f"{filename} describes a mixture of experts, whose experts the 3-D search does not split: "
-                          "plan it per layer (expert parallelism) with `pase solve config.json`")
     build = hf_batch_builder(data)
     return UploadedConfig(name=build(1).name, digest=hashlib.sha256(data).hexdigest(), build=build)

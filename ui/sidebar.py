@@ -16,7 +16,7 @@ from pase.ir.configs import ATTENTION_KINDS, PRECISIONS, ConfigOptions
 from pase.errors import PaseError
 from pase.model.memory import DEFAULT_RESERVE, RESERVE_SOURCES
 from pase.io.graph_json import is_hf_config_data
-from pase.io.hf_config import DEFAULT_BATCH, is_moe_config
+from pase.io.hf_config import DEFAULT_BATCH
 from pase.limits import (
     MAX_BANDWIDTH_BPS, MAX_BATCH, MAX_DEVICES, MAX_MEMORY_BYTES, MAX_PEAK_FLOPS, MIN_BANDWIDTH_BPS, MIN_PEAK_FLOPS,
 )
@@ -116,8 +116,9 @@ def _graph_source(sb) -> tuple[GraphSource | None, bytes | None, str | None]:
         return None, None, ("Upload a model file (pase's JSON format, a Hugging Face config.json or an ONNX model), "
                             "or pick a sample graph.")
     data = upload.getvalue()
-    if is_hf_config_data(data) and not is_moe_config(data):
-        # A dense language model: planned in 3-D on every page, at a global batch chosen here (the CLI's default).
+    if is_hf_config_data(data):
+        # A language model (a mixture of experts too, its experts split by expert parallelism): planned in 3-D on
+        # every page, at a global batch chosen here (the CLI's default).
         batch = int(sb.number_input("Global batch (samples)", min_value=1, max_value=MAX_BATCH, value=DEFAULT_BATCH,
                                     step=1, key="in_config_batch",
                                     help=f"Sequences per step; {DEFAULT_BATCH} unless you change it, as `pase solve "

@@ -27,10 +27,10 @@ parameter count:
   ``first_k_dense_replace`` blocks dense (``intermediate_size``); attention
   biases and ``moe_layer_freq`` other than 1 are refused.
 
-A mixture of experts' expert dimension is split (expert parallelism) by the
-per-layer search, not by the 3-D search's Megatron rule: ``pase solve
-config.json`` (``--search auto``) plans a mixture of experts per layer
-(:func:`is_moe_config`) and any other config in 3-D.
+``pase solve config.json`` (``--search auto``) plans every config in 3-D, a
+mixture of experts (:func:`is_moe_config`) with its experts split by the 3-D
+search's expert parallelism (:mod:`pase.model.experts`); ``--search layers``
+splits them per layer instead.
 
 The graph is the model the ``architectures`` entry trains: a causal language
 model (``LlamaForCausalLM``, ``GPT2LMHeadModel``...) or BERT's masked LM; a
