@@ -254,7 +254,8 @@ def main() -> int:
                  f"({', '.join(f'{w:.2f}' for w in yard_walls)}) | {yard_cpu:.2f} | {yard_peak / 1e9:.2f} | "
                  f"cost {yard_cost:.10g} |")
     lines += ["", f"Ratios: pase / Calculon on the README case, wall {anchor[3] / calc['wall']:.3f} (goal <= 0.1), "
-                  f"CPU {anchor[7] / calc['cpu']:.3f}; peak {anchor[5] / 1e9:.2f} GB (goal < 1); solve-instance / "
+                  f"CPU {anchor[7] / calc['cpu']:.3f}, wall against half Calculon's CPU time (its wall on a quiet "
+                  f"machine, its 2 workers each on a core of their own) {anchor[3] / (calc['cpu'] / 2):.3f}; peak {anchor[5] / 1e9:.2f} GB (goal < 1); solve-instance / "
                   f"yardstick, wall {inst_med / yard_med:.3f} (goal <= 0.25), CPU {inst_cpu / yard_cpu:.3f}; costs "
                   f"{'equal' if abs(pase_cost - yard_cost) <= 1e-9 * yard_cost else 'DIFFER'}."]
     lines += ["", READING]
