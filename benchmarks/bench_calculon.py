@@ -88,11 +88,12 @@ READING = (
     "allocations, a fifth of the README case's CPU time: `pase` raises its first threshold to 100,000 while a "
     "command runs; the model at batch 1 is built once, not three times (the check of `--seq`, the search's probe, "
     "the parameter count); a layer's signature no longer recurses into every number of its parameters; the "
-    "balanced cuts follow their runs by doubling, in numpy. What is left on the README case (CPU seconds of one "
-    "run): the simulations of the kept plans and their level layouts 1.1, the 52 layer-time tables 0.8 (and "
-    "their spreading over the 1,792 layers 0.2), placing and bounding 1,393 configurations 0.7, building the "
-    "model at 7 more microbatch sizes 0.5, the imports 0.3, the baselines 0.2. The machine is shared: CPU seconds (user and system, children "
-    "included) are less sensitive to its load than wall times; Calculon runs 2 worker processes, so its wall time "
+    "balanced cuts follow their runs by doubling, in numpy; a table's checkpointed units are spread over the "
+    "1,792 layers once per microbatch size, not once per table. What is left on the README case (CPU seconds of "
+    "one run): the simulations of the kept plans and their level layouts 1.1, the 52 layer-time tables 0.7 (and "
+    "their spreading over the 1,792 layers 0.1), placing and bounding 1,393 configurations 0.7, building the "
+    "model at 7 more microbatch sizes 0.5, the imports 0.3, the baselines 0.2. The machine is shared: CPU "
+    "seconds (user and system, children included) are less sensitive to its load than wall times; Calculon runs 2 worker processes, so its wall time "
     "on a quiet machine would be about half its CPU time.")
 
 # The yardstick: a straightforward vectorised variable elimination of an instance file, end to end.
