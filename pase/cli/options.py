@@ -340,8 +340,12 @@ def training_asked(args) -> bool:
     return given or args.sp or args.tp_overlap or args.tp_comm_overlap or args.ep_overlap or args.fp8_dispatch
 
 
-def builder_of(args):
-    """``build(batch)`` for a sample model with ``--seq``, or GraphError naming the fix."""
+def builder_of(args, cache: dict | None = None):
+    """``build(batch)`` for a sample model with ``--seq``, or GraphError naming the fix.
+
+    A sample is built once at batch 1 to check ``--seq``; with ``cache`` (a layer-time cache,
+    :func:`pase.model.layer_times.cached_graph`) that graph is kept there rather than built again.
+    """
     hf = is_hf_config(args.model)
     if args.model not in SAMPLES and not hf:
         raise GraphError(f"3-D parallel training needs the model rebuilt at the microbatch size: give a sample "
@@ -352,12 +356,15 @@ def builder_of(args):
     seq = getattr(args, "seq", None)
     if hf:
         return hf_batch_builder(args.model, seq=seq)
+    from pase.model.layer_times import cached_graph  # late: the per-layer commands need no layer times
+
     params = {} if seq is None else {"seq": seq}
+    build = batch_builder(args.model, **params)
     try:
-        sample(args.model, batch=1, **params)
+        cached_graph(build, 1, {} if cache is None else cache)
     except GraphError as exc:
         raise GraphError(f"{exc} (--seq applies to sequence models)") from None
-    return batch_builder(args.model, **params)
+    return build
 
 
 def global_batch_of(args) -> int:

@@ -112,14 +112,15 @@ def _training_search_stats(found, cache: dict) -> dict:
 
 def _solve_training(args) -> int:
     """``pase solve --search 3d``: the joint search of :mod:`pase.search.stages`."""
+    from pase.model.layer_times import cached_graph
     from pase.search.stages import search_training, training_baselines
 
     cluster = cluster_of(args)
     check_tp_overlap(args, cluster)
-    build, batch = builder_of(args), global_batch_of(args)
+    cache: dict = {}  # the baselines reuse the search's graphs and layer times
+    build, batch = builder_of(args, cache), global_batch_of(args)
     progress = None if args.json else lambda done, total: print(f"  searched {done}/{total} microbatch and group "
                                                                  "sizes", file=sys.stderr)
-    cache: dict = {}  # the baselines reuse the search's graphs and layer times
     found = search_training(build, cluster, batch, options=options_of(args), intra_search=args.intra_search,
                             tp_overlap=args.tp_overlap, tp_comm_overlap=args.tp_comm_overlap, progress=progress,
                             cache=cache, framework=framework_of(args))
@@ -127,7 +128,7 @@ def _solve_training(args) -> int:
                                    tp_comm_overlap=args.tp_comm_overlap, cache=cache)
     stats = _training_search_stats(found, cache) if args.stats else None
     best = found.best.step_time_s
-    trained = time_to_train.when_asked(found.best, args, build(1).parameter_count)
+    trained = time_to_train.when_asked(found.best, args, cached_graph(build, 1, cache).parameter_count)
     if args.json:
         out = found.to_dict()
         if stats is not None:

@@ -184,10 +184,14 @@ class Layer:
         return f"{self.name}: {self.op}({dims})"
 
 
+_ATOMS = frozenset({int, float, str, bool, type(None)})
+
+
 def _frozen(value):
     """``value`` with every list and dict turned into hashable tuples."""
     if isinstance(value, (list, tuple)):
-        return tuple(_frozen(v) for v in value)
+        # Numbers and strings (most of a layer's parameters) are their own frozen form: no call each.
+        return tuple(v if type(v) in _ATOMS else _frozen(v) for v in value)
     if isinstance(value, dict):
         return tuple((k, _frozen(v)) for k, v in value.items())
     return value

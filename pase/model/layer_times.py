@@ -384,6 +384,22 @@ def _group_cache(source: GraphSource, cluster: Cluster, par: Parallelism, option
             cache[key] = (whole, {mode: _spread(lt, graph, core, tied, options, cluster) for mode, lt in small.items()})
 
 
+def _spread_units(small: LayerTimes, graph: Graph, core: PeriodicCore) -> tuple[dict[str, str], dict[str, str]]:
+    """Per layer of ``graph``, its checkpointed unit (:attr:`LayerTimes.block_of`) from its representative's in
+    ``small``, and per such unit the core's unit it repeats; depends on ``small.block_of`` alone, which the
+    tables of one core share (derived once per graph and ``block_of``)."""
+    # A checkpointed unit (a block, or a module of one) is named after its block: take the representative's unit
+    # and put this layer's block in its name.
+    whole, part = graph.derived("blocks", lambda: blocks(graph)), core.graph.derived("blocks", lambda: blocks(core.graph))
+    block_of, units = {}, {}
+    for l, r in zip(graph.layers, core.representative):
+        unit = small.block_of.get(small.layers[r].name)
+        if unit is not None:
+            block_of[l.name] = whole[l.name] + unit[len(part[small.layers[r].name]):]
+            units[block_of[l.name]] = unit
+    return block_of, units
+
+
 # What LayerTimes holds of the whole graph; every other field holds one value per layer.
 _GRAPH_FIELDS = frozenset({"graph", "layers", "edges", "tensor_elements", "tied", "block_transient", "block_of",
                            "model_flops", "attention", "precision", "experts", "memo"})
@@ -418,15 +434,9 @@ def _spread(small: LayerTimes, graph: Graph, core: PeriodicCore, tied: tuple, op
     rep = core.representative
     layers = tuple(graph.layers)
     per_layer = {f.name: getattr(small, f.name)[rep] for f in fields(LayerTimes) if f.name not in _GRAPH_FIELDS}
-    # A checkpointed unit (a block, or a module of one) is named after its block: take the representative's unit
-    # and put this layer's block in its name.
-    whole, part = graph.derived("blocks", lambda: blocks(graph)), core.graph.derived("blocks", lambda: blocks(core.graph))
-    block_of, transient = {}, {}
-    for l, r in zip(layers, rep):
-        unit = small.block_of.get(small.layers[r].name)
-        if unit is not None:
-            block_of[l.name] = whole[l.name] + unit[len(part[small.layers[r].name]):]
-            transient[block_of[l.name]] = small.block_transient[unit]
+    block_of, units = graph.derived(("spread units", tuple(sorted(small.block_of.items()))),
+                                    lambda: _spread_units(small, graph, core))
+    transient = {unit: small.block_transient[of] for unit, of in units.items()}
     edges, sizes = _edge_arrays(graph)
     return LayerTimes(
         graph=graph, layers=layers, edges=edges, tensor_elements=sizes,

@@ -170,21 +170,25 @@ def balanced_cuts(times: Sequence[float], pieces: int) -> tuple[int, ...]:
     total, largest = float(prefix[n]), float(times.max(initial=0.0))
     after = np.arange(1, n + 2)
 
-    def furthest(slack: float) -> list[int]:
+    def furthest(slack: float) -> np.ndarray:
         # Per start, the end of the furthest run from it within slack, at least one layer on (bisect_right
-        # from start + 1, for every start at once).
-        return (np.maximum(np.searchsorted(prefix, prefix + slack, side="right"), after) - 1).tolist()
+        # from start + 1, for every start at once); the end n is its own.
+        return np.maximum(np.searchsorted(prefix, prefix + slack, side="right"), after) - 1
 
     def runs(limit: float) -> tuple[bool, float, float]:
         # Furthest-end runs within limit: whether they reach the end in `pieces`, their largest sum,
         # and the least sum one of them would have with the next layer added.
         end = furthest(limit * (1 + 1e-12))
-        starts, start = [], 0
-        while start < n and len(starts) < pieces:
-            starts.append(start)
-            start = end[start]
-        first = np.array(starts)
-        last = np.array(starts[1:] + [start])  # each run ends where the next starts
+        # The starts of runs 0 .. pieces, by doubling: the ends 2^j runs on from each start, applied to every
+        # start found so far.
+        chain, jump = np.zeros(1, dtype=np.int64), end
+        while len(chain) <= pieces:
+            chain = np.concatenate((chain, jump[chain]))
+            jump = jump[jump]
+        done = np.flatnonzero(chain[:pieces + 1] == n)
+        k = min(pieces, int(done[0])) if done.size else pieces  # runs until the end is reached, at most pieces
+        first, start = chain[:k], int(chain[k])
+        last = chain[1:k + 1]  # each run ends where the next starts
         biggest = float((prefix[last] - prefix[first]).max())
         short = last < n
         grow = float((prefix[last[short] + 1] - prefix[first[short]]).min()) if short.any() else math.inf
@@ -198,7 +202,7 @@ def balanced_cuts(times: Sequence[float], pieces: int) -> tuple[int, ...]:
             hi = min(hi, biggest)
         else:
             lo = max(mid, min(grow, hi))
-    end = furthest(hi * (1 + 1e-12))
+    end = furthest(hi * (1 + 1e-12)).tolist()
     cuts, start = [], 0
     for k in range(pieces - 1):
         start = min(end[start], n - (pieces - 1 - k))
