@@ -136,7 +136,7 @@ framework_name = kept(st.selectbox, "framework", "any", "Framework", [NO_FRAMEWO
 chosen_framework = None if framework_name == NO_FRAMEWORK else framework_name
 cap = cluster.memory_bytes
 st.markdown(f"**{md(model)}**, global batch {global_batch:,} · **{md(cluster)}**, "
-            f"{'no memory limit' if cap is None else f'{cap / 1e9:g} GB per device'} · attention "
+            f"{'no memory limit' if cap is None else f'{cap / 1e9:.3g} GB per device'} · attention "
             f"{options.attention}, precision {options.precision}")
 st.caption(f"Hardware figures: {md(peak_source(cluster.name, cluster.bytes_per_element))}. Change the model, "
            "cluster, devices, batch, attention or precision in the sidebar: every page plans the same problem.")
@@ -182,7 +182,7 @@ def headline(plan) -> None:
 
 def cap_text(plan) -> str:
     """The capacity per device, ``"80 GB"``."""
-    return f"{plan.memory_capacity_bytes / 1e9:g} GB"
+    return f"{plan.memory_capacity_bytes / 1e9:.3g} GB"
 
 
 # The framework whose rules each export format writes (the others write any plan).

@@ -175,7 +175,7 @@ if all(training_flops(layer) == 0 for layer in graph):
     st.stop()
 st.caption("Hardware: " + "; ".join(
     f"**{md(c.name)}** {c.peak_flops / 1e12:g} TFLOP/s peak, {c.bandwidth_Bps / 1e9:g} GB/s links"
-    + (f", {c.memory_bytes / 1e9:g} GB per device" if c.memory_bytes else ", no memory limit")
+    + (f", {c.memory_bytes / 1e9:.3g} GB per device" if c.memory_bytes else ", no memory limit")
     + (" (the sidebar's figures" if c is cluster else " (published peak figures, pase.hardware.cluster.PRESETS")
     + (", calibrated)" if c.efficiency is not None else ", at peak rates)")
     for c in clusters))
@@ -201,7 +201,7 @@ def _fits(r: dict) -> str:
         return "no limit"
     if r["fits_memory"]:
         return f"yes, {(cap - need) / 1e9:.3g} GB to spare"
-    return "no" if need is None else f"no ({need / 1e9:.3g} of {cap / 1e9:g} GB)"
+    return "no" if need is None else f"no ({need / 1e9:.3g} of {cap / 1e9:.3g} GB)"
 
 
 def _duration(seconds: float) -> str:

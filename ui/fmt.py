@@ -130,8 +130,8 @@ def fmt_fit(need_bytes: float, capacity_bytes: float | None) -> str:
         return "no memory limit"
     margin = capacity_bytes - need_bytes
     if margin >= 0:
-        return f"fits {capacity_bytes / 1e9:g} GB, {margin / 1e9:.3g} GB to spare"
-    return f"exceeds {capacity_bytes / 1e9:g} GB by {-margin / 1e9:.3g} GB"
+        return f"fits {capacity_bytes / 1e9:.3g} GB, {margin / 1e9:.3g} GB to spare"
+    return f"exceeds {capacity_bytes / 1e9:.3g} GB by {-margin / 1e9:.3g} GB"
 
 
 def round_sig(x: float | None, digits: int = 3) -> float | None:

@@ -57,16 +57,17 @@ def sample_parameters(name: str) -> dict[str, int]:
     return dict(sorted(params.items(), key=lambda kv: kv[0] != "batch"))
 
 
+def _preset_figures(c: Cluster) -> dict[str, float]:
+    """The sidebar's cluster inputs (their session-state keys) holding preset ``c``'s figures."""
+    return {"in_tflops": c.peak_flops / 1e12, "in_bandwidth": c.bandwidth_Bps / 1e9, "in_bpe": c.bytes_per_element,
+            "in_node": c.devices_per_node or 0, "in_network": c.network_bandwidth_Bps / 1e9,
+            "in_memory": (c.memory_bytes or 0) / 1e9}
+
+
 def _apply_preset() -> None:
     name = st.session_state["in_preset"]
     if name in PRESETS:
-        c = PRESETS[name]
-        st.session_state["in_tflops"] = c.peak_flops / 1e12
-        st.session_state["in_bandwidth"] = c.bandwidth_Bps / 1e9
-        st.session_state["in_bpe"] = c.bytes_per_element
-        st.session_state["in_node"] = c.devices_per_node or 0
-        st.session_state["in_network"] = c.network_bandwidth_Bps / 1e9
-        st.session_state["in_memory"] = (c.memory_bytes or 0) / 1e9
+        st.session_state.update(_preset_figures(PRESETS[name]))
         st.session_state[BASE] = name
 
 
@@ -80,6 +81,11 @@ def _defaults() -> None:
         ss[LINK] = parse_link(st.query_params.to_dict())
         ss["in_preset"] = ss[LINK].preset or DEFAULT_PRESET
         _apply_preset()
+    # A run cut short before the cluster's inputs were drawn (an upload's rerun during the first run) leaves
+    # Streamlit to drop their values: fill what is missing from the preset they came from, never from 0.
+    base = ss["in_preset"] if ss["in_preset"] in PRESETS else ss.get(BASE, DEFAULT_PRESET)
+    for key, value in _preset_figures(PRESETS[base]).items():
+        ss.setdefault(key, value)
     ss.setdefault("in_devices", ss.get(LINK, Link()).devices or DEFAULT_DEVICES)
 
 

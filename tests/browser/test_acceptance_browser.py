@@ -86,7 +86,7 @@ def test_the_training_page_plans_an_uploaded_config_json_as_pase_solve_does(wide
     wait_idle(page)
     page.locator('.st-key-in_upload input[type="file"]').set_input_files(
         files=[{"name": "config.json", "mimeType": "application/json", "buffer": TINY.read_bytes()}])
-    page.wait_for_timeout(500)
+    page.get_by_label("Global batch (samples)", exact=True).wait_for()  # the upload is read: a config's batch
     wait_idle(page)
     set_number(page, "Devices p", "8")
     page.get_by_text("8 x 989 TFLOP/s").first.wait_for()  # the page plans the sidebar's 8 devices

@@ -84,7 +84,7 @@ def _need_gb(record: Mapping) -> str:
     need, cap = record.get("memory_per_device_bytes"), record.get("memory_capacity_bytes")
     if need is None or cap is None:
         return "more memory than the device has"
-    return f"{need / 1e9:.3g} GB of {cap / 1e9:g} GB"
+    return f"{need / 1e9:.3g} GB of {cap / 1e9:.3g} GB"
 
 
 def _step_unit(records: Sequence[Mapping]) -> tuple[str, float]:
@@ -255,7 +255,7 @@ def sweep_panels_figure(records: Sequence[Mapping], *, series: str = "strategy")
     ticks = sorted({r["devices"] for r in records})
     for capacity, names in capacities.items():
         # A trace rather than a shape: shapes on a logarithmic axis take log10 positions.
-        text = plotly_text(f"{', '.join(names)}: {capacity / 1e9:g} GB")
+        text = plotly_text(f"{', '.join(names)}: {capacity / 1e9:.3g} GB")
         fig.add_trace(go.Scatter(
             x=[ticks[0], ticks[-1]], y=[capacity * 1e-9] * 2, mode="lines+text", text=[text, ""],
             # Under its line: above it, the label of a capacity at the top of the axis would leave the plot.
