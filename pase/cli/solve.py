@@ -130,12 +130,7 @@ def _solve_training(args) -> int:
     best = found.best.step_time_s
     trained = time_to_train.when_asked(found.best, args, cached_graph(build, 1, cache).parameter_count)
     if args.json:
-        out = found.to_dict()
-        if stats is not None:
-            out["stats"] = stats
-        if trained is not None:
-            out["time_to_train"] = trained.to_dict()
-        out["step_time_model"] = found.best.step_time_model()
+        out = _with_extras(found.to_dict(), stats, trained, found.best.step_time_model())
         out["baselines"] = {
             name: {"label": b.label, "step_time_s": b.step_time_s, "speedup": b.step_time_s / best if best else None,
                    "memory_per_device_bytes": b.memory_per_device_bytes, "fits_memory": b.fits_memory}
@@ -164,6 +159,16 @@ def _solve_training(args) -> int:
     return 0
 
 
+def _with_extras(out: dict, stats: dict | None, trained, model: dict) -> dict:
+    """``out`` (a plan's JSON) with the search statistics and time to train when asked, and the step-time model."""
+    if stats is not None:
+        out["stats"] = stats
+    if trained is not None:
+        out["time_to_train"] = trained.to_dict()
+    out["step_time_model"] = model
+    return out
+
+
 def _speedup(result: Plan, baseline: Plan) -> float | None:
     """``result.speedup_over(baseline)``, None where it is infinite (PaSE takes 0 s, the baseline more)."""
     s = result.speedup_over(baseline)
@@ -185,12 +190,7 @@ def run(args) -> int:
     baselines = applicable_baselines(graph, cluster, options)
     trained = time_to_train.when_asked(result, args)
     if args.json:
-        out = result.to_dict()
-        if stats is not None:
-            out["stats"] = stats
-        if trained is not None:
-            out["time_to_train"] = trained.to_dict()
-        out["step_time_model"] = model_of(cluster, options)
+        out = _with_extras(result.to_dict(), stats, trained, model_of(cluster, options))
         out["baselines"] = {
             name: {"label": b.label, "cost": b.cost, "step_time_s": b.step_time_s, "speedup": _speedup(result, b),
                    "memory_per_device_bytes": b.memory_per_device_bytes, "fits_memory": b.fits_memory}

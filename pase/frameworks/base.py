@@ -95,6 +95,19 @@ class Framework:
         ``weights[i]`` seconds: by default the balanced block cuts (the framework takes any count per stage)."""
         return balanced_block_cuts(weights, pieces, layout)
 
+    def stage_counts(self, s: "TrainingSettings", unit: str = "blocks") -> tuple[int, ...]:
+        """Transformer blocks on each of ``s``'s ``p x v`` virtual stages, for an export; NotExpressibleError
+        naming the fix when a cut falls inside a block, or naming the missing record when the plan lists no
+        layers per stage (``unit``: what the framework places on a stage, for that message)."""
+        counts, inside = stage_blocks(s.stages, s.blocks)
+        if inside:
+            raise NotExpressibleError(f"the plan is not expressible in {self.title}: " + "; ".join(inside)
+                                      + f"; plan it with --framework {self.name}")
+        if len(counts) != s.parallelism.pipeline * s.parallelism.virtual_stages:
+            raise NotExpressibleError(f"the plan is not expressible in {self.title}: it lists no layers per stage "
+                                      f"(pipeline.stages_detail), so the {unit} per stage are unknown")
+        return counts
+
     def __repr__(self) -> str:
         return f"{self.title} ({self.version})"
 

@@ -102,13 +102,7 @@ class Megatron(Framework):
         Q = p.pipeline * p.virtual_stages
         if Q == 1:
             return []
-        counts, inside = stage_blocks(s.stages, s.blocks)
-        if inside:
-            raise NotExpressibleError("the plan is not expressible in Megatron-LM: " + "; ".join(inside)
-                                      + "; plan it with --framework megatron")
-        if len(counts) != Q:
-            raise NotExpressibleError("the plan is not expressible in Megatron-LM: it lists no layers per stage "
-                                      "(pipeline.stages_detail), so the blocks per stage are unknown")
+        counts = self.stage_counts(s)
         total = sum(counts)
         args = ["--num-layers", str(total)]
         if len(set(counts)) == 1:

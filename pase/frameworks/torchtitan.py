@@ -45,7 +45,7 @@ import json
 import tomllib
 
 from pase.errors import ConfigurationError, FormatError
-from pase.frameworks.base import Framework, NotExpressibleError, TrainingSettings, launch_line, stage_blocks
+from pase.frameworks.base import Framework, NotExpressibleError, TrainingSettings, launch_line
 from pase.model.training import Parallelism
 
 __all__ = ["TORCHTITAN", "Torchtitan", "SCHEDULES", "read_toml"]
@@ -111,13 +111,7 @@ class Torchtitan(Framework):
         """
         p = s.parallelism
         Q = p.pipeline * p.virtual_stages
-        counts, inside = stage_blocks(s.stages, s.blocks)
-        if inside:
-            raise NotExpressibleError("the plan is not expressible in torchtitan: " + "; ".join(inside)
-                                      + "; plan it with --framework torchtitan")
-        if len(counts) != Q:
-            raise NotExpressibleError("the plan is not expressible in torchtitan: it lists no layers per stage "
-                                      "(pipeline.stages_detail), so the modules per stage are unknown")
+        counts = self.stage_counts(s, "modules")
         parts, first = [], 0
         for q, n in enumerate(counts):
             part = (["tok_embeddings"] if q == 0 else []) + [f"layers.{k}" for k in range(first, first + n)]
