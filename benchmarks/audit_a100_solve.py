@@ -56,8 +56,8 @@ EVIDENCE = [
     "`pase evaluate` of Korthikanti's own 175B configuration gives its measured 13.75 s within 4% (\"Published "
     "measurements against the model\").", "",
     "What the model leaves out that would lower it, none priced yet: no framework runs ZeRO-2 with pipeline "
-    "stages (Megatron-LM and DeepSpeed refuse it; `--framework megatron` finds t4 p8 d32 ZeRO-1 instead, MFU "
-    "1-3 points lower); Megatron-LM reduces and accumulates bf16 gradients in fp32 by default "
+    "stages (Megatron-LM and DeepSpeed refuse it, torchtitan shards weights too; `pase solve` now says so under "
+    "such a plan, and `--framework megatron` finds t4 p8 d32 ZeRO-1 instead, MFU 1-3 points lower); Megatron-LM reduces and accumulates bf16 gradients in fp32 by default "
     "(`accumulate_allreduce_grads_in_fp32`, megatron/training/arguments.py), which doubles the data-parallel "
     "reduction's bytes and keeps 4 bytes of gradient a parameter, not the 2 pase counts: that plan's 5.6 "
     "billion parameters a GPU would need 11 GB more than its 78.8 GB, about 90 GB of the A100's 85.9, so "
