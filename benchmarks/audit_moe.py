@@ -6,16 +6,17 @@ evaluate``'s model prices it (its layer times, ``pase.model.training.cached_time
 ``pase.model.experts`` costs them) and as a hand estimate from the H200 kernel file
 (``pase/hardware/data/h200-kernels.json``) and the links' published figures alone:
 
-* dense products, attention (MLA's and grouped-query) and memory-bound kernels as ``audit_today.py`` estimates them
-  (each product's three products at the rate of the measured product nearest in FLOPs, FP8 or BF16; each fused
-  attention kernel at the rate of the measured causal kernel nearest in FLOPs; normalisations, residual adds,
+* dense products, attention (MLA's and grouped-query) and memory-bound kernels as ``audit_today.py`` estimates them,
+  but for the products' times (each product's three products, FP8 or BF16, at the measured time interpolated in log
+  FLOPs between the nearest measured sizes, the smallest's time below them: a kernel alone never ran faster; each
+  fused attention kernel at the rate of the measured causal kernel nearest in FLOPs; normalisations, residual adds,
   activations and FP8 casts by hand-counted bytes at the measured rates), all at NVIDIA's stated 1,830 MHz tensor
   clock; on the B200, a kernel of ``F`` FLOPs takes what the H200's measured kernel of ``F`` over the peak ratio
   took (2,250 / 989 BF16, 4,500 / 1,979 FP8: the B200 calibration's own assumption, ``pase.hardware.cluster``),
   and bytes move at the published HBM ratio (8 TB/s against the H200's 4.8);
 * grouped expert products: every local expert's ``fc1`` (gate and up) and ``fc2`` as kernels of their own, each of
-  its three FP8 products at the rate of the measured FP8 product nearest in FLOPs (the file times each kernel
-  alone), their casts and SwiGLU as pase counts their bytes, at the copies' bandwidth;
+  its three FP8 products at the measured time so interpolated (the file times each kernel alone), their casts and
+  SwiGLU as pase counts their bytes, at the copies' bandwidth;
 * router and permutation: the router's logits product (three products, BF16, nearest measured row), its scores read
   and written, the permutation of the ``T k`` token copies (read and written, forward; 1.5 times backward) and the
   combine's un-permutation and sum, at the copies' bandwidth;
@@ -50,7 +51,7 @@ from pase.hardware.cluster import H100_TENSOR_CLOCK_HZ, H200_MEASURED_CLOCK_HZ, 
 from pase.ir.configs import ConfigOptions
 from pase.model.attention import flash_flops, flash_units
 from pase.model.cost import build_cost_model
-from pase.model.experts import PROB_BYTES, moe_blocks
+from pase.model.experts import PROB_BYTES, block_costs, expert_layout, moe_blocks
 from pase.model.memory import MemoryOptions
 from pase.model.roofline import FP8_CAST_BYTES, fp8_products
 from pase.model.training import cached_times, group_cluster
@@ -73,6 +74,20 @@ CLASSES = ("dense products (FP8 and BF16, with their casts)", "attention (MLA or
            "all-to-all dispatch and combine (exposed)")
 
 
+def _measured_s(rows, flops: float, seconds: str) -> float:
+    """Seconds of a product of ``flops`` FLOPs from the measured rows: log time interpolated in log FLOPs between
+    the nearest measured sizes (each size's fastest shape), the smallest's time below them (the measured floor of a
+    kernel alone), the largest's rate above."""
+    best: dict[float, float] = {}
+    for r in rows:
+        best[r["flops"]] = min(best.get(r["flops"], np.inf), r[seconds])
+    f = np.array(sorted(best))
+    t = np.array([best[x] for x in f])
+    if flops >= f[-1]:
+        return flops / f[-1] * t[-1]
+    return float(np.exp(np.interp(np.log(flops), np.log(f), np.log(t))))
+
+
 class _Hand:
     """Hand estimates on one cluster from the H200 kernel file (module docstring)."""
 
@@ -83,13 +98,11 @@ class _Hand:
 
     def fp8_product_s(self, flops: float) -> float:
         """One FP8 product's forward, input- and weight-gradient products (three at the forward's FLOPs)."""
-        f = flops / self.fp8_ratio
-        return 3 * f / _rate(KERNELS["gemm_fp8"]["rows"], f, "s") * CLOCK
+        return 3 * _measured_s(KERNELS["gemm_fp8"]["rows"], flops / self.fp8_ratio, "s") * CLOCK
 
     def bf16_product_s(self, flops: float) -> float:
         f = flops / self.bf16_ratio
-        rows = KERNELS["gemm_bf16"]["rows"]
-        return f * CLOCK * sum(1 / _rate(rows, f, c) for c in ("fwd_s", "dgrad_s", "wgrad_s"))
+        return CLOCK * sum(_measured_s(KERNELS["gemm_bf16"]["rows"], f, c) for c in ("fwd_s", "dgrad_s", "wgrad_s"))
 
     def attention_s(self, flops: float) -> float:
         f = flops / self.bf16_ratio
@@ -129,6 +142,7 @@ def audit(row) -> dict[str, tuple[float, float | None]]:
     pase = dict.fromkeys((*CLASSES, "communication inside the step", "recomputation"), 0.0)
     hand = dict.fromkeys(CLASSES, 0.0)
     q = par.tensor * par.context
+    layout = expert_layout(par, cluster.mesh)
     for i, layer in enumerate(graph.layers):
         if layer.name not in on_stage:
             continue
@@ -140,7 +154,9 @@ def audit(row) -> dict[str, tuple[float, float | None]]:
             load = par.capacity_factor if par.capacity_factor is not None else par.expert_imbalance
             copies = load * b.b * b.s / q * b.top_k
             compute = float(lt.expert_compute_s[i])
-            pase["grouped expert products"] += compute
+            sort = block_costs(b, par, cluster, layout, "fp8")["sort_s"]
+            pase["local sort by expert (permutation 2)"] += sort
+            pase["grouped expert products"] += compute - sort
             pase["all-to-all dispatch and combine (exposed)"] += total - compute
             local = b.experts // par.ep
             n = copies / local
