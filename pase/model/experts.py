@@ -42,8 +42,8 @@ experts layer costs and holds by this module's model, per device and microbatch 
   below peak) and none overlapped with another (``GROUPED_GEMM_EVIDENCE``: published timings of TE's
   multi-stream loop show no concurrency); the
   SwiGLU activation memory-bound; in FP8, the products on the FP8 curve plus their casts
-  (:mod:`pase.model.roofline`'s rule); with more than one local expert, the sort of the received rows by
-  local expert after the dispatch and back before the combine (Megatron-Core's "permutation 2"), a read
+  (:mod:`pase.model.roofline`'s rule); with more than one local expert and more than one source rank, the
+  sort of the received rows by local expert after the dispatch and back before the combine (Megatron-Core's "permutation 2"), a read
   and a write of the rows each, forward and backward;
 * overlap: the dispatch and combine are exposed unless ``expert_overlap`` is asked for (off by
   default): then each block's all-to-alls hide behind its experts' compute (the larger of the two
@@ -265,12 +265,13 @@ def block_costs(block: ExpertBlock, par: "Parallelism", cluster: Cluster, layout
         bwd += float(vector_kernel_s(np.array([SWIGLU_VECTOR_FLOPS[1] * hidden]), np.array([4.5 * hidden * bpe]),
                                      eff)[0])
     fwd += act_f
-    if local > 1 and eff is not None:  # moves bytes only: free under the peak-rate model
+    if local > 1 and ep * etp > 1 and eff is not None:  # moves bytes only: free under the peak-rate model
         # Megatron-Core's "permutation 2": the received rows (and their gates) sorted from source-rank-major to
         # local-expert-major after the dispatch, and back before the combine (MoEAlltoAllTokenDispatcher's
         # dispatch_postprocess and combine_preprocess: a transpose made contiguous under token-drop with padding,
         # sort_chunks_by_idxs without; the flex dispatcher permutes DeepEP's output likewise), each a read and a
-        # write of the rows; the backward moves the gradients the same ways.
+        # write of the rows; the backward moves the gradients the same ways. From one source alone (EP x ETP 1) the
+        # rows arrive expert-major already: no copy.
         sort = float(vector_kernel_s(np.zeros(3), np.array([2 * rows * d * bpe, 2 * rows * PROB_BYTES,
                                                             2 * rows * d * bpe]), eff).sum())
         fwd += sort
