@@ -227,11 +227,20 @@ def main() -> int:
         "",
         "The mixture-of-experts rows run as Megatron-Bridge's performance scripts set them (the script's docstring: "
         "their recomputation modules, the 1F1B all-to-all overlap of DeepSeek-V3 on H100), and every one fits its "
-        "GPU in pase's memory model. What is still assumed and not measured here: the H100 cross-node all-to-all "
-        "at the calibration's network rate (DeepEP's forwarding inside a node and DeepSeek-V3's routing to at most "
-        "4 nodes are not modelled), the grouped expert products on Transformer Engine's 4 compute streams at the "
-        "H200's measured curve (on B200, its fractions carried over to the published peaks), and the "
-        "shared-expert overlap of the B200 DeepSeek-V3 run. None of these was fitted to the rows.",
+        "GPU in pase's memory model. Their expert blocks now price Megatron-Core's sort of the received rows by "
+        "local expert and back (\"permutation 2\", `MoEAlltoAllTokenDispatcher.dispatch_postprocess` and "
+        "`combine_preprocess`) and run each local expert's product as a kernel of its own, as Transformer Engine's "
+        "grouped linear layer launches them, with no concurrency credited between its streams (published timings "
+        "of such loops show none: `pase.model.experts.GROUPED_GEMM_EVIDENCE`); where a step's time goes, class by "
+        "class against hand estimates: `benchmarks/audit_moe.py`. What is still assumed and not measured here: the "
+        "H100 cross-node all-to-all at the calibration's network rate (DeepEP's forwarding inside a node and "
+        "DeepSeek-V3's routing to at most 4 nodes are not modelled), the products' time under about 30 GFLOP (the "
+        "H200 curve's fitted anchors there rest on two measured FP8 sizes; a kernel alone takes 26-30 us there "
+        "whatever its size, and on the B200 that floor is carried over), the B200 Qwen3-30B-A3B run's CUDA graphs "
+        "(its recipe's `cuda_graphs: true`: launch gaps a kernel timed alone includes), DeepSeek-V3's "
+        "multi-token-prediction layer (on in the recipes: Megatron-Bridge's `mtp_num_layers` 1 by default, the H100 "
+        "layout's `m`; not in pase's graph) and the shared-expert overlap of the B200 DeepSeek-V3 run. None of "
+        "these was fitted to the rows.",
         "",
     ])
     publish(text, args.no_write)
