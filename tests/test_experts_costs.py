@@ -77,3 +77,21 @@ def test_grouped_products_are_priced_one_kernel_at_a_time_as_published_loops_run
     assert few["expert_tokens"] == many["expert_tokens"] == 256
     act = lambda costs: costs["act_forward_s"]
     assert many["compute_s"] - 2 * act(many) == pytest.approx(2 * (few["compute_s"] - 2 * act(few)), rel=0.05)
+
+
+def test_deepseek_v3_with_its_prediction_module_counts_the_published_685b():
+    # deepseek-ai/DeepSeek-V3's README: 685B on Hugging Face, "671B of the Main Model weights and 14B of the
+    # Multi-Token Prediction (MTP) Module weights"; the checkpoint stores the module's own copies of the embedding
+    # and output tables (model.layers.61.embed_tokens, .shared_head.head), which training shares with the main model.
+    from pase.models import sample
+
+    main = sample("deepseek-v3", batch=1, seq=128)
+    with_mtp = sample("deepseek-v3", batch=1, seq=128, mtp=1)
+    tables = 2 * 129280 * 7168
+    assert main.parameter_count == pytest.approx(671e9, rel=0.001)
+    assert with_mtp.parameter_count + tables == pytest.approx(685e9, rel=0.002)
+    # The module: a block as the main model's MoE blocks, the 2d -> d projection, three norms; its loss is a
+    # second cross-entropy after the main model's, which stays last in the layer order.
+    names = [layer.name for layer in with_mtp.layers]
+    assert names[-3:] == ["norm", "projection", "softmax"] and "layers.61.moe.experts" in names
+    assert sum(layer.op == "SoftmaxCrossEntropy" for layer in with_mtp.layers) == 2
