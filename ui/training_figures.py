@@ -411,9 +411,15 @@ def mesh_figure(plan: TrainingPlan) -> go.Figure:
     ))
     fig.update_layout(title=dict(text=plotly_text(title), font=dict(size=13)),
                       height=int(min(900, max(220, 34 * len(z) + 110))), margin=dict(l=10, r=10, t=40, b=40),
-                      xaxis=dict(title=x_title, showgrid=False), plot_bgcolor="white",
-                      yaxis=dict(title=y_title, autorange="reversed", showgrid=False))
+                      xaxis=dict(title=x_title, showgrid=False, tickvals=_cell_ticks(len(z[0]))), plot_bgcolor="white",
+                      yaxis=dict(title=y_title, autorange="reversed", showgrid=False, tickvals=_cell_ticks(len(z))))
     return fig
+
+
+def _cell_ticks(cells: int, most: int = 16) -> list[int]:
+    """Ticks of a grid axis of ``cells`` cells: whole cell numbers (plotly's own ticks put nodes at -0.5 and 0.5),
+    every one up to ``most`` cells, else evenly spaced from 0."""
+    return list(range(0, cells, math.ceil(cells / most)))
 
 
 def plans_figure(plans: dict[str, TrainingPlan], best: str) -> go.Figure:
