@@ -53,8 +53,9 @@ def test_compare_sets_the_3d_plan_beside_the_3d_baselines():
     (table,) = [df.value for df in at.dataframe if "configuration" in df.value.columns]
     assert list(table["plan"])[0] == "PaSE" and {"data parallel", "ZeRO-3 / FSDP", "Megatron"} <= set(table["plan"])
     (chart,) = [c for c in at.get("plotly_chart") if c.proto.id.endswith("cmp_training")]
-    (bars,) = json.loads(chart.proto.spec)["data"]
-    # Data parallelism does not fit 80 GB: its row stays, its bar is not drawn.
+    bars, labels = json.loads(chart.proto.spec)["data"]
+    # Data parallelism does not fit 80 GB: its row stays, its bar is not drawn, the row says so.
     dp = list(table["plan"]).index("data parallel")
     assert table["step time"][dp] == "does not fit" and bars["x"][dp] is None
+    assert labels["y"] == ["data parallel"] and labels["text"][0].startswith("does not fit in memory (needs ")
     assert all(x is not None for i, x in enumerate(bars["x"]) if table["step time"][i] != "does not fit")

@@ -432,7 +432,7 @@ def plans_figure(plans: dict[str, TrainingPlan], best: str) -> go.Figure:
     runs = {n: p for n, p in plans.items() if p.fits_memory is not False}
     scale, unit = time_unit(max((p.step_time_s for p in runs.values()), default=1.0))
     base = plans[best].step_time_s if best in runs else None
-    text = [("does not fit in memory" if n not in runs else
+    text = [("" if n not in runs else
              fmt_time(plans[n].step_time_s) + ("" if base is None or n == best
                                                else f" ({plans[n].step_time_s / base:.2f}× the best)"))
             for n in names]
@@ -441,6 +441,13 @@ def plans_figure(plans: dict[str, TrainingPlan], best: str) -> go.Figure:
         orientation="h", text=text, textposition="outside", cliponaxis=False,
         marker_color=[OPERATION_COLORS["forward"] if n == best else "#9c9c9c" for n in names],
         hovertext=[plotly_text(p.label) for p in plans.values()], hoverinfo="text+x", showlegend=False))
+    # A bar's outside text needs a bar: the rows without one say so from the axis, with the memory they need.
+    idle = [n for n in names if n not in runs]
+    if idle:
+        fig.add_trace(go.Scatter(
+            y=[plotly_text(n) for n in idle], x=[0.0] * len(idle), mode="text", textposition="middle right",
+            text=[f"does not fit in memory (needs {plans[n].memory_per_device_bytes / 1e9:.3g} GB)" for n in idle],
+            textfont=dict(color="#6b6b6b"), hoverinfo="skip", showlegend=False, cliponaxis=False))
     fig.update_yaxes(autorange="reversed", automargin=True)
     fig.update_xaxes(title_text=f"step time ({unit})", rangemode="tozero")
     # Room on the right for the longest bar's label (outside text is not counted by automargin).
