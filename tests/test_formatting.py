@@ -208,3 +208,18 @@ def test_a_long_duration_reads_in_minutes_hours_or_days_not_as_an_exponent(secon
     from ui.fmt import fmt_time
 
     assert fmt_time(seconds) == text
+
+
+def test_the_devices_used_line_counts_layers_not_a_rounded_share():
+    """One layer of 214 on all 16 devices read "0% of layers use all 16" beside "at most 16 of 16": a count, by hand."""
+    from pase import ops as L
+    from pase.ir.graph import Graph
+    from ui.pagekit import devices_used_text
+
+    g = Graph("two")
+    g.add_layer(L.fully_connected("fc1", b=8, n=8, c=8))
+    g.add_layer(L.fully_connected("fc2", b=8, n=8, c=8), inputs=["fc1"])
+    cluster = Cluster(devices=8, peak_flops=1e12, bandwidth_Bps=1e9)
+    assert devices_used_text(evaluate(g, cluster, {"fc1": (8, 1, 1), "fc2": (4, 1, 1)})) == "1 of 2 layers uses all 8."
+    assert devices_used_text(evaluate(g, cluster, {"fc1": (2, 1, 1), "fc2": (4, 1, 1)})) == "0 of 2 layers use all 8."
+    assert devices_used_text(evaluate(g, cluster, {"fc1": (8, 1, 1), "fc2": (2, 2, 2)})) == "all 2 layers use all 8."
