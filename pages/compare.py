@@ -7,7 +7,7 @@ from pase.errors import PaseError
 from pase.io.strategy_json import loads_strategy
 from ui import state
 from ui.figures import layer_compare_figure, totals_figure
-from ui.fmt import fmt_fit, fmt_time, md
+from ui.fmt import fmt_fit, fmt_time, md, round_sig
 from pase.search.stages import training_baselines
 from ui import jobs
 from ui.pagekit import require_problem, routed, solve_button, solve_training_button
@@ -64,9 +64,10 @@ def compare_training() -> None:
     best = search.best.step_time_s
     st.dataframe([{"plan": name, "configuration": p.label,
                    "step time": "does not fit" if p.fits_memory is False else fmt_time(p.step_time_s),
-                   "× the best's step": None if p.fits_memory is False else round(p.step_time_s / best, 3),
-                   "MFU (% of peak)": None if p.fits_memory is False or p.mfu is None else round(p.mfu * 100, 1),
-                   "memory per device (GB)": round(p.memory_per_device_bytes / 1e9, 3 if p.memory_per_device_bytes < 1e11 else 0),
+                   # 3 significant figures, as the chart's labels (1.36×) and the fit's (60.5 GB).
+                   "× the best's step": None if p.fits_memory is False else round_sig(p.step_time_s / best),
+                   "MFU (% of peak)": None if p.fits_memory is False or p.mfu is None else round_sig(p.mfu * 100),
+                   "memory per device (GB)": round_sig(p.memory_per_device_bytes / 1e9),
                    "fits memory": fmt_fit(p.memory_per_device_bytes, p.memory_capacity_bytes)}
                   for name, p in plans.items()], hide_index=True, key="cmp_training_table")
     st.caption("A plan that does not fit device memory (with the reserve, sidebar: Nodes and memory) is listed "

@@ -25,6 +25,7 @@ from pase.search.stages import search_training, training_baselines
 from ui import jobs, state
 from pase.model.memory import MemoryOptions
 from ui.fmt import fmt_count, fmt_fit, fmt_percent, fmt_time, md
+from ui.held import held_default
 from ui.moe import show_moe
 from ui.pagekit import require_problem, routed
 from ui.stepmodel import CALIBRATED, PEAK, show_model
@@ -53,7 +54,7 @@ def kept(widget, name: str, default, *args, **kwargs):
     key = f"tr_{name}"
     if key not in st.session_state:
         st.session_state[key] = saved.get(name, default)
-    value = widget(*args, key=key, **kwargs)
+    value = widget(*args, key=key, **held_default(widget, key, args[1] if len(args) > 1 else None), **kwargs)
     saved[name] = value
     return value
 

@@ -178,9 +178,48 @@ def test_log_ticks_leave_a_range_narrower_than_their_steps_to_plotly():
     assert log_ticks([23, 24]) is None and log_ticks([None, 0]) is None
 
 
+def test_a_flat_sweep_reads_flat_between_labelled_ticks():
+    """Perfect scaling: the GPU-hours to train equal at every device count up to rounding (25.59 and 25.59 +
+    3e-12): the axis must not stretch the rounding into a staircase with no tick to read it by."""
+    from pase.analysis.sweep import sweep, with_training_estimates
+    from pase.hardware.cluster import preset
+    from ui.figures import sweep_figure, sweep_panels_figure
+
+    records = with_training_estimates(sweep(sample("alexnet"), [1, 2, 4], preset("dgx-h100", devices=4)), 1e6,
+                                      unit="samples")
+    flat = [{**r, "gpu_hours": 25.59 + i * 1e-12, "step_time_s": 0.02 + i * 1e-15} for i, r in enumerate(records)]
+    panels, left = sweep_panels_figure(flat), sweep_figure(flat)
+    axes = [panels.layout[a] for a in panels.layout if a.startswith("yaxis")
+            and panels.layout[a].title.text in ("GPU-hours", "ms per step")] + [left.layout.yaxis]
+    assert len(axes) == 3
+    for axis, value in zip(axes, (20.0, 25.59, 20.0)):
+        assert axis.type == "log"
+        lo, hi = (10 ** v for v in axis.range)
+        assert hi / lo >= 3 - 1e-9 and lo < value * 0.999 and value * 1.001 < hi, (axis.range, value)
+        assert len([t for t in axis.tickvals if lo <= t <= hi]) >= 2, (axis.tickvals, lo, hi)
+    gpu_hours = next(a for a in axes if a.title.text == "GPU-hours")
+    lo, hi = (10 ** v for v in gpu_hours.range)
+    assert math.sqrt(lo * hi) == pytest.approx(25.59)  # the line in the middle of its panel
+
+
 @pytest.mark.parametrize("seconds,text", [(6.36e6, "73.6 days"), (999, "999 s"), (5400, "1.5 h"), (1200, "20 min"),
                                           (0.0123, "12.3 ms")])
 def test_a_long_duration_reads_in_minutes_hours_or_days_not_as_an_exponent(seconds, text):
     from ui.fmt import fmt_time
 
     assert fmt_time(seconds) == text
+
+
+def test_the_devices_used_line_counts_layers_not_a_rounded_share():
+    """One layer of 214 on all 16 devices read "0% of layers use all 16" beside "at most 16 of 16": a count, by hand."""
+    from pase import ops as L
+    from pase.ir.graph import Graph
+    from ui.pagekit import devices_used_text
+
+    g = Graph("two")
+    g.add_layer(L.fully_connected("fc1", b=8, n=8, c=8))
+    g.add_layer(L.fully_connected("fc2", b=8, n=8, c=8), inputs=["fc1"])
+    cluster = Cluster(devices=8, peak_flops=1e12, bandwidth_Bps=1e9)
+    assert devices_used_text(evaluate(g, cluster, {"fc1": (8, 1, 1), "fc2": (4, 1, 1)})) == "1 of 2 layers uses all 8."
+    assert devices_used_text(evaluate(g, cluster, {"fc1": (2, 1, 1), "fc2": (4, 1, 1)})) == "0 of 2 layers use all 8."
+    assert devices_used_text(evaluate(g, cluster, {"fc1": (8, 1, 1), "fc2": (2, 2, 2)})) == "all 2 layers use all 8."

@@ -8,7 +8,8 @@ import pytest
 from pase.hardware.cluster import Cluster
 from pase.model.training import Parallelism, evaluate_training
 from pase.models import batch_builder
-from ui.training_figures import memory_timeline_figure, stage_memory_figure, time_unit
+from ui.fmt import fmt_time
+from ui.training_figures import memory_timeline_figure, plans_figure, stage_memory_figure, time_unit
 
 BUILD = batch_builder("gpt", layers=4, d_model=64, heads=4, seq=32, vocab=256)
 # Two nodes of four devices, 16 GB each.
@@ -109,3 +110,19 @@ def test_the_gantt_draws_a_zero_bubble_schedules_weight_gradients_as_bars_of_the
     # Each weight gradient after its own input gradient, on the same device.
     backward = {(o.device, o.chunk, o.microbatch): o for o in plan.schedule.operations if o.kind == "B"}
     assert all(w.start_s >= backward[w.device, w.chunk, w.microbatch].end_s - 1e-15 for w in weights)
+
+
+def test_a_plan_that_does_not_fit_has_no_bar_and_says_so_on_its_row():
+    """Compare's 3-D chart: the fitting plans as bars labelled with their time; a plan that does not fit (here on
+    devices of 1 MB) has none, and its row reads "does not fit in memory" with what it needs, drawn where a reader
+    looks for the bar (a bar's own label needs a bar: plotly draws none for a missing one)."""
+    fits = evaluate_training(BUILD, CLUSTER, CONFIGS["1f1b"])
+    tight = Cluster(8, 10e12, 100e9, 2, 1e6, "tiny", 4, 10e9)
+    too_big = evaluate_training(BUILD, tight, CONFIGS["1f1b"])
+    assert fits.fits_memory and too_big.fits_memory is False
+    fig = plans_figure({"PaSE": fits, "data parallel": too_big}, "PaSE")
+    bars, labels = fig.data
+    assert list(bars.y) == ["PaSE", "data parallel"] and bars.x[1] is None and bars.x[0] > 0
+    assert bars.text[0].startswith(fmt_time(fits.step_time_s)) and not bars.text[1]
+    assert list(labels.y) == ["data parallel"] and labels.x[0] == 0 and labels.mode == "text"
+    assert labels.text[0] == f"does not fit in memory (needs {too_big.memory_per_device_bytes / 1e9:.3g} GB)"

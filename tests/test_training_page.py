@@ -134,6 +134,19 @@ def test_the_mesh_has_one_cell_per_device_coloured_by_its_stage(plan):
     assert {x[0] for x in coords} == set(range(p.tensor))
 
 
+def test_the_mesh_axes_tick_whole_cells_only(plan):
+    """No node or GPU at -0.5 or 0.5: every tick is a cell's number, from the first cell, at most 16 a side."""
+    big = Cluster(2048, 10e12, 100e9, 2, 16e9, "big", 8, 10e9)
+    large = evaluate_training(BUILD, big, Parallelism(tensor=4, pipeline=2, data=256, global_batch=256))
+    for fig in (mesh_figure(plan), mesh_figure(large)):
+        rows, cols = len(fig.data[0].z), len(fig.data[0].z[0])
+        for ticks, cells in ((fig.layout.xaxis.tickvals, cols), (fig.layout.yaxis.tickvals, rows)):
+            assert ticks[0] == 0 and len(ticks) <= 16, ticks
+            assert all(isinstance(t, int) and 0 <= t < cells for t in ticks), (ticks, cells)
+            steps = {b - a for a, b in zip(ticks, ticks[1:])}
+            assert len(steps) <= 1 and (cells <= 16) == (steps <= {1}), (ticks, cells)
+
+
 @pytest.mark.parametrize("name, stage_of", [
     # t2 (gpu) then d2 (gpu) then p2: the pipeline spans the nodes.
     ("1f1b", lambda n: n // 4),

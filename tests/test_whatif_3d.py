@@ -53,8 +53,13 @@ def test_compare_sets_the_3d_plan_beside_the_3d_baselines():
     (table,) = [df.value for df in at.dataframe if "configuration" in df.value.columns]
     assert list(table["plan"])[0] == "PaSE" and {"data parallel", "ZeRO-3 / FSDP", "Megatron"} <= set(table["plan"])
     (chart,) = [c for c in at.get("plotly_chart") if c.proto.id.endswith("cmp_training")]
-    (bars,) = json.loads(chart.proto.spec)["data"]
-    # Data parallelism does not fit 80 GB: its row stays, its bar is not drawn.
+    bars, labels = json.loads(chart.proto.spec)["data"]
+    # Data parallelism does not fit 80 GB: its row stays, its bar is not drawn, the row says so.
     dp = list(table["plan"]).index("data parallel")
     assert table["step time"][dp] == "does not fit" and bars["x"][dp] is None
+    assert labels["y"] == ["data parallel"] and labels["text"][0].startswith("does not fit in memory (needs ")
+    # Numbers at 3 significant figures (1.36, 56.6, 60.5), not 1.359 beside the chart's 1.36x or 60.519 GB.
+    for column in ("× the best's step", "MFU (% of peak)", "memory per device (GB)"):
+        for v in table[column].dropna():
+            assert len(f"{v:.6g}".replace(".", "").replace("-", "").lstrip("0").rstrip("0")) <= 3, (column, v)
     assert all(x is not None for i, x in enumerate(bars["x"]) if table["step time"][i] != "does not fit")

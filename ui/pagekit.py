@@ -15,7 +15,8 @@ from pase.planner import Plan
 from ui import state
 from ui.fmt import fmt_count, fmt_time, md
 
-__all__ = ["routed", "run_routed", "require_problem", "solve_button", "solve_training_button", "headline"]
+__all__ = ["routed", "run_routed", "require_problem", "solve_button", "solve_training_button", "headline",
+           "devices_used_text"]
 
 APP = Path(__file__).resolve().parents[1] / "app.py"
 # Seconds a search runs before its progress bar and Cancel button are drawn: a quick search (the landing page's,
@@ -130,6 +131,16 @@ def _action_button(key: str, label: str, help: str, cached, text: str, counts: s
         cancel.empty()
 
 
+def devices_used_text(plan: Plan) -> str:
+    """How many of ``plan``'s layers split over all its devices, as a count ("1 of 214 layers uses all 16."): a
+    share rounded to whole percent read "0% of layers use all 16" beside "at most 16 of 16"."""
+    p = plan.cluster.devices
+    full = sum(min(int(layer.devices), p) == p for layer in plan.layers)
+    n = len(plan.layers)
+    verb = "uses" if full == 1 else "use"
+    return f"all {n:,} layers use all {p}." if full == n and n > 1 else f"{full:,} of {n:,} layers {verb} all {p}."
+
+
 def headline(plan: Plan, dp: Plan | None) -> None:
     """Four metrics: estimated step time, speedup over data parallelism, search time, largest dependent set.
 
@@ -162,8 +173,7 @@ def headline(plan: Plan, dp: Plan | None) -> None:
     else:
         c3.metric("Search time", "n/a")
         c4.metric("Largest dependent set", "n/a")
-    st.caption(f"Devices used: layers split over at most {use.used} of {p}; "
-               f"{use.full_fraction:.0%} of layers use all {p}.")
+    st.caption(f"Devices used: layers split over at most {use.used} of {p}; {devices_used_text(plan)}")
     if use.idle:
         st.warning(f"{use.idle} of {p} devices are idle: no layer splits over more than {use.used} (a dimension "
                    f"too small to split {p} ways, e.g. a batch smaller than the device count).", icon=":material/warning:")

@@ -21,6 +21,7 @@ from pase.limits import (
     MAX_BANDWIDTH_BPS, MAX_BATCH, MAX_DEVICES, MAX_MEMORY_BYTES, MAX_PEAK_FLOPS, MIN_BANDWIDTH_BPS, MIN_PEAK_FLOPS,
 )
 from ui.fmt import md
+from ui.held import held
 from ui.links import Link, parse_link
 from ui.state import GraphSource, Problem, load_graph, set_current_problem
 from ui.stepmodel import CALIBRATED, model_choice, with_calibration_file, with_model
@@ -81,8 +82,8 @@ def _defaults() -> None:
         ss[LINK] = parse_link(st.query_params.to_dict())
         ss["in_preset"] = ss[LINK].preset or DEFAULT_PRESET
         _apply_preset()
-    # A run cut short before the cluster's inputs were drawn (an upload's rerun during the first run) leaves
-    # Streamlit to drop their values: fill what is missing from the preset they came from, never from 0.
+    # A run that ends without drawing the cluster's inputs makes Streamlit drop their values: fill what is
+    # missing from the preset they came from (each input's value is also its default, ui.held), never from 0.
     base = ss["in_preset"] if ss["in_preset"] in PRESETS else ss.get(BASE, DEFAULT_PRESET)
     for key, value in _preset_figures(PRESETS[base]).items():
         ss.setdefault(key, value)
@@ -135,29 +136,34 @@ def _graph_source(sb) -> tuple[GraphSource | None, bytes | None, str | None]:
 
 def _cluster(sb) -> Cluster:
     presets = [*PRESETS, CUSTOM]
-    sb.selectbox("Cluster preset", presets, key="in_preset", on_change=_apply_preset,
+    sb.selectbox("Cluster preset", presets, index=presets.index(held("in_preset")), key="in_preset",
+                 on_change=_apply_preset,
                  help="Fills in device speed, links, nodes and memory; edit them below.")
-    devices = int(sb.number_input("Devices p", min_value=1, max_value=MAX_DEVICES, step=1, key="in_devices"))
+    devices = int(sb.number_input("Devices p", min_value=1, max_value=MAX_DEVICES, value=held("in_devices"), step=1,
+                                  key="in_devices"))
     c1, c2 = sb.columns(2)
     # The bounds are the Cluster's (pase.limits), as in the CLI's --tflops, --bandwidth and --memory-gb.
     tflops = c1.number_input("TFLOP/s per device", min_value=MIN_PEAK_FLOPS / 1e12, max_value=MAX_PEAK_FLOPS / 1e12,
-                             step=1.0, format="%g", key="in_tflops", on_change=_to_custom)
+                             value=held("in_tflops"), step=1.0, format="%g", key="in_tflops", on_change=_to_custom)
     bandwidth = c2.number_input("Link GB/s", min_value=MIN_BANDWIDTH_BPS / 1e9, max_value=MAX_BANDWIDTH_BPS / 1e9,
-                                step=1.0, format="%g",
+                                value=held("in_bandwidth"), step=1.0, format="%g",
                                 key="in_bandwidth", on_change=_to_custom,
                                 help="Bytes per second one device sends to another (inside its node).")
-    bpe = sb.selectbox("Bytes per element", [4, 2, 1, 8], key="in_bpe",
+    sizes = [4, 2, 1, 8]
+    bpe = sb.selectbox("Bytes per element", sizes, index=sizes.index(held("in_bpe")), key="in_bpe",
                        format_func=lambda b: {4: "4 (fp32)", 2: "2 (fp16/bf16)", 1: "1 (int8/fp8)", 8: "8 (fp64)"}[b],
                        on_change=_to_custom)
     with sb.expander("Nodes and memory"):
-        node = int(st.number_input("Devices per node", min_value=0, max_value=4096, step=1, key="in_node",
+        node = int(st.number_input("Devices per node", min_value=0, max_value=4096, value=held("in_node"), step=1,
+                                   key="in_node",
                                    on_change=_to_custom, help="0: all devices in one node (the paper's flat model)."))
         network = st.number_input("Network GB/s per device", min_value=MIN_BANDWIDTH_BPS / 1e9,
-                                  max_value=MAX_BANDWIDTH_BPS / 1e9, step=1.0, format="%g",
-                                  key="in_network", on_change=_to_custom,
+                                  max_value=MAX_BANDWIDTH_BPS / 1e9, value=held("in_network"), step=1.0,
+                                  format="%g", key="in_network", on_change=_to_custom,
                                   help="Bytes per second one device sends to other nodes.")
-        memory = st.number_input("Memory per device (GB)", min_value=0.0, max_value=MAX_MEMORY_BYTES / 1e9, step=1.0,
-                                 format="%g", key="in_memory", on_change=_to_custom,
+        memory = st.number_input("Memory per device (GB)", min_value=0.0, max_value=MAX_MEMORY_BYTES / 1e9,
+                                 value=held("in_memory"), step=1.0, format="%g", key="in_memory",
+                                 on_change=_to_custom,
                                  help="0: unknown, no memory limit (as `pase --memory-gb 0`). Otherwise only "
                                       "strategies that fit are chosen.")
         reserve = st.number_input("Reserve per device (GB)", min_value=0.0, max_value=MAX_MEMORY_BYTES / 1e9,

@@ -115,8 +115,11 @@ def model_choice(where, key: str, calibration_of: str | None, memory: dict, **ra
         memory["chosen"] = ss[key]
 
     why = "" if available else f" {calibration_of or 'This hardware'} has no calibration, so peak rates only."
-    return where.radio("Step-time model", [CALIBRATED, PEAK], key=key, format_func=LABELS.get, on_change=chose,
-                       disabled=not available, help=HELP + why, **radio)
+    # The session's choice is the radio's default too (ui.held): a browser that missed the run setting it draws
+    # that, not the first option.
+    models = [CALIBRATED, PEAK]
+    return where.radio("Step-time model", models, index=models.index(ss[key]), key=key, format_func=LABELS.get,
+                       on_change=chose, disabled=not available, help=HELP + why, **radio)
 
 
 def calibration_name(efficiency: Efficiency | None) -> str | None:

@@ -8,7 +8,7 @@ from typing import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ui.figures.sweeps import LOG_TICK_FORMAT, log_ticks
+from ui.figures.sweeps import LOG_TICK_FORMAT, log_axis
 from ui.fmt import plotly_text
 
 __all__ = ["time_to_train_figure"]
@@ -62,7 +62,6 @@ def time_to_train_figure(records: Sequence[Mapping], *, series: str = "series") 
         drawn = [r.get(key) for r in shown]
         if key == "wall_days":  # the dotted lines too
             drawn += [r["time_to_train_s"] / 86400 for r in shown if r.get("time_to_train_s") is not None]
-        fig.update_yaxes(title_text=title, type="log", tickformat=LOG_TICK_FORMAT, tickvals=log_ticks(drawn),
-                         row=1, col=i + 1)
+        fig.update_yaxes(title_text=title, type="log", tickformat=LOG_TICK_FORMAT, **log_axis(drawn), row=1, col=i + 1)
     fig.update_layout(height=380, margin=dict(t=60, b=40), legend=dict(orientation="h", y=-0.25))
     return fig

@@ -411,9 +411,15 @@ def mesh_figure(plan: TrainingPlan) -> go.Figure:
     ))
     fig.update_layout(title=dict(text=plotly_text(title), font=dict(size=13)),
                       height=int(min(900, max(220, 34 * len(z) + 110))), margin=dict(l=10, r=10, t=40, b=40),
-                      xaxis=dict(title=x_title, showgrid=False), plot_bgcolor="white",
-                      yaxis=dict(title=y_title, autorange="reversed", showgrid=False))
+                      xaxis=dict(title=x_title, showgrid=False, tickvals=_cell_ticks(len(z[0]))), plot_bgcolor="white",
+                      yaxis=dict(title=y_title, autorange="reversed", showgrid=False, tickvals=_cell_ticks(len(z))))
     return fig
+
+
+def _cell_ticks(cells: int, most: int = 16) -> list[int]:
+    """Ticks of a grid axis of ``cells`` cells: whole cell numbers (plotly's own ticks put nodes at -0.5 and 0.5),
+    every one up to ``most`` cells, else evenly spaced from 0."""
+    return list(range(0, cells, math.ceil(cells / most)))
 
 
 def plans_figure(plans: dict[str, TrainingPlan], best: str) -> go.Figure:
@@ -426,7 +432,7 @@ def plans_figure(plans: dict[str, TrainingPlan], best: str) -> go.Figure:
     runs = {n: p for n, p in plans.items() if p.fits_memory is not False}
     scale, unit = time_unit(max((p.step_time_s for p in runs.values()), default=1.0))
     base = plans[best].step_time_s if best in runs else None
-    text = [("does not fit in memory" if n not in runs else
+    text = [("" if n not in runs else
              fmt_time(plans[n].step_time_s) + ("" if base is None or n == best
                                                else f" ({plans[n].step_time_s / base:.2f}× the best)"))
             for n in names]
@@ -435,6 +441,13 @@ def plans_figure(plans: dict[str, TrainingPlan], best: str) -> go.Figure:
         orientation="h", text=text, textposition="outside", cliponaxis=False,
         marker_color=[OPERATION_COLORS["forward"] if n == best else "#9c9c9c" for n in names],
         hovertext=[plotly_text(p.label) for p in plans.values()], hoverinfo="text+x", showlegend=False))
+    # A bar's outside text needs a bar: the rows without one say so from the axis, with the memory they need.
+    idle = [n for n in names if n not in runs]
+    if idle:
+        fig.add_trace(go.Scatter(
+            y=[plotly_text(n) for n in idle], x=[0.0] * len(idle), mode="text", textposition="middle right",
+            text=[f"does not fit in memory (needs {plans[n].memory_per_device_bytes / 1e9:.3g} GB)" for n in idle],
+            textfont=dict(color="#6b6b6b"), hoverinfo="skip", showlegend=False, cliponaxis=False))
     fig.update_yaxes(autorange="reversed", automargin=True)
     fig.update_xaxes(title_text=f"step time ({unit})", rangemode="tozero")
     # Room on the right for the longest bar's label (outside text is not counted by automargin).

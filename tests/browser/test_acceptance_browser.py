@@ -73,10 +73,7 @@ def test_a_whatif_sweep_of_llama3_8b_over_8_to_128_gpus_shows_3d_plans_that_fit(
     assert all(0 < v < 100 for v in pase[mfu]["y"]), pase[mfu]
 
 
-def test_the_training_page_plans_an_uploaded_config_json_as_pase_solve_does(wide, fresh_app_url):
-    # A server of its own: after another session's What-if sweep on the same server, a new session's cluster inputs
-    # came up at their minimums (1e-06 TFLOP/s) in 2 of 3 runs; an open bug, reproduced and noted for a fix.
-    app_url = fresh_app_url
+def test_the_training_page_plans_an_uploaded_config_json_as_pase_solve_does(wide, app_url):
     from pase.hardware.cluster import preset
     from pase.io.hf_config import DEFAULT_BATCH, hf_batch_builder
     from pase.search.stages import search_training

@@ -13,7 +13,7 @@ from ui.graphview import kind_of
 from ui.palette import CAPACITY_COLOR, KIND_COLORS, strategy_color
 
 __all__ = ["paired_colors", "sweep_figure", "sweep_panels_figure", "split_changes_figure", "LOG_TICK_FORMAT",
-           "RATE_TICK_FORMAT", "log_ticks"]
+           "RATE_TICK_FORMAT", "log_ticks", "log_axis"]
 
 # Tick labels of a logarithmic axis: every tick a whole number of 3 significant figures ("20", "0.5", "1,000"),
 # not plotly's leading digit alone ("2", "5") between powers of ten; a rate with an SI suffix ("400k", "1M"). The
@@ -46,6 +46,21 @@ def log_ticks(values: Sequence[float | None], most: int = 6) -> list[float] | No
             return ticks
     step = max(1, math.ceil((last - first + 1) / most))
     return [10.0 ** e for e in range(first, last + 1, step)]
+
+def log_axis(values: Sequence[float | None], least_ratio: float = 3.0) -> dict:
+    """The ``tickvals`` (:func:`log_ticks`) and, for values spanning less than ``least_ratio`` (largest / least), the
+    ``range`` (log10 units) of a logarithmic y axis over the positive ``values``: such a range is widened to
+    ``least_ratio`` around their geometric middle, so that a flat line (the GPU-hours of perfect scaling, equal up
+    to rounding) reads flat and between labelled ticks, not as a staircase of rounding noise with none."""
+    import math
+
+    shown = [v for v in values if v is not None and v > 0]
+    if not shown or max(shown) / min(shown) >= least_ratio:
+        return {"tickvals": log_ticks(values)}
+    middle = math.sqrt(min(shown) * max(shown))
+    lo, hi = middle / math.sqrt(least_ratio), middle * math.sqrt(least_ratio)
+    return {"tickvals": log_ticks([lo * 1.15, hi / 1.15]), "range": [math.log10(lo), math.log10(hi)]}
+
 
 def paired_colors(records: Sequence[Mapping], series: str = "strategy") -> dict[str, str]:
     """Series name -> colour: a strategy's series share its hue (:func:`ui.palette.strategy_color`).
@@ -155,8 +170,8 @@ def sweep_figure(records: Sequence[Mapping], *, by: str = "devices", series: str
         fig.update_xaxes(tickvals=ticks, ticktext=[str(t) for t in ticks])
     fig.update_yaxes(title_text=left_unit, type="linear" if show == "MFU" else "log", row=1, col=1,
                      tickformat=RATE_TICK_FORMAT if show == "throughput" else LOG_TICK_FORMAT,
-                     tickvals=None if show == "MFU" else log_ticks(
-                         [r[left] * left_scale for r in records if r.get(left) is not None and _runs(r)]))
+                     **({} if show == "MFU" else log_axis(
+                         [r[left] * left_scale for r in records if r.get(left) is not None and _runs(r)])))
     if show == "MFU":
         fig.update_yaxes(rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text="× data parallel", rangemode="tozero", row=1, col=2)
@@ -271,7 +286,7 @@ def sweep_panels_figure(records: Sequence[Mapping], *, series: str = "strategy")
         if key == "memory_per_device_bytes":
             drawn += [c * 1e-9 for c in capacities]
         fig.update_yaxes(title_text=title, type="log" if log else "linear", row=i // cols + 1, col=i % cols + 1,
-                         **({"tickformat": ticks_as, "tickvals": log_ticks(drawn)} if log else {"rangemode": "tozero"}))
+                         **({"tickformat": ticks_as, **log_axis(drawn)} if log else {"rangemode": "tozero"}))
     fig.update_layout(height=300 * rows + 120, margin=dict(l=10, r=10, t=50, b=40), hovermode="closest",
                       legend=dict(orientation="h", y=-0.12, yanchor="top", x=0))
     return fig
