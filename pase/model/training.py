@@ -543,8 +543,7 @@ def _schedule(lt: "LayerTimes", par: Parallelism, fq: list[float], bq: list[floa
                         overlap=par.overlap, record=record, weight_s=wq)
     key = ("schedule", par.schedule, m, par.overlap, tuple(fq), tuple(bq), tuple(send), tuple(reduce))
     if key not in lt.memo:
-        lt.memo[key] = simulate_levels(par.schedule, fq, bq, m, send, reduce, par.overlap) or simulate(
-            par.schedule, fq, bq, m, send_s=send, reduce_s=reduce, overlap=par.overlap)
+        lt.memo[key] = simulate_levels(par.schedule, fq, bq, m, send, reduce, par.overlap)
     return lt.memo[key]
 
 
