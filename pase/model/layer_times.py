@@ -193,7 +193,8 @@ def group_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
         # Selective recomputation: Megatron-Core's modules (pase.model.recompute), checkpointed units and
         # discarded outputs; full: every block a unit.
         chosen = module_plan(graph, par.modules) if mode == "selective" else None
-        block_of = blocks(graph) if mode == "full" else dict(chosen.units) if chosen is not None else {}
+        block_of = (dict(graph.derived("blocks", lambda: blocks(graph))) if mode == "full"
+                    else dict(chosen.units) if chosen is not None else {})
         transient: dict[str, float] = {}
         for l in layers:
             if l.name in block_of:
@@ -360,7 +361,8 @@ def _group_cache(source: GraphSource, cluster: Cluster, par: Parallelism, option
     b = par.microbatch_size
     if key not in cache:
         graph = cached_graph(source, b, cache)
-        core = graph.derived("periodic core", lambda: periodic_core(graph, blocks(graph)))
+        whole_blocks = graph.derived("blocks", lambda: blocks(graph))
+        core = graph.derived("periodic core", lambda: periodic_core(graph, whole_blocks))
         try:
             # Megatron's rule splits each layer by its own dimensions, alike in alike layers: the core's splits
             # are the whole run's.
