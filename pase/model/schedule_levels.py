@@ -48,25 +48,22 @@ def worth_levels(schedule: str, stages: int, microbatches: int, chunks: int) -> 
     return schedule in LEVEL_SCHEDULES and chunks == 1 and stages >= 16 and stages * microbatches >= 20_000
 
 
-def _view(table: np.ndarray, start: int, stride: int, count: int) -> np.ndarray:
-    """``count`` entries of the flat ``table`` from ``start`` at ``stride`` (negative: backwards), as a view."""
-    stop = start + stride * count
-    return table[start:stop if stop >= 0 else None:stride]
-
-
 def _run(table: np.ndarray, R: int, out: int, stride: int, prev: int, prev_stride: int, count: int,
          stage: int, stage_step: int, sends: np.ndarray, durations: np.ndarray) -> None:
     """End times of ``count`` operations of one level: the first at flat index ``out`` of ``table`` (rows of
     ``R``), then every ``stride``; each after its predecessor (from ``prev``, every ``prev_stride``) and the
     operation one row up plus its send, lasting its stage's duration (stages from ``stage`` every
-    ``stage_step``)."""
+    ``stage_step``). Strided views, none of whose stops is negative (``None``: to the start)."""
     if count <= 0:
         return
-    stages = slice(stage, stage + stage_step * count, stage_step)
-    x = _view(table, out - R, stride, count) + sends[stages]
-    np.maximum(_view(table, prev, prev_stride, count), x, out=x)
-    x += durations[stages]
-    _view(table, out, stride, count)[:] = x
+    stop = out + stride * count
+    span = slice(out, stop if stop >= 0 else None, stride)
+    stop -= R
+    x = table[out - R:stop if stop >= 0 else None:stride] + sends[stage:stage + stage_step * count:stage_step]
+    stop = prev + prev_stride * count
+    np.maximum(table[prev:stop if stop >= 0 else None:prev_stride], x, out=x)
+    x += durations[stage:stage + stage_step * count:stage_step]
+    table[span] = x
 
 
 def _ends(schedule: str, forward_s, backward_s, microbatches: int, send_s) -> np.ndarray:
