@@ -515,8 +515,8 @@ def _placement(lt: "LayerTimes", cluster: Cluster, cuts: tuple[int, ...], S: int
     if lt.block_transient:
         recomputed = np.zeros(S)
         if "unit transient" not in lt.memo:
-            lt.memo["unit transient"] = np.array([lt.block_transient.get(lt.block_of.get(l.name), 0.0)
-                                                  for l in lt.layers])
+            unit_of, transient_of = lt.block_of.get, lt.block_transient.get
+            lt.memo["unit transient"] = np.array([transient_of(unit_of(l.name), 0.0) for l in lt.layers])
         np.maximum.at(recomputed, layer_dev, lt.memo["unit transient"])
         transient += recomputed
     gathered = np.zeros(S)
