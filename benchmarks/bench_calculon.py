@@ -89,12 +89,23 @@ READING = (
     "command runs; the model at batch 1 is built once, not three times (the check of `--seq`, the search's probe, "
     "the parameter count); a layer's signature no longer recurses into every number of its parameters; the "
     "balanced cuts follow their runs by doubling, in numpy; a table's checkpointed units are spread over the "
-    "1,792 layers once per microbatch size, not once per table. What is left on the README case (CPU seconds of "
-    "one run): the simulations of the kept plans and their level layouts 1.1, the 52 layer-time tables 0.7 (and "
-    "their spreading over the 1,792 layers 0.1), placing and bounding 1,393 configurations 0.7, building the "
-    "model at 7 more microbatch sizes 0.5, the imports 0.3, the baselines 0.2. The machine is shared: CPU "
-    "seconds (user and system, children included) are less sensitive to its load than wall times; Calculon runs 2 worker processes, so its wall time "
-    "on a quiet machine would be about half its CPU time.")
+    "1,792 layers once per microbatch size, not once per table. Then (third pass, README case 3.46 to about 2.6 "
+    "CPU seconds): a long 1F1B or GPipe pipeline is timed on strided views of one table of end times (row "
+    "s + 1 a stage's forwards, row 2S - s its backwards, so that every operation waits on the one a row up, "
+    "column j + 1 microbatch j): a level's operations are a run or two of every stage or every other one, so no "
+    "per-operation level layout is built (3.2 million-entry index arrays and their sort, 0.1 to 0.2 s for each "
+    "of the 4 schedules and sizes of a run) and no per-operation times are gathered; the same additions and "
+    "maxima in the same order, every operation's end equal to the loop's (a test compares each one); the "
+    "balanced cuts' last pass follows its runs by doubling instead of a Python loop over the 640 cuts (a run "
+    "held back to leave a layer for every later one holds back all later runs, so each cut is the smaller of "
+    "the free run's and the latest possible); cuts the search computed itself are not validated again; a "
+    "graph's blocks, layer names, tied-weight holders and sequence length are derived once per graph. What "
+    "is left on the README case (CPU seconds inside one run): the 52 layer-time tables 0.74 (and their "
+    "spreading over the 1,792 layers 0.13), placing and bounding 1,392 configurations 0.56, building the model "
+    "at 8 microbatch sizes 0.46, the simulations of the kept plans 0.36 (7 schedules), the imports 0.16, the "
+    "baselines 0.08. The machine is shared: CPU seconds (user and system, children included) are less "
+    "sensitive to its load than wall times; Calculon runs 2 worker processes, so its wall time on a quiet "
+    "machine would be about half its CPU time.")
 
 # The yardstick: a straightforward vectorised variable elimination of an instance file, end to end.
 YARDSTICK = r'''
