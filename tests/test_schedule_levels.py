@@ -34,7 +34,7 @@ def test_equal_to_the_loop_bit_for_bit(seed):
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
 def test_every_operation_ends_when_the_loop_ends_it(schedule):
-    # Every forward's and backward's end in the table of ends equals the loop's record of it, bit for bit: from
+    # Every forward's and backward's end equals the loop's record of it, bit for bit: from
     # one stage to 30, fewer microbatches than stages (warm-ups cut short, every forward first) and more.
     rng = random.Random(schedule)
     for S in range(1, 31):
@@ -43,11 +43,11 @@ def test_every_operation_ends_when_the_loop_ends_it(schedule):
             b = [rng.choice([0.0, rng.random() * 2]) for _ in range(S)]
             send = [rng.choice([0.0, rng.random() * 0.1]) for _ in range(S - 1)]
             loop = simulate(schedule, f, b, m, send_s=send, record=True)
-            ends = _ends(schedule, f, b, m, send)
-            assert len(loop.operations) == 2 * S * m
+            ends: dict = {}
+            _ends(schedule, f, b, m, send, record=ends)
+            assert len(ends) == len(loop.operations) == 2 * S * m
             for op in loop.operations:
-                row = op.device + 1 if op.kind == "F" else 2 * S - op.device
-                assert ends[row, op.microbatch + 1] == op.end_s, (schedule, S, m, op)
+                assert ends[op.kind, op.device, op.microbatch] == op.end_s, (schedule, S, m, op)
 
 
 def test_a_search_through_the_levels_equals_brute_force(monkeypatch):

@@ -18,17 +18,16 @@ stage ``s`` of ``S`` with ``m`` microbatches:
 * 1F1B (``w_s = min(S - s - 1, m)`` warm-up forwards): ``F`` at ``s + j`` up
   to ``j = w_s``, then ``s + 2 j``; ``B`` at ``2 S - 1 - s + 2 j``
 
-(the start slots of the schedule with unit times). On a level the operations
-of one kind form runs of stages, every stage or every other one, whose ends,
-predecessors and inputs lie at fixed strides in one table of end times:
-row ``s + 1`` holds ``F(s, .)``, row ``2 S - s`` holds ``B(s, .)`` (so the
-operation any ``F`` or ``B`` waits for is one row up: ``F(s - 1, j)``,
-``B(s + 1, j)``, and for the last stage's backward its own forward), column
-``j + 1`` microbatch ``j``; row 0 and column 0 are zeros (nothing to wait
-for), except that a backward's column 0 holds its stage's last forward, the
-operation before its first backward when every forward comes first. Each run
-is then a handful of numpy operations on strided views: no per-operation
-index arrays are built.
+(the start slots of the schedule with unit times). Every operation waits on
+an operation of the level just before it (the previous microbatch's forward
+one stage up, the backward one stage down, the last stage's backward on its
+own forward; a GPipe last stage's backward on a forward of long before), and
+a device runs at most one operation a level, so the operation it waits on is
+the latest its stage ran; its predecessor on its own device is the latest of
+its own stage. So one vector of each stage's latest end is the whole state:
+a level's operations are a run of every stage or every other one, and its
+step is a few numpy operations on strided views of that vector (read before
+any is written), no per-operation index arrays.
 """
 
 from __future__ import annotations
@@ -48,78 +47,73 @@ def worth_levels(schedule: str, stages: int, microbatches: int, chunks: int) -> 
     return schedule in LEVEL_SCHEDULES and chunks == 1 and stages >= 16 and stages * microbatches >= 20_000
 
 
-def _run(table: np.ndarray, R: int, out: int, stride: int, prev: int, prev_stride: int, count: int,
-         stage: int, stage_step: int, sends: np.ndarray, durations: np.ndarray) -> None:
-    """End times of ``count`` operations of one level: the first at flat index ``out`` of ``table`` (rows of
-    ``R``), then every ``stride``; each after its predecessor (from ``prev``, every ``prev_stride``) and the
-    operation one row up plus its send, lasting its stage's duration (stages from ``stage`` every
-    ``stage_step``). Strided views, none of whose stops is negative (``None``: to the start)."""
-    if count <= 0:
-        return
-    stop = out + stride * count
-    span = slice(out, stop if stop >= 0 else None, stride)
-    stop -= R
-    x = table[out - R:stop if stop >= 0 else None:stride] + sends[stage:stage + stage_step * count:stage_step]
-    stop = prev + prev_stride * count
-    np.maximum(table[prev:stop if stop >= 0 else None:prev_stride], x, out=x)
-    x += durations[stage:stage + stage_step * count:stage_step]
-    table[span] = x
-
-
-def _ends(schedule: str, forward_s, backward_s, microbatches: int, send_s) -> np.ndarray:
-    """The table of every operation's end (the module docstring's layout), shape ``(2 S + 1, m + 1)``."""
+def _ends(schedule: str, forward_s, backward_s, microbatches: int, send_s,
+          record: dict | None = None) -> np.ndarray:
+    """Per stage, when its last operation (its last microbatch's backward) ends; with ``record`` (a dict), every
+    operation's end is kept under ``("F" or "B", stage, microbatch)``."""
     S, M = len(forward_s), microbatches
-    R = M + 1
-    table = np.zeros((2 * S + 1) * R)
+    last = np.zeros(S + 2)  # stage s's latest end at s + 1; 0: before the first stage, S + 1: a last backward's wait
     f, b = np.asarray(forward_s, dtype=float), np.asarray(backward_s, dtype=float)
     sends = np.asarray(send_s, dtype=float)
     # The send a forward of stage s waits on is s - 1's, a backward's s's; none (0) for the first forward and the
     # last stage's backward.
     send_f, send_b = np.concatenate(([0.0], sends)), np.concatenate((sends, [0.0]))
-    grid = table.reshape(2 * S + 1, R)
-    warm = S + M - 1 if schedule == "gpipe" else S  # levels of forwards alone, at s + j
+    gpipe = schedule == "gpipe"
+    last_forwards = np.zeros(M)  # GPipe: the last stage's forwards, which its backwards wait on
+
+    def run(lo: int, count: int, step: int, wait: int, waits: np.ndarray, durations: np.ndarray, kind: str,
+            micro: int, micro_step: int):
+        # `count` operations on stages lo, lo + step, ...: the end of the one each waits on (stage s + wait) plus
+        # its send, or its stage's latest end if later, plus its duration. Returns where they go and their ends.
+        if count <= 0:
+            return None
+        stop = lo + step * count
+        ends = last[lo + 1 + wait:stop + 1 + wait:step] + waits[lo:stop:step]
+        here = slice(lo + 1, stop + 1, step)
+        np.maximum(last[here], ends, out=ends)
+        ends += durations[lo:stop:step]
+        if record is not None:
+            for k, end in enumerate(ends.tolist()):
+                record[kind, lo + step * k, micro + micro_step * k] = end
+        return here, ends
+
+    warm = S + M - 1 if gpipe else S  # levels of forwards alone, F(s, L - s)
     for L in range(warm):
-        lo, hi = max(0, L - M + 1), min(S - 1, L)
-        out = (lo + 1) * R + L - lo + 1
-        _run(table, R, out, R - 1, out - 1, R - 1, hi - lo + 1, lo, 1, send_f, f)
-    # A backward's column 0: its stage's last forward, for the stages whose forwards all come first.
-    first = S if schedule == "gpipe" else max(0, S - M)
-    grid[2 * S - np.arange(first), 0] = grid[1 + np.arange(first), M]
+        lo = max(0, L - M + 1)
+        here, ends = run(lo, min(S - 1, L) - lo + 1, 1, -1, send_f, f, "F", L - lo, -1)
+        last[here] = ends
+        if gpipe and L >= S - 1:
+            last_forwards[L - S + 1] = last[S]
     for L in range(warm, 2 * S + 2 * M - 2):
-        if schedule == "gpipe":
-            lo, hi = max(0, 2 * S + M - 2 - L), min(S - 1, 2 * S + 2 * M - 3 - L)
-            out = (2 * S - lo) * R + L - 2 * S - M + 3 + lo
-            _run(table, R, out, 1 - R, out - 1, 1 - R, hi - lo + 1, lo, 1, send_b, b)
+        if gpipe:  # B(s, L - 2 S - M + 2 + s)
+            lo, j = max(0, 2 * S + M - 2 - L), L - (S + M - 1)
+            if j < M:
+                last[S + 1] = last_forwards[j]
+            done = run(lo, min(S - 1, 2 * S + 2 * M - 3 - L) - lo + 1, 1, 1, send_b, b, "B",
+                       L - 2 * S - M + 2 + lo, 1)
+            last[done[0]] = done[1]
             continue
-        # Steady forwards F(s, (L - s) / 2), s of L's parity, after B(s, j - S + s).
+        last[S + 1] = last[S]  # the last stage's backward waits on its own forward, the level before
+        # Steady forwards F(s, (L - s) / 2), s of L's parity; backwards B(s, (L - 2 S + 1 + s) / 2), the other.
         lo = max(2 * S - L, L - 2 * M + 2, 0)
         lo += (lo - L) % 2
-        j = (L - lo) // 2
-        _run(table, R, (lo + 1) * R + j + 1, 2 * R - 1, (2 * S - lo) * R + j - S + lo + 1, 1 - 2 * R,
-             (S - 1 - lo) // 2 + 1, lo, 2, send_f, f)
-        # Backwards B(s, (L - 2 S + 1 + s) / 2), s of the other parity: draining (after B(s, j - 1)) below
-        # s = L - 2 m, after F(s, j + S - 1 - s) from there.
-        lo, hi = max(0, 2 * S - 1 - L), min(S - 1, 2 * M + 2 * S - 3 - L)
+        forwards = run(lo, (S - 1 - lo) // 2 + 1, 2, -1, send_f, f, "F", (L - lo) // 2, -1)
+        lo = max(0, 2 * S - 1 - L)
         lo += (lo - L - 1) % 2
-        split = max(lo, L - 2 * M)
-        split += (split - lo) % 2
-        j = (L - 2 * S + 1 + lo) // 2
-        out = (2 * S - lo) * R + j + 1
-        drained = (min(hi + 1, split) - lo + 1) // 2
-        _run(table, R, out, 1 - 2 * R, out - 1, 1 - 2 * R, drained, lo, 2, send_b, b)
-        lo, j = lo + 2 * drained, j + drained
-        _run(table, R, (2 * S - lo) * R + j + 1, 1 - 2 * R, (lo + 1) * R + j + S - lo, 2 * R - 1,
-             (hi - lo) // 2 + 1, lo, 2, send_b, b)
-    return grid
+        backwards = run(lo, (min(S - 1, 2 * M + 2 * S - 3 - L) - lo) // 2 + 1, 2, 1, send_b, b, "B",
+                        (L - 2 * S + 1 + lo) // 2, 1)
+        for done in (forwards, backwards):
+            if done is not None:
+                last[done[0]] = done[1]
+    return last[1:S + 1]
 
 
 def simulate_levels(schedule: str, forward_s: list[float], backward_s: list[float], microbatches: int,
                     send_s: list[float], reduce_s: list[float], overlap: bool) -> ScheduleResult:
     """:func:`pase.model.pipeline.simulate` of a GPipe or 1F1B schedule (one stage per device; no record of
     the operations), equal to it bit for bit."""
-    S, M = len(forward_s), microbatches
-    grid = _ends(schedule, forward_s, backward_s, M, send_s)
-    free = grid[2 * S - np.arange(S), M].tolist()  # every device ends with its last microbatch's backward
+    S = len(forward_s)
+    free = _ends(schedule, forward_s, backward_s, microbatches, send_s).tolist()
     exposed = tuple(max(0.0, r - lb) if overlap else r for r, lb in zip(reduce_s, backward_s))
     busy = tuple(microbatches * (forward_s[s] + backward_s[s]) for s in range(S))
     return ScheduleResult(step_time_s=max(t + e for t, e in zip(free, exposed)), finish_s=tuple(free), busy_s=busy,
