@@ -1,40 +1,40 @@
-"""Fit the A100 calibration's few free efficiency figures to the published runs (issue 12).
+"""Fit the A100 calibration's few free efficiency figures to the published runs (issues 12 and 25).
 
-Six figures of :class:`pase.hardware.efficiency.Efficiency` are fitted; the rest
-stay as Calculon publishes them or as assumed (vector operations at 78 TFLOP/s,
-InfiniBand at 90% of nominal, 5 us per kernel, 5 and 10 us per collective step
-inside and between nodes):
+The matrix-product curve is not fitted: it is fixed, before any step time is scored, from
+published kernel figures (``A100_KERNEL_CURVE`` in ``pase/hardware/efficiency.py``: the shape
+of Calculon's published A100 curve, 60%, 90% and 95% of peak at 1, 16 and 128 GFLOP per kernel,
+its top lowered to the best A100 bf16 matrix product measured, 267.9 of 312 TFLOP/s, ml-engineering's
+"maximum achievable matmul FLOPS" table). Three figures that no A100 kernel source in pase gives
+are fitted; the rest stay as Calculon publishes them or as assumed (vector operations at 78 TFLOP/s,
+InfiniBand at 90% of nominal, 5 us per kernel, 5 and 10 us per collective step inside and between
+nodes):
 
-* the matrix-product efficiency curve at 1, 16 and 128 GFLOP per kernel
-  (interpolated in log FLOPs between, flat beyond), held non-decreasing;
 * the achieved fraction of the A100 80 GB's 2,039 GB/s of HBM bandwidth;
 * the collective efficiency of NVLink;
 * ``memory_overlap``, the fraction of the shorter of a kernel's compute and
-  memory times hidden behind the longer (1: the roofline; 0: their sum).
+  memory times hidden behind the longer (1: the roofline; 0: their sum, as
+  Calculon's A100 file prices kernels).
+
+Why the curve is fixed (BENCHMARKS.md, "The A100 calibration out of sample"): fitted with the
+other figures, six in all, to one table, it ran off where that table does not constrain it
+(fitted to Megatron Table 1 alone, 26% of peak at 1 and at 16 GFLOP) and predicted the other
+table at 6.0% mean error; a hardware figure belongs to kernel measurements and published
+specifications, not to the step times it is then scored on.
 
 Objective: the mean absolute relative errors of the eight iteration times of
 Korthikanti et al.'s Table 5 and of the ten throughputs of Megatron-LM's Table 1
 together, each in units of its goal in issue 12 (3.5% and 5%), averaged:
 ``(mean_5 / 3.5% + mean_1 / 5%) / 2``; each row evaluated exactly as
 ``benchmarks/validate_published.py`` does (its ``cases`` and ``predict``). Search: Nelder-Mead, written here in
-numpy (no SciPy), from Calculon's published A100 figures, every figure held
-inside (0.05, 1]. Megatron-LM's Table 2 is left out of the fit (it checks the
+numpy (no SciPy), from Calculon's published A100 figures, the two fractions held
+inside (0.05, 1], the overlap inside [0, 1]. Megatron-LM's Table 2 is left out of the fit (it checks the
 ranking of the rows, and ZeRO-3's rows are DeepSpeed's, not Megatron's).
 
 Usage: ``python benchmarks/fit_calibration.py [--iterations N] [--start ...]``;
 prints the fitted figures and every row's error (and, each iteration, the best
 figures so far, to continue from with ``--start``). ``pase/hardware/efficiency.py``'s
-``A100_FITTED`` is the fit with the model's fused element-wise chains, sequence
-parallelism's backward re-gather and, on Table 5's rows, the asynchronous
-tensor-parallel backward of their Megatron-LM (``Parallelism.tp_overlap``),
-continued from the previous fit (18.2%, 78.7%, 78.7%, 66.1%, 83.5%, 47.6%)
-with ``--iterations 80 --start 0.1819 0.7869 0.7873 0.6608 0.8346 0.4759``
-(125 evaluations, 70 s on two shared cores): matrix products at 31.9%, 74.6% and
-81.0% of peak at 1, 16 and 128 GFLOP, HBM at 64.2% of 2,039 GB/s, NVLink at 60.0%
-of nominal, 46.5% of the shorter of compute and memory time hidden; Table 5 mean
-2.23% (largest 4.45%), Table 1 mean 2.41% (largest 5.01%). Continued further,
-the fit drops the 1 and 16 GFLOP points to 5% and 54% for 2% of the objective
-and a larger largest error; not taken.
+``A100_FITTED`` is this fit, on both tables, from Calculon's figures (``--iterations 250``;
+its figures and errors: BENCHMARKS.md, "Published measurements against the model").
 """
 
 from __future__ import annotations
@@ -49,19 +49,18 @@ import numpy as np
 
 from validate_published import cases, predict
 
-from pase.hardware.efficiency import CALCULON_A100, Efficiency
+from pase.hardware.efficiency import A100_HBM_BPS, A100_KERNEL_CURVE, CALCULON_A100, Efficiency
 
-HBM_BPS = 2039e9  # A100 SXM 80 GB, published
-NAMES = ("matmul at 1 GFLOP", "matmul at 16 GFLOP", "matmul at 128 GFLOP", "HBM fraction", "NVLink efficiency",
-         "memory overlap")
-START = np.array([0.60, 0.90, 0.95, 0.95, 0.65, 0.95])  # Calculon's figures (HBM just under 2,048 GB/s, roofline)
-LOW, HIGH = 0.05, 1.0
+NAMES = ("HBM fraction", "NVLink efficiency", "memory overlap")
+START = np.array([0.95, 0.65, 0.95])  # Calculon's figures (HBM just under 2,048 GB/s, roofline)
+# Bounds: the two fractions of a published bandwidth in (0.05, 1]; the overlap from 0 (Calculon's sum) to 1.
+LOW, HIGH = np.array([0.05, 0.05, 0.0]), 1.0
 
 
 def efficiency(x: np.ndarray) -> Efficiency:
-    """The calibration with the six fitted figures ``x`` (order of ``NAMES``)."""
-    e1, e16, e128, mem, nvl, overlap = (float(v) for v in np.clip(x, LOW, HIGH))
-    return replace(CALCULON_A100, matmul_curve=((1e9, e1), (16e9, e16), (128e9, e128)), memory_Bps=mem * HBM_BPS,
+    """The calibration with the fitted figures ``x`` (order of ``NAMES``) and the fixed kernel curve."""
+    mem, nvl, overlap = (float(v) for v in np.clip(x, LOW, HIGH))
+    return replace(CALCULON_A100, matmul_curve=A100_KERNEL_CURVE, memory_Bps=mem * A100_HBM_BPS,
                    intra_efficiency=nvl, memory_overlap=overlap)
 
 
@@ -80,10 +79,9 @@ def errors(x: np.ndarray, rows=ROWS) -> list[float]:
 
 
 def objective(x: np.ndarray, tables=tuple(GOALS)) -> float:
-    """The mean absolute errors of ``tables`` in units of their goals, averaged; figures outside (0.05, 1] and a
-    decreasing curve are penalised."""
+    """The mean absolute errors of ``tables`` in units of their goals, averaged; figures outside their bounds
+    (``LOW``, ``HIGH``) are penalised."""
     outside = float(np.sum(np.maximum(0, x - HIGH) + np.maximum(0, LOW - x)))
-    outside += max(0.0, x[0] - x[1]) + max(0.0, x[1] - x[2])
     rows = [r for r in ROWS if r[0] in tables]
     errs = errors(np.clip(x, LOW, HIGH), rows)
     score = statistics.mean(statistics.mean(abs(e) for (t, *_), e in zip(rows, errs) if t == table) / GOALS[table]
@@ -92,8 +90,8 @@ def objective(x: np.ndarray, tables=tuple(GOALS)) -> float:
 
 
 def fit(tables=tuple(GOALS), start: np.ndarray = START, iterations: int = 250) -> tuple[np.ndarray, float, int]:
-    """The six figures fitted to ``tables`` from ``start`` (Calculon's figures): the figures, the objective and
-    the evaluations it took."""
+    """The figures of ``NAMES`` fitted to ``tables`` from ``start`` (Calculon's figures): the figures, the
+    objective and the evaluations it took."""
     x, value, evaluations = nelder_mead(lambda v: objective(v, tables), start,
                                         step=0.08 if start is START else 0.03, iterations=iterations)
     return np.clip(x, LOW, HIGH), value, evaluations

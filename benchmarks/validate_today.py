@@ -24,7 +24,11 @@ TP 1 PP 16 are the table's): the table's EP, expert tensor parallelism 1 (the ya
 dispatch in BF16 (Megatron-Core 0.16 sends no FP8: ``fused_a2a.py``, "we do not support fp8 dispatch"),
 grouped expert products; "dropless" rows force-balanced (imbalance 1; the script's
 ``moe_router_force_load_balancing``), "tokendrop" rows at capacity factor 1 padded to capacity
-(``apply_moe_token_drop``); DeepSeek-V3 without its multi-token-prediction module. Recomputation as
+(``apply_moe_token_drop``); DeepSeek-V3 with its multi-token-prediction module (the recipe's
+``mtp_num_layers`` default 1, ``recipes/deepseek/deepseek_v3.py``; the 25.11 table names the same B200 run "w/
+MTP") and the recipe's pipeline layouts (H100 ``Et|(tt|)*30mL``: the embedding and one block, 30 virtual
+stages of two, the prediction module with the loss; B200 ``map_pp_vp_to_layout[(16, 1)]``: four blocks a
+stage, the last one block, the module and the loss). Recomputation as
 the script sets it: DeepSeek-V3 on H100 ``recompute_modules ["mla_up_proj", "mlp"]``, on B200
 ``["mla_up_proj"]`` (selective, ``pase.model.recompute``); the Qwen3 yamls ``recompute_granularity:
 null`` (none). DeepSeek-V3 on H100 runs the 1F1B all-to-all overlap (``overlap_moe_expert_parallel_comm``)
@@ -41,7 +45,7 @@ from dataclasses import dataclass, replace
 from _report import machine, publish
 
 from pase.errors import PaseError
-from pase.frameworks import framework_cuts
+from pase.frameworks import block_layout, framework_cuts
 from pase.frameworks.megatron import MEGATRON
 from pase.hardware.cluster import preset
 from pase.ir.configs import ConfigOptions
@@ -76,6 +80,8 @@ class Row:
     recompute_modules: tuple[str, ...] | None = None  # the recipe's selective recomputation (None: none)
     ep_overlap: bool = False  # the recipe's 1F1B all-to-all overlap
     grad_overlap: bool = True  # the recipe overlaps the gradient reduce-scatter
+    mtp: int = 0  # the recipe's multi-token-prediction modules
+    layout: tuple[int, ...] | None = None  # the recipe's blocks per virtual stage (None: balanced whole blocks)
 
     @property
     def measured_step_s(self) -> float:
@@ -101,13 +107,14 @@ ROWS = (
     Row(_3B, "Llama 3 8B (B200)", "llama3-8b", "dgx-b200", 8, 128, 2, 8192, 1, 1, 1, 1, 0, 29994),
     Row(_3B, "Llama 3.1 405B (B200)", "llama3-405b", "dgx-b200", 128, 64, 1, 8192, 4, 8, 2, 8, 0, 664),
     Row(_3B, "DeepSeek-V3 (dropless)", "deepseek-v3", "dgx-h100", 1024, 8192, 1, 4096, 2, 8, 1, 4, 0, 1297, ep=64,
-        recompute_modules=("mla_up_proj", "mlp"), ep_overlap=True, grad_overlap=False),
+        recompute_modules=("mla_up_proj", "mlp"), ep_overlap=True, grad_overlap=False, mtp=1,
+        layout=(1,) + (2,) * 30 + (1,)),
     Row(_3B, "Qwen3-30B-A3B (tokendrop)", "qwen3-30b-a3b", "dgx-h100", 16, 512, 2, 4096, 1, 2, 1, 24, 0, 10494, ep=8,
         tokendrop=True),
     Row(_3B, "Qwen3-235B-A22B (tokendrop)", "qwen3-235b-a22b", "dgx-h100", 256, 2048, 1, 4096, 2, 8, 1, 4, 0, 1204,
         ep=32, tokendrop=True),
     Row(_3B, "DeepSeek-V3 (B200, tokendrop)", "deepseek-v3", "dgx-b200", 256, 2048, 1, 4096, 1, 16, 1, 1, 0, 2265,
-        ep=8, tokendrop=True, recompute_modules=("mla_up_proj",)),
+        ep=8, tokendrop=True, recompute_modules=("mla_up_proj",), mtp=1, layout=(4,) * 15 + (2,)),
     Row(_3B, "Qwen3-30B-A3B (B200, tokendrop)", "qwen3-30b-a3b", "dgx-b200", 8, 512, 1, 4096, 1, 1, 1, 1, 0, 18066,
         ep=8, tokendrop=True),
     Row(_3B, "Qwen3-235B-A22B (B200, tokendrop)", "qwen3-235b-a22b", "dgx-b200", 64, 1024, 1, 4096, 1, 8, 1, 2, 0,
@@ -135,9 +142,13 @@ def predict(row: Row, precision: str = "fp8") -> TrainingPlan:
     if row.sample not in SAMPLES:
         raise PaseError(f"no sample {row.sample!r}")
     cluster = preset(row.cluster, row.gpus, calibrated=True)
-    build, par = batch_builder(row.sample, seq=row.seq), parallelism(row)
+    build, par = batch_builder(row.sample, seq=row.seq, **({"mtp": row.mtp} if row.mtp else {})), parallelism(row)
     options, cache = ConfigOptions(attention="flash", precision=precision), {}
-    par = replace(par, stage_cuts=framework_cuts(MEGATRON, build, cluster, par, options, cache))
+    if row.layout is None:
+        cuts = framework_cuts(MEGATRON, build, cluster, par, options, cache)
+    else:
+        cuts = block_layout([layer.name for layer in build(par.microbatch_size).layers]).cuts_of(row.layout)
+    par = replace(par, stage_cuts=cuts)
     return evaluate_training(build, cluster, par, options=options, cache=cache)
 
 
@@ -227,11 +238,19 @@ def main() -> int:
         "",
         "The mixture-of-experts rows run as Megatron-Bridge's performance scripts set them (the script's docstring: "
         "their recomputation modules, the 1F1B all-to-all overlap of DeepSeek-V3 on H100), and every one fits its "
-        "GPU in pase's memory model. What is still assumed and not measured here: the H100 cross-node all-to-all "
-        "at the calibration's network rate (DeepEP's forwarding inside a node and DeepSeek-V3's routing to at most "
-        "4 nodes are not modelled), the grouped expert products on Transformer Engine's 4 compute streams at the "
-        "H200's measured curve (on B200, its fractions carried over to the published peaks), and the "
-        "shared-expert overlap of the B200 DeepSeek-V3 run. None of these was fitted to the rows.",
+        "GPU in pase's memory model. Their expert blocks now price Megatron-Core's sort of the received rows by "
+        "local expert and back (\"permutation 2\", `MoEAlltoAllTokenDispatcher.dispatch_postprocess` and "
+        "`combine_preprocess`) and run each local expert's product as a kernel of its own, as Transformer Engine's "
+        "grouped linear layer launches them, with no concurrency credited between its streams (published timings "
+        "of such loops show none: `pase.model.experts.GROUPED_GEMM_EVIDENCE`); where a step's time goes, class by "
+        "class against hand estimates: `benchmarks/audit_moe.py`. What is still assumed and not measured here: the "
+        "H100 cross-node all-to-all at the calibration's network rate (DeepEP's forwarding inside a node and "
+        "DeepSeek-V3's routing to at most 4 nodes are not modelled), the products' time under about 30 GFLOP (the "
+        "H200 curve's fitted anchors there rest on two measured FP8 sizes; a kernel alone takes 26-30 us there "
+        "whatever its size, and on the B200 that floor is carried over), the B200 Qwen3-30B-A3B run's CUDA graphs "
+        "(its recipe's `cuda_graphs: true`: launch gaps a kernel timed alone includes) and the shared-expert "
+        "overlap of the B200 DeepSeek-V3 run. The DeepSeek-V3 rows now carry the recipe's multi-token-prediction "
+        "module and pipeline layouts (the script's docstring). None of these was fitted to the rows.",
         "",
     ])
     publish(text, args.no_write)

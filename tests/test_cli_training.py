@@ -185,3 +185,26 @@ def test_evaluate_names_its_step_time_model_attention_and_precision(capsys):
     code, out, _ = run(capsys, "evaluate", "llama3-8b", "--devices", "8", "--cluster", "dgx-h100", "--seq", "1024",
                        "--global-batch", "8", "--microbatch-size", "1", "--peak-rates")
     assert code == 0 and "step-time model: peak rates" in out and "attention unfused" in out
+
+
+@pytest.mark.parametrize("zero, refused", [(2, True), (1, False)])
+def test_solve_notes_a_best_plan_no_framework_runs(capsys, zero, refused):
+    # ZeRO 2 with pipeline stages: Megatron-LM (distributed optimizer: ZeRO 1), DeepSpeed's pipeline engine (ZeRO 0
+    # and 1) and torchtitan (FSDP2: ZeRO 3) each refuse it, so solve says the plan is priced but launched by no one;
+    # ZeRO 1 with the interleaved schedule is Megatron-LM's own, and no note is printed.
+    from types import SimpleNamespace
+
+    from pase.cli.solve import _note_unrunnable
+    from pase.model.parallelism import Parallelism
+
+    par = Parallelism(tensor=2, pipeline=8, data=64, virtual_stages=4, global_batch=1536, sequence_parallel=True,
+                      zero=zero)
+    _note_unrunnable(SimpleNamespace(parallelism=par, precision="bf16", attention="flash", experts=None))
+    out = capsys.readouterr().out
+    if refused:
+        assert out.startswith("  note: no framework pase knows runs this plan as priced (megatron: ZeRO stage 2 "
+                              "with 8 pipeline stages; torchtitan: ZeRO stage 2; deepspeed: ZeRO stage 2 with 8 "
+                              "pipeline stages)")
+        assert out.count("\n") == 1
+    else:
+        assert out == ""

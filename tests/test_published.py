@@ -7,7 +7,9 @@ throughputs within 5% on average and 10% each. Plus hand counts of
 the modelling rules the calibration rests on: a tensor several layers read in one
 layout is redistributed once (Megatron's fused QKV), ZeRO-3's flat ring, and the
 asynchronous tensor-parallel backward of Table 5's Megatron-LM. Table 2, not fitted,
-must be ranked as measured.
+must be ranked as measured. The A100's matrix curve comes from published kernel figures
+(the best A100 product measured bounds it), and each of Tables 5 and 1 is predicted out of
+sample, within issue 25's goal, by the three figures fitted to the other alone.
 """
 
 import sys
@@ -20,9 +22,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from validate_published import cases, predict, schedule_evidence  # noqa: E402
 
+from fit_calibration import errors  # noqa: E402
+
 from pase.hardware.cluster import CALIBRATIONS, preset  # noqa: E402
+from pase.hardware.efficiency import A100_KERNEL_CURVE  # noqa: E402
 from pase.ir.configs import ConfigOptions  # noqa: E402
 from pase.model.cost import build_cost_model  # noqa: E402
+from pase.model.roofline import matrix_kernel_s  # noqa: E402
 from pase.model.training import zero3_ring_s  # noqa: E402
 from pase.models import batch_builder  # noqa: E402
 from pase.strategies.baselines import tensor_parallel_strategy  # noqa: E402
@@ -43,6 +49,35 @@ def test_a_published_table_is_predicted_within_the_goal(table):
     shown = ", ".join(f"{label} {e * 100:+.1f}%" for label, e in errors.items())
     assert np.mean(np.abs(list(errors.values()))) <= mean_goal, shown
     assert max(abs(e) for e in errors.values()) <= largest_goal, shown
+
+
+def test_the_a100_prices_its_best_measured_product_no_faster_than_measured():
+    # ml-engineering's "maximum achievable matmul FLOPS" table: the best bf16 product measured on an A100 SXM,
+    # 6912 x 16384 x 2048, ran at 267.9 TFLOP/s. The calibration's curve is fixed from it (not fitted to step
+    # times): its kernel for that shape may not beat the measurement, and its memory term (the fitted overlap
+    # adds almost all of the operands' HBM time) leaves it within 15% below.
+    cluster = preset("dgx-a100", 8, calibrated=True)
+    m, n, k = 6912, 16384, 2048
+    flops, nbytes = 2 * m * n * k, 2 * (m * k + k * n + m * n)
+    rate = flops / float(matrix_kernel_s(flops, nbytes, cluster.peak_flops, cluster.efficiency))
+    assert 0.85 * 267.9e12 <= rate <= 267.9e12
+    assert cluster.efficiency.matmul_curve == A100_KERNEL_CURVE
+
+
+# Issue 25's goals for the A100 tables out of sample (mean, largest absolute error), and the three figures (HBM
+# fraction, NVLink efficiency, memory overlap) `benchmarks/validate_out_of_sample.py --iterations 250` fitted to
+# each table alone (BENCHMARKS.md, "The A100 calibration out of sample").
+OUT_OF_SAMPLE = {"Megatron Table 1": ("Korthikanti Table 5", (0.7656, 0.4854, 0.0041)),
+                 "Korthikanti Table 5": ("Megatron Table 1", (0.6832, 0.5556, 0.0))}
+
+
+@pytest.mark.parametrize("held_out", OUT_OF_SAMPLE)
+def test_each_a100_table_is_predicted_by_the_calibration_fitted_to_the_other(held_out):
+    fitted, figures = OUT_OF_SAMPLE[held_out]
+    rows = [c for c in cases() if c[0] == held_out]
+    got = [abs(e) for e in errors(np.array(figures), rows)]
+    assert len(got) == {"Korthikanti Table 5": 8, "Megatron Table 1": 10}[held_out]
+    assert np.mean(got) <= 0.05 and max(got) <= 0.10, (fitted, got)
 
 
 def test_q_k_and_v_reading_the_norm_output_reduce_its_gradient_once():

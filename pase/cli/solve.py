@@ -145,6 +145,8 @@ def _solve_training(args) -> int:
               f"({(r.step_time_s / found.best.step_time_s - 1) * 100:.1f}% slower)")
     for note in found.notes:
         print(f"  note: {printable(note)}")
+    if framework_of(args) is None:
+        _note_unrunnable(found.best)
     for name, r in found.by_framework.items():
         print(f"  best {name} runs: " + ("none of the configurations" if r is None else
                                          f"{r.label}: {r.step_time_s:.3f} s "
@@ -157,6 +159,19 @@ def _solve_training(args) -> int:
     if stats is not None:
         print_stats(stats)
     return 0
+
+
+def _note_unrunnable(plan) -> None:
+    """Say so when no framework pase knows runs the best plan as priced (ZeRO 2 with pipeline stages, say): the
+    step is then what the model gives a plan no one can launch as is, and ``--framework`` plans what one runs."""
+    from pase.frameworks import FRAMEWORKS
+
+    refused = {name: f.problems(plan.parallelism, precision=plan.precision, attention=plan.attention,
+                                experts=plan.experts is not None) for name, f in FRAMEWORKS.items()}
+    if all(refused.values()):
+        why = "; ".join(f"{name}: {problems[0].split(':')[0]}" for name, problems in refused.items())
+        print(f"  note: no framework pase knows runs this plan as priced ({printable(why)}); --framework "
+              f"{'|'.join(FRAMEWORKS)}|any plans only what one runs")
 
 
 def _with_extras(out: dict, stats: dict | None, trained, model: dict) -> dict:

@@ -295,9 +295,9 @@ PRESETS: dict[str, Cluster] = {
 
 
 # What the presets' kernels and links achieve (pase.hardware.efficiency; every figure's source in its
-# Efficiency.sources). The A100's is A100_FITTED: Calculon's published figures with six of them fitted to
-# Korthikanti Table 5 and Megatron Table 1 (benchmarks/fit_calibration.py); the 40 GB A100 the same chip
-# with its own HBM. The H200's kernels are fitted to kernel timings measured on one H200
+# Efficiency.sources). The A100's is A100_FITTED: Calculon's published figures, its matrix curve from published
+# kernel figures, three figures fitted to Korthikanti Table 5 and Megatron Table 1 (benchmarks/fit_calibration.py);
+# the 40 GB A100 the same chip with its own HBM. The H200's kernels are fitted to kernel timings measured on one H200
 # (data/dgx-h200.json, written by benchmarks/fit_h200.py from data/h200-kernels.json); the H100 is the same
 # GH100 chip at the same clocks with its own HBM; the B200's are published figures and stated assumptions.
 # Links from published NCCL figures (below). The paper's fp32 nodes have their own: GTX1080TI_FP32's matrix

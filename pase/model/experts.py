@@ -37,12 +37,14 @@ experts layer costs and holds by this module's model, per device and microbatch 
 * compute: ``E / ep`` local experts, each on ``n = L T k etp ep / E`` tokens (its real size), as
   grouped products ``fc1`` (gate and up fused, ``n x d x 2 f / etp``) and ``fc2`` (``n x f / etp x
   d``): forward both, backward an input-gradient and a weight-gradient product of each, one kernel
-  per local expert and product (Transformer Engine's ``GroupedLinear``) dealt over its 4 compute
-  streams: waves of 4 concurrent products, each wave at the measured efficiency of one product of
-  their combined FLOPs (:meth:`~pase.hardware.efficiency.Efficiency.matmul_fraction`; small products
-  run far below peak); the
+  per local expert and product (Transformer Engine's ``GroupedLinear``), each at the measured efficiency
+  of its own size (:meth:`~pase.hardware.efficiency.Efficiency.matmul_fraction`; small products run far
+  below peak) and none overlapped with another (``GROUPED_GEMM_EVIDENCE``: published timings of TE's
+  multi-stream loop show no concurrency); the
   SwiGLU activation memory-bound; in FP8, the products on the FP8 curve plus their casts
-  (:mod:`pase.model.roofline`'s rule);
+  (:mod:`pase.model.roofline`'s rule); with more than one local expert and more than one source rank, the
+  sort of the received rows by local expert after the dispatch and back before the combine (Megatron-Core's "permutation 2"), a read
+  and a write of the rows each, forward and backward;
 * overlap: the dispatch and combine are exposed unless ``expert_overlap`` is asked for (off by
   default): then each block's all-to-alls hide behind its experts' compute (the larger of the two
   counts), as Megatron-Core's 1F1B all-to-all overlap hides one microbatch's dispatch behind
@@ -77,7 +79,7 @@ from pase.ops.norm import SOFTMAX_FLOPS_PER_ELEMENT, SOFTMAX_FORWARD_FLOPS
 from pase.model.groups import group_extents
 
 __all__ = ["ROLES", "ExpertLayout", "ExpertBlock", "expert_layout", "moe_blocks", "block_costs", "apply_experts",
-           "FP8_DISPATCH_BYTES", "SWIGLU_VECTOR_FLOPS", "experts_summary"]
+           "FP8_DISPATCH_BYTES", "SWIGLU_VECTOR_FLOPS", "GROUPED_GEMM_EVIDENCE", "experts_summary"]
 
 # Mesh roles of Megatron-Core's process groups, innermost first within each layout.
 ROLES = {"tp": "tensor", "cp": "context", "dp": "data", "pp": "pipeline", "ep": "expert",
@@ -86,9 +88,16 @@ ROLES = {"tp": "tensor", "cp": "context", "dp": "data", "pp": "pipeline", "ep": 
 FP8_DISPATCH_BYTES = 1 + 4 / 128
 # SwiGLU per hidden element: forward silu and product (2 FLOPs), backward 4 (:mod:`pase.ops.moe`).
 SWIGLU_VECTOR_FLOPS = (2, 4)
-# Transformer Engine's compute streams for grouped products (transformer_engine/common/util/multi_stream.cpp,
-# get_num_compute_streams(): 4): at most this many experts' products run at once.
-GROUPED_GEMM_STREAMS = 4
+# Why the experts' products are priced one kernel at a time. Transformer Engine's GroupedLinear loops over the local
+# experts, one cuBLASLt product each, dealt over 4 compute streams (NVIDIA/TransformerEngine#853; multi_stream.cpp).
+# Published timings of such loops show no concurrency to credit: TE's multi-stream path on SM100 took 0.267 ms for 8
+# experts of 128 tokens (N = K = 2,048, kernels alone, NVIDIA/TransformerEngine#3134's table), more than 8 kernels
+# priced alone here (0.08 ms) and 5x the 4-way concurrency the model had credited (0.05 ms); a cuBLAS loop over
+# Qwen3-30B-A3B's 128 up projections of 512 tokens on one H100 reached 129.5 TFLOP/s in BF16 (tgale96/grouped_gemm#37),
+# 25 us an expert, against 38 us priced alone here and 9 us with the 4-way concurrency.
+GROUPED_GEMM_EVIDENCE = ("NVIDIA/TransformerEngine#3134 (multi-stream cuBLASLt, SM100: 8 x 128 tokens, N = K = 2048, "
+                         "0.267 ms); tgale96/grouped_gemm#37 (cuBLAS loop, H100 BF16, 128 x 512 tokens, K 2048, "
+                         "N 1536: 129.5 TFLOP/s)")
 # A routed row's gate probability, kept in FP32 for the weighted activation's backward.
 PROB_BYTES = 4
 
@@ -182,7 +191,8 @@ def block_costs(block: ExpertBlock, par: "Parallelism", cluster: Cluster, layout
     overlap), ``compute_s`` (the experts' products and activation, forward and backward); elements
     ``params`` (the device's expert weights); bytes ``activations`` (kept for the backward) and
     ``buffers`` (transient dispatch buffers); ``tokens`` (token copies the device sends in one
-    all-to-all) and ``expert_tokens`` (tokens per local expert, its products' rows).
+    all-to-all) and ``expert_tokens`` (tokens per local expert, its products' rows); ``sort_s`` (of
+    ``compute_s``, the received rows' sort by local expert and back, forward and backward).
 
     Raises ``ConfigurationError`` when EP does not divide the experts, ETP the expert width, or the tensor x
     context split the microbatch's tokens.
@@ -233,12 +243,11 @@ def block_costs(block: ExpertBlock, par: "Parallelism", cluster: Cluster, layout
             fwd += local * flops / peak
             bwd += 2 * local * flops / peak
             continue
-        # Transformer Engine's grouped products run each local expert's product as its own cuBLAS kernel, dealt
-        # over its compute streams: waves of `streams` concurrent products, each wave as fast as one product of
-        # their combined FLOPs and bytes on the measured curve.
-        streams = min(local, GROUPED_GEMM_STREAMS)
-        group = lambda kind: local / streams * float(matrix_kernel_s(
-            np.array([streams * flops]), np.array([streams * nbytes]), peak, eff, kind, fp8_peak)[0])
+        # Transformer Engine's grouped products run each local expert's product as its own cuBLAS kernel (a loop
+        # over the experts dealt over its compute streams): each priced alone on the measured curve. No
+        # concurrency is credited: the published timings of that path show none (GROUPED_GEMM_EVIDENCE).
+        group = lambda kind: local * float(matrix_kernel_s(np.array([flops]), np.array([nbytes]), peak, eff, kind,
+                                                           fp8_peak)[0])
         fwd += group("forward")
         bwd += group("dgrad") + group("wgrad")
         if fp8:
@@ -256,6 +265,19 @@ def block_costs(block: ExpertBlock, par: "Parallelism", cluster: Cluster, layout
         bwd += float(vector_kernel_s(np.array([SWIGLU_VECTOR_FLOPS[1] * hidden]), np.array([4.5 * hidden * bpe]),
                                      eff)[0])
     fwd += act_f
+    if local > 1 and ep * etp > 1 and eff is not None:  # moves bytes only: free under the peak-rate model
+        # Megatron-Core's "permutation 2": the received rows (and their gates) sorted from source-rank-major to
+        # local-expert-major after the dispatch, and back before the combine (MoEAlltoAllTokenDispatcher's
+        # dispatch_postprocess and combine_preprocess: a transpose made contiguous under token-drop with padding,
+        # sort_chunks_by_idxs without; the flex dispatcher permutes DeepEP's output likewise), each a read and a
+        # write of the rows; the backward moves the gradients the same ways. From one source alone (EP x ETP 1) the
+        # rows arrive expert-major already: no copy.
+        sort = float(vector_kernel_s(np.zeros(3), np.array([2 * rows * d * bpe, 2 * rows * PROB_BYTES,
+                                                            2 * rows * d * bpe]), eff).sum())
+        fwd += sort
+        bwd += sort
+    else:
+        sort = 0.0
     if par.expert_overlap:
         forward_s, backward_s = max(fwd, forward_comm - tp_gather) + tp_gather, max(bwd, backward_comm)
     else:
@@ -271,7 +293,7 @@ def block_costs(block: ExpertBlock, par: "Parallelism", cluster: Cluster, layout
         # each row's gate, FP32: Megatron-Core weighs the rows in the activation (activation_func_with_probs).
         "activations": rows * d * kept_input + rows * 2 * width * bpe + rows * width * kept_input + rows * PROB_BYTES,
         "act_forward_s": act_f, "act_flops": SWIGLU_VECTOR_FLOPS[0] * hidden, "act_bytes": rows * width * kept_input,
-        "buffers": copies * d * bpe * (1 + etp), "tokens": copies, "expert_tokens": n,
+        "buffers": copies * d * bpe * (1 + etp), "tokens": copies, "expert_tokens": n, "sort_s": 2 * sort,
     }
 
 

@@ -52,7 +52,7 @@ from pase import ops as L
 from pase.errors import GraphError
 from pase.ir.graph import Graph
 from pase.models._common import check_positive
-from pase.models.llama import (BSD, TIED_TABLE, add_vertex, check_attention, check_flags, gqa_attention, output_head,
+from pase.models.llama import (BSD, TIED_TABLE, add_vertex, check_attention, check_flags, gqa_attention,
                                swiglu_ffn)
 
 __all__ = ["moe_decoder", "moe_parameters", "active_parameters", "graph_active_parameters", "MLA", "mla_attention",
@@ -140,7 +140,7 @@ def moe_decoder(name: str, layers: int, hidden: int, heads: int, kv_heads: int, 
                 expert_ffn: int, vocab: int, *, batch: int, seq: int, shared_ffn: int = 0, dense_layers: int = 0,
                 dense_ffn: int = 0, capacity_factor: float = 1.0, head_dim: int | None = None,
                 tied: bool = False, qk_norm: bool = False, attention_bias: bool = False,
-                windows: Sequence[int] = (0,), mla: MLA | None = None) -> Graph:
+                windows: Sequence[int] = (0,), mla: MLA | None = None, mtp: int = 0) -> Graph:
     """A decoder of ``layers`` pre-norm blocks whose feed-forward networks are mixtures of ``experts`` experts.
 
     Vertices: ``embedding`` (``b s d v``); per block ``layers.{i}``: the
@@ -165,6 +165,9 @@ def moe_decoder(name: str, layers: int, hidden: int, heads: int, kv_heads: int, 
     and out. ``windows``: the sliding window of layer ``i`` is ``windows[i % len(windows)]`` (0: full causal
     attention; GPT-OSS alternates ``(128, 0)``). ``mla``: multi-head latent attention of these sizes instead of
     grouped-query attention (:func:`mla_attention`; DeepSeek-V3), ``kv_heads`` and ``head_dim`` then unused.
+    ``mtp``: multi-token-prediction modules chained after the last block (:func:`_prediction_module`, named as
+    blocks ``layers.{layers}`` ...), sharing the embedding and the output table (DeepSeek-V3's, off by default);
+    the main head comes after them in the layer order.
 
     Parameters: :func:`moe_parameters` (grouped-query attention without norms or biases); per token,
     :func:`active_parameters`; of any graph, :func:`graph_active_parameters`.
@@ -197,11 +200,16 @@ def moe_decoder(name: str, layers: int, hidden: int, heads: int, kv_heads: int, 
         raise GraphError(f"{name}: windows must be integers >= 0 (0: full attention), got {list(windows)!r}")
     if mla is not None:
         check_positive(name, q_rank=mla.q_rank, kv_rank=mla.kv_rank, nope=mla.nope, rope=mla.rope, v_dim=mla.v_dim)
+    if isinstance(mtp, bool) or not isinstance(mtp, int) or mtp < 0:
+        raise GraphError(f"{name}: mtp (multi-token-prediction depth) must be an integer >= 0, got {mtp!r}")
     b, s, d = batch, seq, hidden
     slots = L.expert_capacity(seq, experts, top_k, capacity_factor)  # refuses a bad capacity factor
     g = Graph(name)
-    x = add_vertex(g, L.embedding("embedding", b, s, d, vocab).with_tied(TIED_TABLE if tied else {}))
-    for i in range(layers):
+    # With prediction modules, the embedding and the output table are shared with them (DeepSeek-V3, section 2.2).
+    table = TIED_TABLE if tied or mtp else {}
+    x = add_vertex(g, L.embedding("embedding", b, s, d, vocab).with_tied(table))
+
+    def block(i: int, x: str) -> str:
         p = f"layers.{i}"
         if mla is None:
             x = gqa_attention(g, p, x, batch=b, seq=s, hidden=d, kv_heads=kv_heads, group=heads // kv_heads,
@@ -211,18 +219,55 @@ def moe_decoder(name: str, layers: int, hidden: int, heads: int, kv_heads: int, 
             x = mla_attention(g, p, x, batch=b, seq=s, hidden=d, heads=heads, mla=mla)
         y = add_vertex(g, L.rms_norm(f"{p}.ffn_norm", (b, s, d), BSD), x)
         if i < dense_layers:
-            x = add_vertex(g, L.elementwise(f"{p}.add2", (b, s, d), BSD), x,
-                     swiglu_ffn(g, f"{p}.ffn", y, batch=b, seq=s, hidden=d, width=dense_ffn))
-            continue
+            return add_vertex(g, L.elementwise(f"{p}.add2", (b, s, d), BSD), x,
+                              swiglu_ffn(g, f"{p}.ffn", y, batch=b, seq=s, hidden=d, width=dense_ffn))
         router = add_vertex(g, L.moe_router(f"{p}.moe.router", b, s, d, experts, top_k, slots), y)
         out = add_vertex(g, L.moe_experts(f"{p}.moe.experts", b, slots, experts, d, expert_ffn), (router, 0))
         branches = [add_vertex(g, L.moe_combine(f"{p}.moe.combine", b, s, d, experts, top_k, slots), out, (router, 1))]
         if shared_ffn:
             branches.append(swiglu_ffn(g, f"{p}.shared", y, batch=b, seq=s, hidden=d, width=shared_ffn))
-        x = add_vertex(g, L.elementwise(f"{p}.add2", (b, s, d), BSD, inputs=1 + len(branches)), x, *branches)
-    output_head(g, x, batch=b, seq=s, hidden=d, vocab=vocab, tied=tied)
+        return add_vertex(g, L.elementwise(f"{p}.add2", (b, s, d), BSD, inputs=1 + len(branches)), x, *branches)
+
+    for i in range(layers):
+        x = block(i, x)
+    output = {"w1": "output"} if mtp and not tied else {"w1": "embedding"} if tied else {}
+    h = x
+    for j in range(mtp):
+        h = _prediction_module(g, f"layers.{layers + j}", h, block, layers + j, batch=b, seq=s, hidden=d,
+                               vocab=vocab, output=output)
+    x = add_vertex(g, L.rms_norm("norm", (b, s, d), BSD), x)
+    logits = add_vertex(g, L.einsum("projection", "bsd,vd->bsv", dict(b=b, s=s, d=d, v=vocab), weights=(1,))
+                        .with_tied(output), x)
+    add_vertex(g, L.softmax_cross_entropy("softmax", (b, s, vocab), ("b", "s", "v")), logits)
     g.validate()
     return g
+
+
+def _prediction_module(g: Graph, p: str, h: str, block, i: int, *, batch: int, seq: int, hidden: int, vocab: int,
+                       output: dict) -> str:
+    """Add one multi-token-prediction module at ``p`` (DeepSeek-V3 Technical Report, section 2.2; Megatron-Core's
+    ``MultiTokenPredictionLayer``) fed by the previous depth's hidden states ``h``; its transformer block's output.
+
+    ``{p}.embedding`` looks up the next tokens in the shared table; ``{p}.enorm`` and ``{p}.hnorm`` normalise them
+    and ``h``; ``{p}.concat`` joins them along the hidden dimension and ``{p}.eh_proj`` (``bsc,dc->bsd``, ``c = 2
+    d``) projects them back; ``block(i, ...)`` is a transformer block as the main model's (named ``{p}.attn...``,
+    ``{p}.moe...``); ``{p}.head.norm``, ``{p}.head.projection`` (the shared output table, ``output``'s tie) and
+    ``{p}.head.loss`` (cross-entropy) predict the token after next.
+    """
+    b, s, d = batch, seq, hidden
+    e = add_vertex(g, L.embedding(f"{p}.embedding", b, s, d, vocab).with_tied(TIED_TABLE))
+    e = add_vertex(g, L.rms_norm(f"{p}.enorm", (b, s, d), BSD), e)
+    hn = add_vertex(g, L.rms_norm(f"{p}.hnorm", (b, s, d), BSD), h)
+    # The joined width is "c", not a tensor-parallel dimension: under Megatron's rule each rank projects its
+    # sequence share whole (the FLOPs of Megatron-Core's column-parallel eh_proj on every token, less its gather).
+    cat = add_vertex(g, L.concat(f"{p}.concat", [(b, s, d), (b, s, d)], ("b", "s", "c"), "c"), e, hn)
+    x = add_vertex(g, L.einsum(f"{p}.eh_proj", "bsc,dc->bsd", dict(b=b, s=s, c=2 * d, d=d), weights=(1,)), cat)
+    x = block(i, x)
+    y = add_vertex(g, L.rms_norm(f"{p}.head.norm", (b, s, d), BSD), x)
+    logits = add_vertex(g, L.einsum(f"{p}.head.projection", "bsd,vd->bsv", dict(b=b, s=s, d=d, v=vocab),
+                                    weights=(1,)).with_tied(output), y)
+    add_vertex(g, L.softmax_cross_entropy(f"{p}.head.loss", (b, s, vocab), ("b", "s", "v")), logits)
+    return x
 
 
 def moe_parameters(layers: int, hidden: int, heads: int, kv_heads: int, experts: int, expert_ffn: int, vocab: int,
@@ -349,8 +394,8 @@ FRONTIER_MOE: dict[str, _Frontier] = {
 
 def _frontier_sample(name: str, spec: _Frontier) -> Callable[..., Graph]:
     """A sample builder ``build(batch=..., seq=..., capacity_factor=...)`` of :func:`moe_decoder` at ``spec``'s sizes."""
-    def build(batch: int = spec.batch, seq: int = spec.seq, capacity_factor: float = 1.0) -> Graph:
-        return moe_decoder(name, batch=batch, seq=seq, capacity_factor=capacity_factor, **spec.sizes)
+    def build(batch: int = spec.batch, seq: int = spec.seq, capacity_factor: float = 1.0, mtp: int = 0) -> Graph:
+        return moe_decoder(name, batch=batch, seq=seq, capacity_factor=capacity_factor, mtp=mtp, **spec.sizes)
 
     z = spec.sizes
     attention = "multi-head latent attention" if "mla" in z else (
@@ -359,7 +404,8 @@ def _frontier_sample(name: str, spec: _Frontier) -> Callable[..., Graph]:
     build.__doc__ = (
         f"{name} (:data:`FRONTIER_MOE`): :func:`moe_decoder` with {z['layers']} layers, hidden {z['hidden']}, "
         f"{attention}, {z['experts']} experts of FFN {z['expert_ffn']}, top-{z['top_k']}; default {spec.batch} "
-        f"sequences of {spec.seq} tokens, capacity factor 1 (the FLOPs of dropless balanced routing).\n\n"
+        f"sequences of {spec.seq} tokens, capacity factor 1 (the FLOPs of dropless balanced routing), ``mtp`` "
+        f"multi-token-prediction modules (0 by default).\n\n"
         f"Published: {spec.total / 1e9:g}B parameters, {spec.active / 1e9:g}B active ({spec.source})."
     )
     return build
