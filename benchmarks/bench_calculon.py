@@ -90,7 +90,7 @@ READING = (
     "the parameter count); a layer's signature no longer recurses into every number of its parameters; the "
     "balanced cuts follow their runs by doubling, in numpy; a table's checkpointed units are spread over the "
     "1,792 layers once per microbatch size, not once per table. Then (third pass, the README case's CPU time "
-    "3.46 to about 2.4 s): a long 1F1B or GPipe pipeline is timed from one vector of each stage's latest end "
+    "3.46 to 2.49 s): a long 1F1B or GPipe pipeline is timed from one vector of each stage's latest end "
     "(an operation waits on the latest end of the stage before or after it, or, a GPipe last stage's backward, "
     "on a forward kept aside, and follows its own stage's latest, so a level is a strided run or two over that "
     "643-entry vector, read before written): no per-operation level layout is built (3.2 million-entry index arrays and their sort, 0.1 to "
