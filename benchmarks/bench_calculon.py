@@ -89,12 +89,27 @@ READING = (
     "command runs; the model at batch 1 is built once, not three times (the check of `--seq`, the search's probe, "
     "the parameter count); a layer's signature no longer recurses into every number of its parameters; the "
     "balanced cuts follow their runs by doubling, in numpy; a table's checkpointed units are spread over the "
-    "1,792 layers once per microbatch size, not once per table. What is left on the README case (CPU seconds of "
-    "one run): the simulations of the kept plans and their level layouts 1.1, the 52 layer-time tables 0.7 (and "
-    "their spreading over the 1,792 layers 0.1), placing and bounding 1,393 configurations 0.7, building the "
-    "model at 7 more microbatch sizes 0.5, the imports 0.3, the baselines 0.2. The machine is shared: CPU "
-    "seconds (user and system, children included) are less sensitive to its load than wall times; Calculon runs 2 worker processes, so its wall time "
-    "on a quiet machine would be about half its CPU time.")
+    "1,792 layers once per microbatch size, not once per table. Then (third pass, the README case's CPU time "
+    "3.46 to 2.49 s): a long 1F1B or GPipe pipeline is timed from one vector of each stage's latest end "
+    "(an operation waits on the latest end of the stage before or after it, or, a GPipe last stage's backward, "
+    "on a forward kept aside, and follows its own stage's latest, so a level is a strided run or two over that "
+    "643-entry vector, read before written): no per-operation level layout is built (3.2 million-entry index arrays and their sort, 0.1 to "
+    "0.2 s for each of the 4 schedules and sizes of a run) and no per-operation times gathered, 0.04 s a "
+    "schedule instead of 0.09 plus its layout; the same additions and maxima in the same order, every "
+    "operation's end equal to the loop's (a test compares each one); the balanced cuts' last pass follows its "
+    "runs by doubling instead of a Python loop over the 640 cuts (a run held back to leave a layer for every "
+    "later one holds back all later runs, so each cut is the smaller of the free run's and the latest "
+    "possible); cuts the search computed itself are not validated again; an edge whose producer and consumer "
+    "hold the tensor in the same layout, with no pending sums, costs 0 s without the collective steps being "
+    "worked out (three in four of the layer-time tables' edges; a test compares such one-layout calls with the "
+    "table over every configuration pair); a graph's blocks, layer names, tied-weight holders and sequence "
+    "length are derived once per graph. What is left on the README case (CPU seconds inside one run): placing "
+    "and bounding 1,392 configurations 0.60 (396 balanced cuts among them), the 52 layer-time tables 0.52 (and "
+    "their spreading over the 1,792 layers 0.12), building the model at 8 microbatch sizes 0.45, the "
+    "simulations of the kept plans 0.21 (7 schedules), the imports 0.18, the "
+    "baselines 0.04. The machine is shared: CPU seconds (user and system, children included) are less "
+    "sensitive to its load than wall times; Calculon runs 2 worker processes, so its wall time on a quiet "
+    "machine would be about half its CPU time.")
 
 # The yardstick: a straightforward vectorised variable elimination of an instance file, end to end.
 YARDSTICK = r'''

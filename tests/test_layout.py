@@ -124,6 +124,37 @@ def test_identical_layouts_cost_nothing():
         assert _edge_s(g, _flat(), {"fc1": cfg, "fc2": cfg if cfg[1] == 1 else (cfg[0], 1, cfg[1])}) == 0.0
 
 
+
+def test_one_configuration_each_costs_what_the_whole_table_does():
+    # redistribute_s of one layout each (a shortcut where they are the same and hold no pending sums) equals the
+    # entry of the table over every configuration pair (the general steps), same layouts or not, on a two-level
+    # mesh, for the tensor, its partial sums and its gradient.
+    from pase.model.layout import Placement, redistribute_s, tensor_layout
+
+    g, _ = _two_fc()
+    cluster = _pod()
+    model = build_cost_model(g, cluster)
+    a, b = g.layer("fc1"), g.layer("fc2")
+    pa, pb = model.placements["fc1"], model.placements["fc2"]
+
+    def row(placement, k):
+        return Placement(placement.mesh, placement.masks[k:k + 1], placement.factors[k:k + 1])
+
+    same = 0
+    for (src, sp, out, partial), (dst, dp, into) in [((a, pa, a.outputs[0], True), (b, pb, b.inputs[0])),
+                                                    ((b, pb, b.inputs[0], True), (a, pa, a.outputs[0])),
+                                                    ((a, pa, a.outputs[0], False), (a, pa, a.outputs[0]))]:
+        whole = redistribute_s(tensor_layout(src, out, sp, partial=partial),
+                               tensor_layout(dst, into, dp, partial=False), cluster.mesh, BPE)
+        for i in range(len(sp.masks)):
+            for j in range(len(dp.masks)):
+                one = tensor_layout(src, out, row(sp, i), partial=partial)
+                other = tensor_layout(dst, into, row(dp, j), partial=False)
+                same += bool(np.array_equal(one.shard, other.shard) and not one.partial.any())
+                assert redistribute_s(one, other, cluster.mesh, BPE)[0, 0] == whole[i, j], (i, j)
+    assert same > 0
+
+
 IN, OUT = 300e9, 25e9
 
 

@@ -7,8 +7,8 @@ import random
 import pytest
 
 from pase.model import schedule_levels
-from pase.model.pipeline import _dependencies, simulate
-from pase.model.schedule_levels import _layered, _structure, simulate_levels
+from pase.model.pipeline import simulate
+from pase.model.schedule_levels import _ends, simulate_levels
 
 
 def _fields(r):
@@ -29,27 +29,25 @@ def test_equal_to_the_loop_bit_for_bit(seed):
         overlap = rng.random() < 0.5
         loop = simulate(schedule, f, b, m, send_s=send, reduce_s=reduce, overlap=overlap)
         levels = simulate_levels(schedule, f, b, m, send, reduce, overlap)
-        assert levels is not None, (schedule, S, m)
         assert _fields(levels) == _fields(loop), (schedule, S, m)
 
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
-def test_the_structure_is_the_loops_and_its_levels_order_it(schedule):
-    # Per operation, the predecessor on its device, the operation it waits for and the send are those the loop
-    # builds from the schedule's device orders (pipeline._dependencies), and both lie on earlier levels.
-    for S in range(1, 14):
-        for m in range(1, 2 * S + 4):
-            plan = _dependencies(schedule, S, m, 1)
-            level, prev, dep, send = (a.tolist() for a in _structure(schedule, S, m))
-            N = 2 * S * m
-            for i, x in enumerate(plan.ids):
-                want_prev = plan.ids[plan.prev[i]] if plan.prev[i] >= 0 else N
-                want_dep = plan.ids[plan.dep[i]] if plan.dep[i] >= 0 else N
-                want_send = plan.send[i] if plan.send[i] >= 0 else S - 1
-                assert (prev[x], dep[x], send[x]) == (want_prev, want_dep, want_send), (schedule, S, m, x)
-                for before in (prev[x], dep[x]):
-                    assert before == N or level[before] < level[x]
-            assert _layered(schedule, S, m) is not None
+def test_every_operation_ends_when_the_loop_ends_it(schedule):
+    # Every forward's and backward's end equals the loop's record of it, bit for bit: from
+    # one stage to 30, fewer microbatches than stages (warm-ups cut short, every forward first) and more.
+    rng = random.Random(schedule)
+    for S in range(1, 31):
+        for m in sorted({1, 2, max(1, S - 2), S - 1 or 1, S, S + 1, 2 * S + 3, rng.randint(1, 3 * S + 4)}):
+            f = [rng.choice([0.0, rng.random()]) for _ in range(S)]
+            b = [rng.choice([0.0, rng.random() * 2]) for _ in range(S)]
+            send = [rng.choice([0.0, rng.random() * 0.1]) for _ in range(S - 1)]
+            loop = simulate(schedule, f, b, m, send_s=send, record=True)
+            ends: dict = {}
+            _ends(schedule, f, b, m, send, record=ends)
+            assert len(ends) == len(loop.operations) == 2 * S * m
+            for op in loop.operations:
+                assert ends[op.kind, op.device, op.microbatch] == op.end_s, (schedule, S, m, op)
 
 
 def test_a_search_through_the_levels_equals_brute_force(monkeypatch):

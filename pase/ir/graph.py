@@ -191,9 +191,9 @@ def _frozen(value):
     """``value`` with every list and dict turned into hashable tuples."""
     if isinstance(value, (list, tuple)):
         # Numbers and strings (most of a layer's parameters) are their own frozen form: no call each.
-        return tuple(v if type(v) in _ATOMS else _frozen(v) for v in value)
+        return tuple([v if type(v) in _ATOMS else _frozen(v) for v in value])
     if isinstance(value, dict):
-        return tuple((k, _frozen(v)) for k, v in value.items())
+        return tuple([(k, v if type(v) in _ATOMS else _frozen(v)) for k, v in value.items()])
     return value
 
 

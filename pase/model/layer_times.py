@@ -5,7 +5,7 @@ The model they feed: :mod:`pase.model.training` (its docstring says what each ti
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -72,11 +72,12 @@ class LayerTimes:
     memo: dict = field(default_factory=dict, compare=False)  # what assemble derived, by what it depends on
 
 
-def _tied(layers: Sequence[Layer], configs: Mapping[str, np.ndarray]) -> tuple:
-    """Per weight several layers share (``TensorSpec.tied``): their indices in ``layers`` and their blocks' elements
-    under ``configs`` (one configuration per layer)."""
+def _tied(layers: Iterable[tuple[int, Layer]], configs: Mapping[str, np.ndarray]) -> tuple:
+    """Per weight several layers share (``TensorSpec.tied``): their indices and their blocks' elements under
+    ``configs`` (one configuration per layer); ``layers``: (index, layer) pairs, every layer holding one among
+    them."""
     shared: dict[str, list[tuple[int, float]]] = {}
-    for i, l in enumerate(layers):
+    for i, l in layers:
         for w in l.weights:
             if w.tied:
                 shared.setdefault(w.tied, []).append((i, float(block_elements(l, w, configs[l.name])[0])))
@@ -166,7 +167,7 @@ def group_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
     if cost.cluster.efficiency is not None and par.tp_comm_overlap:
         forward = forward - _forward_overlap(graph, cost, fwd_s)
     params = alike(lambda l: float(sum(block_elements(l, w, configs[l.name])[0] for w in l.weights)))
-    tied = _tied(layers, configs)
+    tied = _tied(enumerate(layers), configs)
     edges, sizes = _edge_arrays(graph)
     bpe = group.bytes_per_element
     buffers = alike(lambda l: float(buffer_elements(l, configs[l.name])[0]) * bpe)
@@ -193,7 +194,8 @@ def group_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
         # Selective recomputation: Megatron-Core's modules (pase.model.recompute), checkpointed units and
         # discarded outputs; full: every block a unit.
         chosen = module_plan(graph, par.modules) if mode == "selective" else None
-        block_of = blocks(graph) if mode == "full" else dict(chosen.units) if chosen is not None else {}
+        block_of = (dict(graph.derived("blocks", lambda: blocks(graph))) if mode == "full"
+                    else dict(chosen.units) if chosen is not None else {})
         transient: dict[str, float] = {}
         for l in layers:
             if l.name in block_of:
@@ -360,7 +362,8 @@ def _group_cache(source: GraphSource, cluster: Cluster, par: Parallelism, option
     b = par.microbatch_size
     if key not in cache:
         graph = cached_graph(source, b, cache)
-        core = graph.derived("periodic core", lambda: periodic_core(graph, blocks(graph)))
+        whole_blocks = graph.derived("blocks", lambda: blocks(graph))
+        core = graph.derived("periodic core", lambda: periodic_core(graph, whole_blocks))
         try:
             # Megatron's rule splits each layer by its own dimensions, alike in alike layers: the core's splits
             # are the whole run's.
@@ -377,10 +380,10 @@ def _group_cache(source: GraphSource, cluster: Cluster, par: Parallelism, option
             # Cost the graph with its run of identical blocks shortened to three, then spread the values over
             # the whole run: exact (pase.model.repeats) and as many times cheaper as the run is long.
             small = group_times(core.graph, cluster, strategy, par, options, memory, recompute=modes)
-            names = [l.name for l in core.graph.layers]
-            whole = {l.name: strategy[names[r]] for l, r in zip(graph.layers, core.representative)}
+            splits = [strategy[l.name] for l in core.graph.layers]
+            whole = dict(zip(_names(graph), map(splits.__getitem__, _representatives(graph, core))))
             # The tied weights' blocks depend on the splits alone: one list for every recomputation mode.
-            tied = _tied(graph.layers, {l.name: np.array([whole[l.name]]) for l in _tying(graph)})
+            tied = _tied(_tying(graph), {l.name: np.array([whole[l.name]]) for _, l in _tying(graph)})
             cache[key] = (whole, {mode: _spread(lt, graph, core, tied, options, cluster) for mode, lt in small.items()})
 
 
@@ -421,9 +424,21 @@ def _model_flops(graph: Graph, options: ConfigOptions, cluster: Cluster) -> floa
     return graph.derived(("model flops", options.cost_model, kind), compute)
 
 
-def _tying(graph: Graph) -> tuple[Layer, ...]:
-    """The layers of ``graph`` holding a tied weight (``TensorSpec.tied``); derived once per graph."""
-    return graph.derived("tying layers", lambda: tuple(l for l in graph.layers if any(w.tied for w in l.weights)))
+def _names(graph: Graph) -> list[str]:
+    """The names of ``graph``'s layers in its order; derived once per graph."""
+    return graph.derived("layer names", lambda: [l.name for l in graph.layers])
+
+
+def _representatives(graph: Graph, core: PeriodicCore) -> list[int]:
+    """:attr:`PeriodicCore.representative` of ``graph``'s core as a list; derived once per graph."""
+    return graph.derived("core representatives", lambda: core.representative.tolist())
+
+
+def _tying(graph: Graph) -> tuple[tuple[int, Layer], ...]:
+    """The layers of ``graph`` holding a tied weight (``TensorSpec.tied``), with their indices in its order;
+    derived once per graph."""
+    return graph.derived("tying layers", lambda: tuple((i, l) for i, l in enumerate(graph.layers)
+                                                       if any(w.tied for w in l.weights)))
 
 
 def _spread(small: LayerTimes, graph: Graph, core: PeriodicCore, tied: tuple, options: ConfigOptions,

@@ -158,7 +158,10 @@ def balanced_cuts(times: Sequence[float], pieces: int) -> tuple[int, ...]:
     the largest run found (a sum the optimum cannot exceed); if not, lo
     becomes the least sum by which any run could grow (below it the runs,
     and the failure, stay the same). The cuts are those of the furthest-end
-    runs at hi, each leaving a layer for every later run.
+    runs at hi, each leaving a layer for every later run: run ``k`` starts
+    at the smaller of the ``k``-th furthest-end start and ``n - (pieces -
+    k)`` (once a run is held back to leave a layer for each later one, so is
+    every later run, each a layer long).
 
     Raises ``ConfigurationError`` when there are fewer layers than pieces.
     """
@@ -175,16 +178,19 @@ def balanced_cuts(times: Sequence[float], pieces: int) -> tuple[int, ...]:
         # from start + 1, for every start at once); the end n is its own.
         return np.maximum(np.searchsorted(prefix, prefix + slack, side="right"), after) - 1
 
-    def runs(limit: float) -> tuple[bool, float, float]:
-        # Furthest-end runs within limit: whether they reach the end in `pieces`, their largest sum,
-        # and the least sum one of them would have with the next layer added.
-        end = furthest(limit * (1 + 1e-12))
-        # The starts of runs 0 .. pieces, by doubling: the ends 2^j runs on from each start, applied to every
-        # start found so far.
+    def starts(end: np.ndarray) -> np.ndarray:
+        # The starts of runs 0 .. pieces (at least), by doubling: the ends 2^j runs on from each start, applied
+        # to every start found so far.
         chain, jump = np.zeros(1, dtype=np.int64), end
         while len(chain) <= pieces:
             chain = np.concatenate((chain, jump[chain]))
             jump = jump[jump]
+        return chain
+
+    def runs(limit: float) -> tuple[bool, float, float]:
+        # Furthest-end runs within limit: whether they reach the end in `pieces`, their largest sum,
+        # and the least sum one of them would have with the next layer added.
+        chain = starts(furthest(limit * (1 + 1e-12)))
         done = np.flatnonzero(chain[:pieces + 1] == n)
         k = min(pieces, int(done[0])) if done.size else pieces  # runs until the end is reached, at most pieces
         first, start = chain[:k], int(chain[k])
@@ -202,12 +208,8 @@ def balanced_cuts(times: Sequence[float], pieces: int) -> tuple[int, ...]:
             hi = min(hi, biggest)
         else:
             lo = max(mid, min(grow, hi))
-    end = furthest(hi * (1 + 1e-12)).tolist()
-    cuts, start = [], 0
-    for k in range(pieces - 1):
-        start = min(end[start], n - (pieces - 1 - k))
-        cuts.append(start)
-    return tuple(cuts)
+    chain = starts(furthest(hi * (1 + 1e-12)))[1:pieces]
+    return tuple(np.minimum(chain, np.arange(n - pieces + 1, n)).tolist())
 
 
 
@@ -409,7 +411,8 @@ def _stage_sums(lt: "LayerTimes", cluster: Cluster, par: Parallelism, zero3: tup
     if key not in lt.memo:
         loads = _loads(lt, cluster, zero3, par.overlap, expert3)
         cuts = _expert_whole_cuts(lt, loads["weight"], Q) if par.stage_cuts is None else par.stage_cuts
-        if len(cuts) != Q - 1 or any(not 0 < c < n for c in cuts) or list(cuts) != sorted(set(cuts)):
+        if par.stage_cuts is not None and (len(cuts) != Q - 1 or any(not 0 < c < n for c in cuts)
+                                           or list(cuts) != sorted(set(cuts))):
             raise ConfigurationError(
                 f"stage cuts {list(cuts)} must be {Q - 1} increasing positions between 1 and {n - 1}")
         f, b, g = loads["forward"], loads["backward"], loads["gather"]
@@ -512,8 +515,8 @@ def _placement(lt: "LayerTimes", cluster: Cluster, cuts: tuple[int, ...], S: int
     if lt.block_transient:
         recomputed = np.zeros(S)
         if "unit transient" not in lt.memo:
-            lt.memo["unit transient"] = np.array([lt.block_transient.get(lt.block_of.get(l.name), 0.0)
-                                                  for l in lt.layers])
+            unit_of, transient_of = lt.block_of.get, lt.block_transient.get
+            lt.memo["unit transient"] = np.array([transient_of(unit_of(l.name), 0.0) for l in lt.layers])
         np.maximum.at(recomputed, layer_dev, lt.memo["unit transient"])
         transient += recomputed
     gathered = np.zeros(S)
@@ -543,8 +546,7 @@ def _schedule(lt: "LayerTimes", par: Parallelism, fq: list[float], bq: list[floa
                         overlap=par.overlap, record=record, weight_s=wq)
     key = ("schedule", par.schedule, m, par.overlap, tuple(fq), tuple(bq), tuple(send), tuple(reduce))
     if key not in lt.memo:
-        lt.memo[key] = simulate_levels(par.schedule, fq, bq, m, send, reduce, par.overlap) or simulate(
-            par.schedule, fq, bq, m, send_s=send, reduce_s=reduce, overlap=par.overlap)
+        lt.memo[key] = simulate_levels(par.schedule, fq, bq, m, send, reduce, par.overlap)
     return lt.memo[key]
 
 
@@ -678,7 +680,8 @@ def _finish(lt: "LayerTimes", cluster: Cluster, par: Parallelism, fq: np.ndarray
         step_time_s=max(f + e + o for f, e, o in zip(result.finish_s, result.exposed_reduce_s, optimizer)),
         stages=stages(), schedule=result, model_flops_per_step=lt.model_flops * replicas,
         hardware_flops_per_step=(lt.model_flops + float(lt.recompute_flops.sum()) * par.group) * replicas,
-        memory_capacity_bytes=capacity, tokens_per_sample=sequence_length(graph), label=label or par.describe(),
+        memory_capacity_bytes=capacity, label=label or par.describe(),
+        tokens_per_sample=graph.derived("sequence length", lambda: sequence_length(graph)),
         attention=lt.attention, precision=lt.precision, experts=lt.experts,
         transformer_blocks=len(set(graph.derived("blocks", lambda: blocks(graph)).values())) or None,
     )
