@@ -67,6 +67,7 @@ from pase.models.llama import llama
 from pase.models.megatron import megatron_gpt
 from pase.models.moe import MLA, moe_decoder
 from pase.models.sequence import bert, gpt
+from pase.ops.registry import reusing_layers
 
 __all__ = ["from_hf_config", "hf_batch_builder", "is_hf_config", "read_hf_config", "FAMILIES", "Family", "ConfigKeys",
            "DEFAULT_BATCH", "MAX_DEFAULT_SEQ"]
@@ -482,8 +483,9 @@ def _build(config: dict[str, Any], where: str, name: str | None, batch: int | No
     if seq is None:
         seq = min(keys.size(*family.positions), MAX_DEFAULT_SEQ)
     try:
-        return family.build(keys, model_type if name is None else name, DEFAULT_BATCH if batch is None else batch,
-                            seq)
+        with reusing_layers():  # repeated blocks built once
+            return family.build(keys, model_type if name is None else name, DEFAULT_BATCH if batch is None else batch,
+                                seq)
     except GraphError as exc:
         raise GraphError(f"{where}: {exc}") from None
 

@@ -179,6 +179,19 @@ class Layer:
         weights = tuple(replace(w, tied=tied.get(w.name, w.tied)) for w in self.weights)
         return replace(self, weights=weights)
 
+    def renamed(self, name: str) -> Layer:
+        """This layer called ``name``, everything else (a computed :attr:`signature` too) shared, unchecked again:
+        equal to the layer its builder gives under that name, at the cost of a copy.
+
+        Raises ``GraphError`` if ``name`` is not a non-empty string.
+        """
+        if not isinstance(name, str) or not name:
+            raise GraphError(f"a layer of op {self.op!r} has no name")
+        copy = object.__new__(Layer)
+        copy.__dict__.update(self.__dict__)
+        copy.__dict__["name"] = name  # frozen: the dataclass's __setattr__ refuses
+        return copy
+
     def __str__(self) -> str:
         dims = " ".join(f"{d}={s}" for d, s in zip(self.dims, self.sizes))
         return f"{self.name}: {self.op}({dims})"

@@ -92,6 +92,7 @@ from pase.models.sequence import gpt, rnnlm, transformer, transformer_large
 from pase.models.llama import LLAMA_SAMPLES, llama
 from pase.models.megatron import MEGATRON_SAMPLES, megatron_gpt
 from pase.models.moe import FRONTIER_MOE, MOE_SAMPLES, moe_decoder
+from pase.ops.registry import reusing_layers
 
 __all__ = [
     "SAMPLES",
@@ -166,6 +167,7 @@ def sample(name: str, **params) -> Graph:
         raise GraphError(f"unknown sample graph {name!r}" + (f" ({hint})" if hint else "")
                          + f"; known samples: {', '.join(SAMPLES)}") from None
     try:
-        return builder(**params)
+        with reusing_layers():  # repeated blocks built once
+            return builder(**params)
     except TypeError as exc:
         raise GraphError(f"sample {name!r}: {exc}") from None
