@@ -193,10 +193,14 @@ def masked_model_flops(graph: Graph, units: tuple[AttentionUnit, ...]) -> float:
     masked pairs): per unit, the score and context products' forward and their two input gradients each, times
     the share of pairs the mask hides. The model FLOPs of flash attention are the graph's less these."""
     total = 0.0
+    skipped: dict = {}  # per kind of score product and mask: repeated blocks' units are costed once
     for unit in units:
-        scores = graph.layer(unit.scores)
-        one = float(OPS[scores.op].flops(scores, np.asarray([scores.sizes], dtype=float)).forward[0])
-        total += 2 * 3 * one * (1.0 - _fraction(unit, graph))
+        key = (graph.kind(unit.scores), unit.mask, unit.window)
+        if key not in skipped:
+            scores = graph.layer(unit.scores)
+            one = float(OPS[scores.op].flops(scores, np.asarray([scores.sizes], dtype=float)).forward[0])
+            skipped[key] = 2 * 3 * one * (1.0 - _fraction(unit, graph))
+        total += skipped[key]
     return total
 
 

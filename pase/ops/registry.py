@@ -382,6 +382,12 @@ def tensor_splits(layer: Layer, tensor: TensorSpec, cfg: np.ndarray) -> np.ndarr
 
 def block_elements(layer: Layer, tensor: TensorSpec, cfg: np.ndarray) -> np.ndarray:
     """Elements of ``tensor`` each device holds under each configuration."""
+    if len(cfg) == 1:  # one configuration (the 3-D model's): the same divisions in the same order, on scalars
+        elements, row = float(prod(tensor.shape)), cfg[0]
+        for axis in tensor.axes:
+            if axis is not None:
+                elements /= row[layer.dims.index(axis)]
+        return np.array([elements], dtype=float)
     out = np.full(len(cfg), float(prod(tensor.shape)))
     for axis in tensor.axes:
         if axis is not None:
