@@ -187,7 +187,7 @@ class Layer:
         """
         if not isinstance(name, str) or not name:
             raise GraphError(f"a layer of op {self.op!r} has no name")
-        copy = object.__new__(Layer)
+        copy = object.__new__(type(self))
         copy.__dict__.update(self.__dict__)
         copy.__dict__["name"] = name  # frozen: the dataclass's __setattr__ refuses
         return copy
