@@ -68,32 +68,32 @@ bound on what measurement would show; the What-if page makes the bandwidth depen
 
 CALIBRATED_DISCUSSION = """\
 What calibration changes. Where compute weighs, the calibrated speedups are smaller than the
-peak model's: the Transformer's fall from 1.13-2.21x to 1.12-1.81x on the 1080 Ti nodes (from
-1.25-2.52x to 1.22-2.10x on the 2080 Ti), InceptionV3's stay at 1.0-1.2x. AlexNet's largest falls
-from 19.2x to 12.8x (1080 Ti) and from 23.6x to 15.9x (2080 Ti), at 64 devices, where PaSE's
+peak model's: the Transformer's fall from 1.13-2.21x to 1.12-1.82x on the 1080 Ti nodes (from
+1.25-2.52x to 1.23-2.11x on the 2080 Ti), InceptionV3's stay at 1.0-1.2x. AlexNet's largest falls
+from 19.2x to 12.7x (1080 Ti) and from 23.6x to 15.8x (2080 Ti), at 64 devices, where PaSE's
 kernels are smallest and lose most to the SGEMM curve and the launch cost. The RNNLM's rise a
-little (1.38-5.94x, 1.81-7.83x): the measured ring reaches 73% of the PCIe link, which slows data
+little (1.38-5.93x, 1.80-7.82x): the measured ring reaches 73% of the PCIe link, which slows data
 parallelism's all-reduce of the 100k-word embedding and softmax more than PaSE's split layers.
 PaSE still beats every baseline at every point.
 
 Against the paper's Fig. 6. At the sample batches the calibrated model is within the paper's
 measured range (up to 1.85x and 4x) for the Transformer and InceptionV3 on both clusters, and
-for the RNNLM on one node of 1080 Tis (1.84x at p=8) and on up to 16 2080 Tis (3.92x); AlexNet
-(3.20-12.78x, 5.22-15.89x) and the larger RNNLM runs are not. Calibration alone cannot close
+for the RNNLM on one node of 1080 Tis (1.84x at p=8) and on up to 16 2080 Tis (3.91x); AlexNet
+(3.14-12.67x, 5.12-15.80x) and the larger RNNLM runs are not. Calibration alone cannot close
 that: on these nodes data parallelism is bound by its gradient all-reduce (AlexNet at p=8: 10 ms
 of compute against 50 ms to all-reduce 61M fp32 weights at 73% of 12 GB/s), so slowing the
 kernels lengthens PaSE's mostly-compute step as much as DP's. Overlap cannot close it either:
 with all of DP's communication hidden behind its compute (the bound column) AlexNet is still
-4.2x at p=8 (7.0x on the 2080 Ti). The overlap of issue 12 (the gradient all-reduce bucketed
+4.1x at p=8 (6.9x on the 2080 Ti). The overlap of issue 12 (the gradient all-reduce bucketed
 into the backward pass) is in the 3-D training model, not in the per-layer cost model of these
 tables; for AlexNet the bound shows it would change little. The batch does close it on one node:
 compute grows with the batch and the all-reduce does not, and at 128 images a device (global
-batch 1,024 on 8 GPUs) the calibrated AlexNet speedup is 1.66x on the 1080 Ti nodes and 2.29x on
+batch 1,024 on 8 GPUs) the calibrated AlexNet speedup is 1.65x on the 1080 Ti nodes and 2.27x on
 the 2080 Ti ones, the paper's size. Our notes on the paper do not record the batch its Fig. 6
 runs used, so this is a sensitivity, not a reproduction.
 
 What still differs. (1) The two clusters' ratio: the paper measured 4x against 1.85x (2.2 times);
-the model's maxima are 15.9x against 12.8x (1.24 times), and 1.0-1.6 times at any one point. The
+the model's maxima are 15.8x against 12.7x (1.24 times), and 1.0-1.6 times at any one point. The
 2080 Ti's host-staged link is the preset's 6 GB/s at the 1080 Ti's ring efficiency with twice its
 latency, assumed, not measured on such nodes. (2) DeepBench measured its ring on one 8-GPU board
 with a single PCIe root; if the paper's nodes spread their GPUs over two CPU sockets, the ring
