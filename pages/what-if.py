@@ -411,7 +411,8 @@ if estimated:
             "idle devices": r["idle_devices"],
         })
     # Rates of millions read with thousands separators (1,014,000), not as a run of digits.
-    st.dataframe(table, hide_index=True, key="wi_train_table",
+    # A plan that does not fit has no rate, hours, cost or MFU: an em dash in the cell, the column numeric.
+    st.dataframe(table, hide_index=True, key="wi_train_table", placeholder="—",
                  column_config={f"{unit_name}/s": st.column_config.NumberColumn(format="localized")})
     st.caption(f"PaSE's strategy at each device count{'' if vary is None else f', at {vary_label} = {first_value / unit[0]:g}'}: "
                f"time = N / {unit_name} per second, GPU-hours = time x devices / 3600 (idle devices are paid for "
