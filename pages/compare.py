@@ -12,6 +12,7 @@ from pase.search.stages import training_baselines
 from ui import jobs
 from ui.pagekit import require_problem, routed, solve_button, solve_training_button
 from ui.training_figures import plans_figure
+from ui.names import strategy_name
 from ui.palette import HIGHLIGHT_ROW
 from ui.stepmodel import show_model
 from ui.tables import comparison_table, differing_layers, totals_table
@@ -95,7 +96,8 @@ except PaseError as exc:
     st.error(f"The baselines could not be costed: {md(exc)}")
     st.stop()
 
-plans = {PASE: plan, **baselines}
+# The paper's "parameter parallel" baseline under the app's word for its split as well ("tensor", ui.names).
+plans = {PASE: plan, **{strategy_name(name): p for name, p in baselines.items()}}
 
 with st.expander("Add your own plan", icon=":material/upload_file:"):
     st.markdown(

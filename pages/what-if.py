@@ -19,6 +19,7 @@ from ui import jobs, state
 from ui.figures import split_changes_figure, sweep_figure, sweep_panels_figure
 from ui.graphview import auto_group_depth, group_key
 from ui.fmt import md
+from ui.names import strategy_name
 from ui.pagekit import require_problem, routed
 from ui.stepmodel import CALIBRATED, PEAK, show_model, with_model
 from ui.time_to_train_figures import time_to_train_figure
@@ -325,6 +326,8 @@ if records is None:
     st.info(f"Press **Run sweep**: each point runs {SEARCH}.", icon=":material/info:")
     st.stop()
 
+# The paper's "parameter parallel" baseline under the app's word for its split as well ("tensor", ui.names).
+records = [{**r, "strategy": strategy_name(r["strategy"])} for r in records]
 several_gpus = len({r["cluster"] for r in records}) > 1
 if vary is not None:
     unit = {"bandwidth_Bps": (1e9, "GB/s"), "peak_flops": (1e12, "TFLOP/s"), "batch": (1, "batch")}[vary]
