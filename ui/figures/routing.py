@@ -104,25 +104,34 @@ class _Scene:
     def __init__(self, nodes: Sequence[Node], places: list[str]):
         self.nodes, self.places = nodes, places
         self.index = {n.key: i for i, n in enumerate(nodes)}
-        self.rebuild()
+        n = len(nodes)
+        self.boxes = [nd.label_box(p) for nd, p in zip(nodes, places)] + [nd.marker_box() for nd in nodes]
+        self.owner = np.array(list(range(n)) + list(range(n)), dtype=int)  # each obstacle's node
+        self.is_label = np.array([nd.label_w > 0 for nd in nodes] + [False] * n)
+        self.arr = np.array([[b.left, b.top, b.right, b.bottom] for b in self.boxes]).reshape(-1, 4)
+        # A label's width is the same in every place: the widest obstacle bounds how far left of a span to look.
+        self.widest = float((self.arr[:, 2] - self.arr[:, 0]).max()) if n else 0.0
+        self._index()
 
-    def rebuild(self) -> None:
-        n = len(self.nodes)
-        boxes = [nd.label_box(p) for nd, p in zip(self.nodes, self.places)] + [nd.marker_box() for nd in self.nodes]
-        self.boxes = boxes
-        self.owner = list(range(n)) + list(range(n))  # each obstacle's node
-        self.is_label = [nd.label_w > 0 for nd in self.nodes] + [False] * n
-        self.arr = np.array([[b.left, b.top, b.right, b.bottom] for b in boxes]).reshape(-1, 4)
+    def _index(self) -> None:
         self.order = np.argsort(self.arr[:, 0], kind="stable")
         self.lefts = self.arr[self.order, 0]
-        self.widest = float((self.arr[:, 2] - self.arr[:, 0]).max()) if n else 0.0
 
-    def near(self, a: float, b: float, ends: tuple[int, int]) -> list[int]:
+    def place(self, i: int, place: str) -> None:
+        """Move node ``i``'s label to ``place``."""
+        self.places[i] = place
+        box = self.nodes[i].label_box(place)
+        self.boxes[i] = box
+        self.arr[i] = (box.left, box.top, box.right, box.bottom)
+        self._index()
+
+    def near(self, a: float, b: float, ends: tuple[int, int]) -> np.ndarray:
         """The obstacles reaching into ``a``..``b`` in x, but the markers of nodes ``ends`` (an edge's own)."""
         i0 = np.searchsorted(self.lefts, a - self.widest)
         i1 = np.searchsorted(self.lefts, b, side="right")
-        return [int(j) for j in self.order[i0:i1]
-                if self.arr[j, 2] > a and (self.is_label[j] or self.owner[j] not in ends)]
+        js = self.order[i0:i1]
+        mine = (self.owner[js] == ends[0]) | (self.owner[js] == ends[1])
+        return js[(self.arr[js, 2] > a) & (self.is_label[js] | ~mine)]
 
     def overlapped(self, box: Box, i: int) -> bool:
         """Whether ``box`` overlaps a label or marker other than node ``i``'s own."""
@@ -140,11 +149,11 @@ class _Scene:
         a, b = min(s.x, d.x), max(s.x, d.x)
         ylo, yhi = min(s.y, d.y), max(s.y, d.y)
         # Only what reaches into the rows between the ends can meet the edge, straight or an elbow.
-        near = [j for j in self.near(a, b, (self.index[src], self.index[dst]))
-                if self.arr[j, 3] > ylo and self.arr[j, 1] < yhi]
+        near = self.near(a, b, (self.index[src], self.index[dst]))
+        near = near[(self.arr[near, 3] > ylo) & (self.arr[near, 1] < yhi)]
         if not any(polyline_crosses(straight, self.boxes[j]) for j in near):
             return straight
-        sub = self.arr[near].reshape(-1, 4)
+        sub = self.arr[near]
         l, t, r, btm = (sub[:, k][None, :] for k in range(4))
         first, last = (s, d) if s.x < d.x else (d, s)
         lo_x, hi_x = a + first.marker / 2 + CLEARANCE_PX, b - last.marker / 2 - CLEARANCE_PX
@@ -195,33 +204,41 @@ def place_labels_and_edges(
             inside and (nodes[i].label_box(p).left < bounds[0] or nodes[i].label_box(p).right > bounds[1]))]
         if not tries:
             continue
-        lo = min(nodes[i].label_box(p).left for p in [*tries, scene.places[i]]) - scene.widest
-        hi = max(nodes[i].label_box(p).right for p in [*tries, scene.places[i]]) + scene.widest
-        local = {e: r for e, r in routes.items() if min(x for x, _ in r) < hi and max(x for x, _ in r) > lo}
+        # The edges whose span reaches a place of the label: the only ones its move can reroute or cross.
+        spots = [nodes[i].label_box(p) for p in [*tries, scene.places[i]]]
+        lo, hi = min(b.left for b in spots), max(b.right for b in spots)
+        top, bottom = min(b.top for b in spots), max(b.bottom for b in spots)
+        local = {e: r for e, r in routes.items() if _reaches(_span(scene, e), lo, hi, top, bottom)}
         best, best_routes = sum(len(_labels_crossed(scene, r)) for r in local.values()), None
         if not best:
             continue
-        was = scene.places[i]
+        was, best_place = scene.places[i], None
         for place in tries:
-            scene.places[i] = place
-            scene.rebuild()
+            scene.place(i, place)
             moved = {e: scene.route(*e, column_px) for e in local}
             count = sum(len(_labels_crossed(scene, r)) for r in moved.values())
             if count < best:
-                best, best_routes, was_best = count, moved, place
-        if best_routes is None:
-            scene.places[i] = was
-        else:
-            scene.places[i] = was_best
+                best, best_routes, best_place = count, moved, place
+        scene.place(i, was if best_place is None else best_place)
+        if best_routes is not None:
             routes.update(best_routes)
-        scene.rebuild()
     return scene.places, routes
+
+
+def _span(scene: _Scene, edge: tuple[str, str]) -> tuple[float, float, float, float]:
+    """The box between an edge's ends (px), which every route of it stays in: left, right, top, bottom."""
+    s, d = scene.nodes[scene.index[edge[0]]], scene.nodes[scene.index[edge[1]]]
+    return min(s.x, d.x), max(s.x, d.x), min(s.y, d.y), max(s.y, d.y)
+
+
+def _reaches(span: tuple[float, float, float, float], lo: float, hi: float, top: float, bottom: float) -> bool:
+    return span[0] <= hi and span[1] >= lo and span[2] <= bottom and span[3] >= top
 
 
 def _labels_crossed(scene: _Scene, route: list[tuple[float, float]]) -> list[int]:
     """The labels (node indices) ``route`` runs through."""
     xs, ys = [x for x, _ in route], [y for _, y in route]
     ylo, yhi = min(ys), max(ys)
-    return [j for j in scene.near(min(xs), max(xs), (-1, -1))
-            if scene.is_label[j] and scene.arr[j, 3] > ylo and scene.arr[j, 1] < yhi
-            and polyline_crosses(route, scene.boxes[j])]
+    js = scene.near(min(xs), max(xs), (-1, -1))
+    js = js[scene.is_label[js] & (scene.arr[js, 3] > ylo) & (scene.arr[js, 1] < yhi)]
+    return [int(j) for j in js if polyline_crosses(route, scene.boxes[j])]
