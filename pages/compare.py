@@ -12,6 +12,7 @@ from pase.search.stages import training_baselines
 from ui import jobs
 from ui.pagekit import require_problem, routed, solve_button, solve_training_button
 from ui.training_figures import plans_figure
+from ui.names import strategy_name
 from ui.palette import HIGHLIGHT_ROW
 from ui.stepmodel import show_model
 from ui.tables import comparison_table, differing_layers, totals_table
@@ -19,6 +20,9 @@ from ui.tables import comparison_table, differing_layers, totals_table
 routed()  # first of all: run under app.py's router (see ui.pagekit.routed)
 
 PASE = "PaSE"
+# What a table's number cell shows where there is no number (a plan that does not fit has no step): the cell
+# stays empty, so that the column stays numeric and sorts.
+NO_VALUE = "—"
 # Per-layer chart: at most this many layers (those whose times differ most).
 MAX_CHART_LAYERS = 40
 
@@ -69,10 +73,11 @@ def compare_training() -> None:
                    "MFU (% of peak)": None if p.fits_memory is False or p.mfu is None else round_sig(p.mfu * 100),
                    "memory per device (GB)": round_sig(p.memory_per_device_bytes / 1e9),
                    "fits memory": fmt_fit(p.memory_per_device_bytes, p.memory_capacity_bytes)}
-                  for name, p in plans.items()], hide_index=True, key="cmp_training_table")
-    st.caption("A plan that does not fit device memory (with the reserve, sidebar: Nodes and memory) is listed "
-               "with its memory but not charted: it cannot run. The Training page draws each plan's pipeline "
-               "schedule and memory per stage.")
+                  for name, p in plans.items()], hide_index=True, key="cmp_training_table",
+                 placeholder=NO_VALUE)
+    st.caption(f"A plan that does not fit device memory (with the reserve, sidebar: Nodes and memory) is listed "
+               f"with its memory but not charted: it cannot run, so its step and MFU read {NO_VALUE}. The Training "
+               "page draws each plan's pipeline schedule and memory per stage.")
 
 
 if state.is_language_model(problem.source):
@@ -91,7 +96,8 @@ except PaseError as exc:
     st.error(f"The baselines could not be costed: {md(exc)}")
     st.stop()
 
-plans = {PASE: plan, **baselines}
+# The paper's "parameter parallel" baseline under the app's word for its split as well ("tensor", ui.names).
+plans = {PASE: plan, **{strategy_name(name): p for name, p in baselines.items()}}
 
 with st.expander("Add your own plan", icon=":material/upload_file:"):
     st.markdown(

@@ -19,6 +19,7 @@ from ui import jobs, state
 from ui.figures import split_changes_figure, sweep_figure, sweep_panels_figure
 from ui.graphview import auto_group_depth, group_key
 from ui.fmt import md
+from ui.names import strategy_name
 from ui.pagekit import require_problem, routed
 from ui.stepmodel import CALIBRATED, PEAK, show_model, with_model
 from ui.time_to_train_figures import time_to_train_figure
@@ -325,6 +326,8 @@ if records is None:
     st.info(f"Press **Run sweep**: each point runs {SEARCH}.", icon=":material/info:")
     st.stop()
 
+# The paper's "parameter parallel" baseline under the app's word for its split as well ("tensor", ui.names).
+records = [{**r, "strategy": strategy_name(r["strategy"])} for r in records]
 several_gpus = len({r["cluster"] for r in records}) > 1
 if vary is not None:
     unit = {"bandwidth_Bps": (1e9, "GB/s"), "peak_flops": (1e12, "TFLOP/s"), "batch": (1, "batch")}[vary]
@@ -411,7 +414,8 @@ if estimated:
             "idle devices": r["idle_devices"],
         })
     # Rates of millions read with thousands separators (1,014,000), not as a run of digits.
-    st.dataframe(table, hide_index=True, key="wi_train_table",
+    # A plan that does not fit has no rate, hours, cost or MFU: an em dash in the cell, the column numeric.
+    st.dataframe(table, hide_index=True, key="wi_train_table", placeholder="—",
                  column_config={f"{unit_name}/s": st.column_config.NumberColumn(format="localized")})
     st.caption(f"PaSE's strategy at each device count{'' if vary is None else f', at {vary_label} = {first_value / unit[0]:g}'}: "
                f"time = N / {unit_name} per second, GPU-hours = time x devices / 3600 (idle devices are paid for "

@@ -400,6 +400,27 @@ def test_compare_page_shows_baselines_and_differences():
     assert (totals["PaSE speedup (×)"] >= 0.999).all(), "the optimum is never slower than a baseline"
 
 
+def test_compare_and_what_if_name_the_parameter_parallel_baseline_as_the_other_pages_name_its_split():
+    """Issue 30: the Explorer and Training pages call a split of the model's dimensions "tensor"; Compare and
+    What-if name the paper's "parameter parallel" baseline with both words, while the library and the CLI keep
+    the paper's name."""
+    from pase.strategies.baselines import BASELINES
+
+    assert "parameter parallel" in BASELINES
+    at = choose_sample(new_app(), "alexnet", devices=8)
+    at.switch_page("pages/compare.py").run()
+    solve(at, "solve_compare")
+    names = set(at.dataframe[0].value["strategy"])
+    assert "parameter (tensor) parallel" in names and "parameter parallel" not in names, names
+    assert "parameter (tensor) parallel" in at.multiselect(key="cmp_chosen").options
+    at.switch_page("pages/what-if.py").run()
+    at.multiselect(key="wi_devices").set_value([2, 4]).run()
+    at.button(key="wi_run").click().run()
+    no_exception(at)
+    assert "parameter (tensor) parallel" in at.multiselect(key="wi_strategies").options
+    assert "parameter parallel" not in at.multiselect(key="wi_strategies").options
+
+
 def test_compare_page_accepts_a_user_plan():
     at = choose_sample(new_app(), "alexnet", devices=8)
     at.switch_page("pages/compare.py").run()

@@ -12,6 +12,7 @@ from pase.ir.configs import ConfigOptions
 from pase.ir.graph import Graph
 from pase.planner import PlanOptions, evaluate, parallelism_kind, plan
 from ui import figures as F
+from ui.figures.graph import NOMINAL_PLOT_PX, PLOT_DOMAIN
 from ui.fmt import compact_config, config_str, fmt_bytes, fmt_count, fmt_time
 from ui.graphview import (EdgeInfo, GraphView, NodeInfo, auto_group_depth, build_graph_view, group_key,
                           groups_of, layered_layout, short_name)
@@ -212,8 +213,9 @@ def test_strategy_graph_figure(graph, solved):
     for t in node_traces:
         assert t.marker.color == F.KIND_COLORS[t.name]
     edge_traces = _traces(fig, legendgroup="edges")
-    # Line traces join edges with None separators: three points per edge.
-    assert sum(len(t.x) for t in edge_traces) == 3 * len(view.edges)
+    # Line traces join edges (straight or elbows: 2 or 4 points) with None separators.
+    assert sum(x is None for t in edge_traces for x in t.x) == len(view.edges)
+    assert all(len(t.x) == len(t.customdata) for t in edge_traces)
     assert len(edge_traces) <= F.EDGE_LEVELS + 1
     labels = [text for t in node_traces for text in t.text]
     assert all("<br>" in text for text in labels), "name, op and split on every node"
@@ -277,9 +279,53 @@ def _label_boxes(fig, width=WINDOW[0]):
             lines = [html.unescape(re.sub("<[^>]+>", "", line)) for line in text.split("<br>")]
             w, h = max(map(len, lines)) * 0.6 * font, len(lines) * 1.25 * font
             px, py = (x - x0) / (x1 - x0) * plot_w, (y1 - y) / (y1 - y0) * plot_h
-            top = py + size / 2 + 1 if at.startswith("bottom") else py - size / 2 - 1 - h
-            boxes.append((px - w / 2, top, px + w / 2, top + h, lines[0]))
+            # plotly.js (Drawing.textPointPosition) sets text off a marker's centre by its radius / 0.8 + 1 px on
+            # each side its position names, and centres it on the others.
+            r = size / 2 / 0.8 + 1
+            vertical, horizontal = at.split()
+            top = {"bottom": py + r, "top": py - r - h, "middle": py - h / 2}[vertical]
+            left = {"center": px - w / 2, "right": px + r, "left": px - r - w}[horizontal]
+            boxes.append((left, top, left + w, top + h, lines[0]))
     return boxes
+
+
+def _edge_points(fig, width=WINDOW[0], step_px=0.5):
+    """Each drawn edge (its id) with points every ``step_px`` along its polyline, in the pixels of
+    :func:`_label_boxes`; ``straight``: along the line between its ends' nodes instead (the drawing before
+    edges were routed round labels)."""
+    lay = fig.layout
+    d0, d1 = lay.xaxis.domain or (0, 1)
+    plot_w = (width - lay.margin.l - lay.margin.r) * (d1 - d0)
+    plot_h = (lay.height or WINDOW[1]) - lay.margin.t - lay.margin.b
+    (x0, x1), (y0, y1) = lay.xaxis.range, lay.yaxis.range
+
+    def px(x, y):
+        return np.array([(x - x0) / (x1 - x0) * plot_w, (y1 - y) / (y1 - y0) * plot_h])
+
+    drawn, straight = {}, {}
+    for t in _traces(fig, legendgroup="edges"):
+        polyline = []
+        for x, y, key in zip(t.x, t.y, t.customdata):
+            if x is not None:
+                polyline.append((key, px(x, y)))
+                continue
+            for out, corners in ((drawn, [p for _, p in polyline]), (straight, [polyline[0][1], polyline[-1][1]])):
+                pts = [a + (b - a) * f for a, b in zip(corners, corners[1:])
+                       for f in np.linspace(0, 1, max(2, int(np.linalg.norm(b - a) / step_px) + 1))]
+                out[polyline[0][0]] = np.array(pts)
+            polyline = []
+    return drawn, straight
+
+
+def _crossings(boxes, edges):
+    """(edge, label) pairs where a point of the edge lies strictly inside the label's box."""
+    out = []
+    for key, pts in edges.items():
+        for left, top, right, bottom, label in boxes:
+            inside = (pts[:, 0] > left) & (pts[:, 0] < right) & (pts[:, 1] > top) & (pts[:, 1] < bottom)
+            if inside.any():
+                out.append((key, label))
+    return out
 
 
 def _overlapping(boxes):
@@ -326,6 +372,54 @@ def test_node_labels_do_not_overlap(name, depth, paper_plans):
     assert {n.x for n in view.nodes} == set(map(float, range(view.generations)))
     if depth is None:  # Inception's branches, GPT's q/k/v: side by side in one column
         assert max(sum(n.x == x for n in view.nodes) for x in range(view.generations)) >= 3
+
+
+@pytest.mark.parametrize("name, depth", [("transformer", 2), ("transformer", None), ("gpt", 2), ("gpt", None),
+                                         ("inception3", None)])
+@pytest.mark.parametrize("width", [round(NOMINAL_PLOT_PX / PLOT_DOMAIN[1]) + 20, WINDOW[0]])
+def test_edges_keep_clear_of_node_labels(name, depth, width, paper_plans):
+    """Issue 30: no edge runs through a node's label, in a window of the plot's nominal width and a wider one
+    (the ungrouped Inception and Transformer, 200-odd nodes, keep a few where wide labels fill a gap from both
+    sides: a tenth at most of what straight edges crossed); every edge runs from its source to its target,
+    straight or as an elbow of horizontal and vertical runs."""
+    g, p = paper_plans(name)
+    view = build_graph_view(g, p, depth=depth)
+    fig = F.strategy_graph_figure(view)
+    boxes = _label_boxes(fig, width)
+    assert not _overlapping(boxes), _overlapping(boxes)[:5]
+    drawn, straight = _edge_points(fig, width)
+    assert len(drawn) == len(view.edges)
+    ends = {f"{e.src}\u2192{e.dst}": (e.src, e.dst) for e in view.edges}
+    pos = {n.key: (n.x, n.y) for n in view.nodes}
+    for t in _traces(fig, legendgroup="edges"):
+        xs, ys, keys = list(t.x), list(t.y), list(t.customdata)
+        starts = [0] + [i + 1 for i, x in enumerate(xs) if x is None][:-1]
+        for i in starts:
+            j = xs.index(None, i)
+            src, dst = ends[keys[i]]
+            assert (xs[i], ys[i]) == pos[src] and (xs[j - 1], ys[j - 1]) == pos[dst]
+            corners = list(zip(xs[i:j], ys[i:j]))
+            assert len(corners) == 2 or all(a[0] == b[0] or a[1] == b[1] for a, b in zip(corners, corners[1:]))
+    crossed, before = _crossings(boxes, drawn), _crossings(boxes, straight)
+    if name in ("inception3", "transformer") and depth is None:
+        assert len(crossed) <= len(before) / 10, (len(before), crossed)
+    else:
+        assert not crossed, crossed
+
+
+def test_the_explorers_llama3_view_keeps_edges_clear_of_labels():
+    """Llama 3 8B as the explorer opens it (a node a block, the first block layer by layer): where issue 30 saw an
+    edge through "0.ffn_norm" and "ffn.up", no edge crosses a label."""
+    from pase.models import batch_builder
+
+    g = batch_builder("llama3-8b")(8)
+    first = next(k for k, ms in groups_of([layer.name for layer in g.layers], 2).items() if len(ms) > 1)
+    view = build_graph_view(g, depth=2, expanded=[first])
+    fig = F.strategy_graph_figure(view)
+    boxes = _label_boxes(fig)
+    drawn, straight = _edge_points(fig)
+    assert _crossings(boxes, straight), "straight edges would cross labels here"
+    assert not _crossings(boxes, drawn), _crossings(boxes, drawn)
 
 
 def _luminance(color: str) -> float:

@@ -35,6 +35,10 @@ def test_a_whatif_sweep_of_llama3_8b_shows_3d_plans_that_fit_with_tokens_and_mfu
     rows = {int(r["devices"]): r for _, r in table.iterrows()}
     # On one H100 nothing fits (no time, rate or MFU); on 8 and 16 the 3-D search's plans fit, with their rates.
     assert rows[1]["fits memory"].startswith("no") and rows[1]["time to train"] == "does not fit"
+    # Its empty cells read as a dash (issue 30), in columns that stay numeric.
+    (element,) = [df for df in at.dataframe if "fits memory" in df.value.columns]
+    assert element.proto.placeholder == "—" and table["MFU (% of peak)"].dtype.kind == "f"
+    assert table["MFU (% of peak)"].isna()[list(table["devices"]).index(1)]
     for p in (8, 16):
         assert rows[p]["fits memory"].startswith("yes") and rows[p]["tokens/s"] > 0 and rows[p]["MFU (% of peak)"] > 0
     expected = training_sweep(batch_builder("llama3-8b"), [8], preset("dgx-h100", calibrated=True), 64)[0]
@@ -63,3 +67,10 @@ def test_compare_sets_the_3d_plan_beside_the_3d_baselines():
         for v in table[column].dropna():
             assert len(f"{v:.6g}".replace(".", "").replace("-", "").lstrip("0").rstrip("0")) <= 3, (column, v)
     assert all(x is not None for i, x in enumerate(bars["x"]) if table["step time"][i] != "does not fit")
+    # Issue 30: the cells a plan that does not fit has no number for read as a dash, not "None", in columns that
+    # stay numeric (they sort as numbers).
+    (element,) = [df for df in at.dataframe if "configuration" in df.value.columns]
+    assert element.proto.placeholder == "—"
+    for column in ("× the best's step", "MFU (% of peak)"):
+        assert table[column][dp] is None or table[column][dp] != table[column][dp], (column, table[column][dp])
+        assert table[column].dtype.kind == "f", (column, table[column].dtype)

@@ -7,7 +7,7 @@ memory per stage, the mesh) and on the What-if page (its default sweep: the spee
 the memory capacity, time to train with failures, the splits):
 
 * no text is clipped: every text element's box lies inside its chart's SVG, and a strategy-graph label whose
-  node is in view lies inside the plot area;
+  node is in view lies inside the plot area; no edge of the strategy graph runs through a node's label;
 * every legend swatch is painted in a colour the marks of its series are painted in (fill or stroke, with
   opacity, a pattern's background resolved);
 * plotly's toolbar does not overlap a legend, nor an axis's tick labels one another;
@@ -114,6 +114,52 @@ METRICS_JS = """
           value: m.querySelector('[data-testid="stMetricValue"]').textContent.trim()};
 })
 """
+
+
+# The strategy graph as drawn: every node label's box (its text element's, on screen) and, every pixel along each
+# edge's path, the point on screen (the path's own coordinates through its screen transform).
+GRAPH_JS = r"""
+(key) => {
+  const gd = document.querySelector(`.st-key-${key} .js-plotly-plot`);
+  const traceOf = e => e.__data__ && e.__data__[0] && e.__data__[0].trace;
+  const labels = [], edges = [];
+  for (const g of gd.querySelectorAll('.scatterlayer .trace')) {
+    const t = traceOf(g);
+    if (!t) continue;
+    if (t.legendgroup === 'kinds') {
+      for (const text of g.querySelectorAll('.textpoint text')) {
+        const r = text.getBoundingClientRect();
+        if (r.width > 0) labels.push({text: text.textContent, left: r.left, top: r.top, right: r.right,
+                                      bottom: r.bottom});
+      }
+    } else if (t.legendgroup === 'edges') {
+      for (const path of g.querySelectorAll('path.js-line')) {
+        const m = path.getScreenCTM(), n = path.getTotalLength(), pts = [];
+        for (let l = 0; l <= n; l += 1) {
+          const p = path.getPointAtLength(l);
+          pts.push([m.a * p.x + m.c * p.y + m.e, m.b * p.x + m.d * p.y + m.f]);
+        }
+        edges.push(pts);
+      }
+    }
+  }
+  return {labels, edges};
+}
+"""
+
+
+def edges_through_labels(page, key: str) -> tuple[int, list[str]]:
+    """How many node labels the strategy graph in element ``key`` draws, and the labels an edge's path runs
+    through (a point of it more than TOLERANCE_PX inside the label's text box, as Chromium laid them out)."""
+    drawn = page.evaluate(GRAPH_JS, key)
+    crossed = []
+    for label in drawn["labels"]:
+        for pts in drawn["edges"]:
+            if any(label["left"] + TOLERANCE_PX < x < label["right"] - TOLERANCE_PX
+                   and label["top"] + TOLERANCE_PX < y < label["bottom"] - TOLERANCE_PX for x, y in pts):
+                crossed.append(label["text"])
+                break
+    return len(drawn["labels"]), crossed
 
 
 def _rgba(paint: dict) -> tuple[int, int, int, float] | None:
@@ -223,10 +269,29 @@ def test_the_explorers_charts_and_numbers_read_whole(wide, app_url):
     titles = " ".join(t["text"] for t in graph["texts"] if "cbtitle" in t["cls"] or "colorbar" in t["cls"])
     assert "node time" in titles and "redistribution" in titles, titles
 
+    labels, crossed = edges_through_labels(page, "graph_chart")
+    assert labels and not crossed, ("the explorer: edges through node labels", crossed)
+
     page.get_by_role("tab", name="Memory per device").click()
     page.wait_for_selector(".st-key-memory_chart .js-plotly-plot", state="attached")
     wait_idle(page)
     check_charts(page, "the explorer's memory tab", {"memory_chart"})
+
+
+@pytest.mark.parametrize("name", ["transformer", "llama3-8b"])
+def test_no_edge_of_the_explorers_graph_runs_through_a_label(wide, app_url, name):
+    """Issue 30 saw an edge through "0.ffn_norm" and "ffn.up" on llama3-8b and the Transformer sample: their graphs
+    as the explorer opens them (solved or not; modules grouped, a language model's first block layer by layer)
+    keep every edge clear of every node label, as Chromium draws them."""
+    page = wide
+    open_page(page, app_url)
+    choose_sample(page, name)
+    page.wait_for_selector(".st-key-graph_chart .js-plotly-plot .textpoint", state="attached")
+    wait_idle(page)
+    assert_no_exception(page, f"the explorer on {name}")
+    page.wait_for_timeout(600)
+    labels, crossed = edges_through_labels(page, "graph_chart")
+    assert labels >= 10 and not crossed, (name, labels, crossed)
 
 
 def test_the_training_pages_charts_and_numbers_read_whole(wide, app_url):

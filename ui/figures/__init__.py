@@ -1,6 +1,6 @@
 """Figure builders: plain functions that return plotly figures (no Streamlit), one module per concern.
 
-* :mod:`ui.figures.graph`: the strategy graph;
+* :mod:`ui.figures.graph`: the strategy graph; :mod:`ui.figures.routing`: its labels and edges kept apart;
 * :mod:`ui.figures.costs`: step time per layer and per strategy;
 * :mod:`ui.figures.memory`: memory per device;
 * :mod:`ui.figures.sweeps`: the what-if sweeps;

@@ -1,14 +1,18 @@
 """The strategy graph: the computation graph laid out left to right, coloured by parallelism kind, node
-time or gain over data parallelism, with edges on a scale of redistribution time."""
+time or gain over data parallelism, with edges on a scale of redistribution time, routed clear of the node
+labels (:mod:`ui.figures.routing`)."""
 
 from __future__ import annotations
 
+import html
 import math
+import re
 
 import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 
+from ui.figures.routing import Node, label_size, place_labels_and_edges
 from ui.fmt import fmt_time, plotly_text
 from ui.graphview import KINDS, GraphView
 from ui.palette import (
@@ -33,8 +37,8 @@ LABEL_CHARS = 18
 LABEL_HALO = "-1px -1px 0 #fff, 1px -1px 0 #fff, -1px 1px 0 #fff, 1px 1px 0 #fff"
 # The layout leaves about this many pixels per generation (column) and per branch (row):
 # labels sit under the nodes of even columns and over those of odd ones, so neighbouring
-# columns' labels never meet. A graph of more generations than a plot this wide holds
-# opens on its first columns, to pan along.
+# columns' labels never meet, and edges between rows run round them (ui.figures.routing).
+# A graph of more generations than a plot this wide holds opens on its first columns, to pan along.
 COLUMN_PX = 72
 # A graph a little longer than the window is drawn whole, its columns down to this many pixels apart: a label
 # (LABEL_CHARS at LABEL_FONT_PX, about 115 px at most) still clears the next one on its side, two columns on.
@@ -75,6 +79,85 @@ def node_label(n, solved: bool) -> str:
     return "<br>".join(lines)
 
 
+def _marker_px(n) -> float:
+    """A node's marker size (px): a group's square grows with its layers' count."""
+    return 14 + 4 * min(np.log2(len(n.members)), 5) if n.is_group else 12
+
+
+def _label_below(n) -> bool:
+    """Whether a node's label prefers its node's underside: labels sit under the nodes of even columns and over
+    those of odd ones, so that neighbouring columns' labels never meet."""
+    return not round(n.x) % 2
+
+
+def _label_lines(n, solved: bool) -> list[str]:
+    """The lines of a node's label as drawn (tags and entities resolved)."""
+    return [html.unescape(re.sub("<[^>]+>", "", line)) for line in node_label(n, solved).split("<br>")]
+
+
+def _window(view: GraphView, highlight: str | None, title: str | None):
+    """The axes' ranges (about COLUMN_PX per generation and ROW_PX per branch; a longer or wider graph opens on a
+    window), the figure's height and top margin: ``(x_lo, x_hi, y_lo, y_hi, height, top_margin)``."""
+    pos = {n.key: (n.x, n.y) for n in view.nodes}
+    xs = [n.x for n in view.nodes] or [0.0]
+    ys = [n.y for n in view.nodes] or [0.0]
+    columns = max(1, NOMINAL_PLOT_PX // COLUMN_PX)
+    top_margin = 70 if title else 50
+    max_plot_px = 860
+    pad = 0.55  # room over the top node and under the bottom one for their labels, in rows
+    span = max(ys) - min(ys) + 2 * pad
+    plot_px = min(max(span * ROW_PX, 300), max_plot_px)
+    rows = plot_px / ROW_PX
+    height = int(plot_px + top_margin + 10)
+    # Most of a column beside the first and last nodes, so that their centred labels are not clipped. The whole
+    # graph when it fits at FIT_COLUMN_PX a column; else a window of the whole columns that fit at COLUMN_PX with
+    # that margin, to pan along (no node of the window is cut at its edge).
+    x_lo, x_hi = min(xs) - 0.9, max(xs) + 0.9
+    if x_hi - x_lo > NOMINAL_PLOT_PX / FIT_COLUMN_PX:
+        x_hi = min(xs) + math.floor(columns - 1.8) + 0.9
+    if span <= rows:
+        mid = (max(ys) + min(ys)) / 2
+        y_lo, y_hi = mid - rows / 2, mid + rows / 2
+    else:  # open on the top rows
+        y_hi = max(ys) + pad
+        y_lo = y_hi - rows
+    if highlight is not None and highlight in pos:
+        # Open on the found node, in the middle of a window of the same size.
+        x, y = pos[highlight]
+        x_lo, x_hi = x - (x_hi - x_lo) / 2, x + (x_hi - x_lo) / 2
+        y_lo, y_hi = y - rows / 2, y + rows / 2
+    return x_lo, x_hi, y_lo, y_hi, height, top_margin
+
+
+def _routes(view: GraphView, labels: bool, window: tuple[float, float]):
+    """Each node's label place (key -> plotly text position) and each edge's polyline on the axes (``(src, dst)``
+    -> points), placed so that edges keep clear of labels (:func:`ui.figures.routing.place_labels_and_edges`) on a
+    plot NOMINAL_PLOT_PX wide opening on the x ``window`` and ROW_PX a row; edges straight without labels."""
+    pos = {n.key: (n.x, n.y) for n in view.nodes}
+    if not labels:
+        return ({n.key: "bottom center" if _label_below(n) else "top center" for n in view.nodes},
+                {(e.src, e.dst): [pos[e.src], pos[e.dst]] for e in view.edges})
+    column_px = NOMINAL_PLOT_PX / (window[1] - window[0])
+    nodes = [Node(n.key, n.x * column_px, -n.y * ROW_PX, _marker_px(n),
+                  *label_size(_label_lines(n, view.solved), LABEL_FONT_PX)) for n in view.nodes]
+    places, routes = place_labels_and_edges(nodes, [_label_below(n) for n in view.nodes],
+                                            [(e.src, e.dst) for e in view.edges], column_px,
+                                            bounds=(window[0] * column_px, window[1] * column_px))
+    out = {}
+    for (src, dst), route in routes.items():
+        (x0, y0), (x1, y1) = pos[src], pos[dst]
+        # Back on the axes, the ends and the elbow's runs exactly on their nodes' rows.
+        out[(src, dst)] = [(x0, y0), (x1, y1)] if len(route) == 2 else [
+            (x0, y0), (route[1][0] / column_px, y0), (route[2][0] / column_px, y1), (x1, y1)]
+    return dict(zip((n.key for n in view.nodes), places)), out
+
+
+def _middle(route: list[tuple[float, float]]) -> tuple[float, float]:
+    """Where an edge's hover point sits: the middle of its straight line, or of its elbow's vertical leg."""
+    (xa, ya), (xb, yb) = route[len(route) // 2 - 1], route[len(route) // 2]
+    return (xa + xb) / 2, (ya + yb) / 2
+
+
 def strategy_graph_figure(
     view: GraphView,
     *,
@@ -85,8 +168,8 @@ def strategy_graph_figure(
 ) -> go.Figure:
     """The computation graph, layered left to right, coloured by parallelism kind, time or gain.
 
-    One scatter trace per kind, one line trace per edge colour step (edges
-    joined with ``None`` separators), one invisible trace of edge midpoints for
+    One scatter trace per kind, one line trace per edge colour step (edges,
+    straight or elbows round the labels, joined with ``None`` separators), one invisible trace of edge midpoints for
     edge hover and one for the colour bar of redistribution times (ms), so a
     300-layer graph is a handful of traces.
 
@@ -120,6 +203,9 @@ def strategy_graph_figure(
     if labels is None:
         labels = len(view.nodes) <= MAX_LABELLED_NODES
 
+    x_lo, x_hi, y_lo, y_hi, height, top_margin = _window(view, highlight, title)
+    places, routes = _routes(view, labels, (x_lo, x_hi))
+
     # Edges: width and colour on an absolute scale of their time.
     max_s = max((e.cost_s for e in view.edges), default=0.0)
     buckets: dict[int, list] = {}
@@ -128,10 +214,10 @@ def strategy_graph_figure(
     for b in sorted(buckets):
         xs, ys, ids = [], [], []
         for e in buckets[b]:
-            (x0, y0), (x1, y1) = pos[e.src], pos[e.dst]
-            xs += [x0, x1, None]
-            ys += [y0, y1, None]
-            ids += [f"{e.src}\u2192{e.dst}"] * 3
+            route = routes[(e.src, e.dst)]
+            xs += [x for x, _ in route] + [None]
+            ys += [y for _, y in route] + [None]
+            ids += [f"{e.src}\u2192{e.dst}"] * (len(route) + 1)
         group = buckets[b]
         color, width = edge_style(b)
         if b < 0:
@@ -147,8 +233,8 @@ def strategy_graph_figure(
         ))
     if view.edges:
         fig.add_trace(go.Scatter(
-            x=[(pos[e.src][0] + pos[e.dst][0]) / 2 for e in view.edges],
-            y=[(pos[e.src][1] + pos[e.dst][1]) / 2 for e in view.edges],
+            x=[_middle(routes[(e.src, e.dst)])[0] for e in view.edges],
+            y=[_middle(routes[(e.src, e.dst)])[1] for e in view.edges],
             mode="markers", marker=dict(size=6, color="rgba(0,0,0,0)"),
             hovertext=[
                 plotly_text(f"{e.src} → {e.dst}")
@@ -194,7 +280,7 @@ def strategy_graph_figure(
     for kind, nodes, colors in groups:
         if not nodes:
             continue
-        sizes = [14 + 4 * min(np.log2(len(n.members)), 5) if n.is_group else 12 for n in nodes]
+        sizes = [_marker_px(n) for n in nodes]
         symbols = ["square" if n.is_group else "circle" for n in nodes]
         if colors is not None:
             name = {"time": "node time", "gain": "gain over data parallelism"}[color_by]
@@ -206,7 +292,7 @@ def strategy_graph_figure(
             marker=dict(color=colors if colors is not None else KIND_COLORS[kind], size=sizes, symbol=symbols,
                         line=outline),
             text=[node_label(n, view.solved) for n in nodes] if labels else None,
-            textposition=["top center" if round(n.x) % 2 else "bottom center" for n in nodes],
+            textposition=[places[n.key] for n in nodes],
             textfont=dict(size=LABEL_FONT_PX, color=INK, shadow=LABEL_HALO),
             hovertext=[hover_of[n.key] for n in nodes], hoverinfo="text",
             name=name, showlegend=colors is None, unselected=unselected,
@@ -232,34 +318,6 @@ def strategy_graph_figure(
             hoverinfo="skip", name="found", showlegend=False,
         ))
 
-    # Axes: about COLUMN_PX per generation and ROW_PX per branch; a longer or wider graph opens on a window.
-    xs = [n.x for n in view.nodes] or [0.0]
-    ys = [n.y for n in view.nodes] or [0.0]
-    columns = max(1, NOMINAL_PLOT_PX // COLUMN_PX)
-    top_margin = 70 if title else 50
-    max_plot_px = 860
-    pad = 0.55  # room over the top node and under the bottom one for their labels, in rows
-    span = max(ys) - min(ys) + 2 * pad
-    plot_px = min(max(span * ROW_PX, 300), max_plot_px)
-    rows = plot_px / ROW_PX
-    height = int(plot_px + top_margin + 10)
-    # Most of a column beside the first and last nodes, so that their centred labels are not clipped. The whole
-    # graph when it fits at FIT_COLUMN_PX a column; else a window of the whole columns that fit at COLUMN_PX with
-    # that margin, to pan along (no node of the window is cut at its edge).
-    x_lo, x_hi = min(xs) - 0.9, max(xs) + 0.9
-    if x_hi - x_lo > NOMINAL_PLOT_PX / FIT_COLUMN_PX:
-        x_hi = min(xs) + math.floor(columns - 1.8) + 0.9
-    if span <= rows:
-        mid = (max(ys) + min(ys)) / 2
-        y_lo, y_hi = mid - rows / 2, mid + rows / 2
-    else:  # open on the top rows
-        y_hi = max(ys) + pad
-        y_lo = y_hi - rows
-    if highlight is not None and highlight in pos:
-        # Open on the found node, in the middle of a window of the same size.
-        x, y = pos[highlight]
-        x_lo, x_hi = x - (x_hi - x_lo) / 2, x + (x_hi - x_lo) / 2
-        y_lo, y_hi = y - rows / 2, y + rows / 2
     fig.update_layout(
         title=title, height=height, margin=dict(l=10, r=10, t=top_margin, b=10),
         hovermode="closest", plot_bgcolor="white", dragmode="pan",
