@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import datetime
 import os
 import platform
 import re
@@ -47,3 +49,31 @@ def publish(text: str, no_write: bool) -> None:
     else:
         write_section(text)
         print(f"wrote {text.splitlines()[0]!r} in {BENCHMARKS}")
+
+
+def audit_table(audits: dict[str, dict[str, tuple[float, float | None]]], hand: str) -> list[str]:
+    """The rows of an audit's table: per class (each audit's keys, in order), seconds a step as pase prices it and
+    by hand (blank where there is no hand estimate); ``hand`` heads each hand column after the audit's label."""
+    head = "| class (seconds a step, busiest device) | " + " | ".join(f"{l} pase | {hand.format(l)}" for l in audits)
+    lines = [head + " |", "| --- |" + " ---: | ---: |" * len(audits)]
+    for cls in next(iter(audits.values())):
+        cells = []
+        for a in audits.values():
+            p, h = a[cls]
+            cells += [f"{p if abs(p) > 5e-4 else 0.0:.3f}", "" if h is None else f"{h:.3f}"]
+        name = "step (hand: the published step)" if cls == "step" else cls
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def audit_main(section: str, script: str, doc: str, run) -> int:
+    """An audit script's command line: ``run()`` gives (table, seconds); the section is ``section``, the line that
+    says how and where it ran, ``doc``'s second paragraph on (up to ``Usage``) and the table."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--no-write", action="store_true", help="print the section instead of writing BENCHMARKS.md")
+    args = parser.parse_args()
+    table, elapsed = run()
+    publish("\n".join([section, "", f"`python benchmarks/{script}` on {datetime.date.today().isoformat()} "
+                       f"({elapsed:.0f} s); {machine()}.", "", doc.split("\n\n", 1)[1].split("\nUsage")[0].strip(),
+                       "", table, ""]), args.no_write)
+    return 0

@@ -38,12 +38,10 @@ Usage: ``python benchmarks/audit_moe.py [--no-write]``.
 
 from __future__ import annotations
 
-import argparse
-import datetime
 import time
 
 import numpy as np
-from _report import machine, publish
+from _report import audit_main, audit_table
 from audit_today import KERNELS, _casts_s, _rate, _vector_hand_s
 from validate_today import ROWS, parallelism, predict
 
@@ -130,7 +128,6 @@ def audit(row) -> dict[str, tuple[float, float | None]]:
     strategy = {l.name: np.array([whole[l.name]]) for l in graph.layers}
     cost = build_cost_model(graph, group_cluster(cluster, par), options, configs=strategy, shared_reads=True,
                             fuse_elementwise=True, context_ring=par.context > 1)
-    eff = cluster.efficiency
     hand_of = _Hand(row.cluster)
     fp8 = fp8_products(graph)
     units = {u.scores: u for u in flash_units(graph, explicit=True)}
@@ -233,15 +230,7 @@ def run() -> tuple[str, float]:
     start = time.perf_counter()
     rows = [r for r in ROWS if r.label in LABELS]
     audits = {r.label: audit(r) for r in rows}
-    head = "| class (seconds a step, busiest device) | " + " | ".join(f"{l} pase | hand" for l in audits) + " |"
-    lines = [head, "| --- |" + " ---: | ---: |" * len(audits)]
-    for cls in next(iter(audits.values())):
-        cells = []
-        for a in audits.values():
-            p, h = a[cls]
-            cells += [f"{p if abs(p) > 5e-4 else 0.0:.3f}", "" if h is None else f"{h:.3f}"]
-        name = "step (hand: the published step)" if cls == "step" else cls
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines = audit_table(audits, "hand")
     sums = ", ".join(f"{label} {a[SUM][0]:.2f} s against {a[SUM][1]:.2f} s" for label, a in audits.items())
     gaps = ", ".join(f"{label} {(a['step'][0] / a['step'][1] - 1) * 100:+.0f}%" for label, a in audits.items())
     lines += ["", f"pase's kernels and all-to-alls against the hand estimates: {sums}. Against the published steps, "
@@ -255,16 +244,5 @@ def run() -> tuple[str, float]:
     return "\n".join(lines), time.perf_counter() - start
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--no-write", action="store_true", help="print the section instead of writing BENCHMARKS.md")
-    args = parser.parse_args()
-    table, elapsed = run()
-    publish("\n".join([SECTION, "", f"`python benchmarks/audit_moe.py` on {datetime.date.today().isoformat()} "
-                       f"({elapsed:.0f} s); {machine()}.", "", __doc__.split("\n\n", 1)[1].split("\nUsage")[0].strip(),
-                       "", table, ""]), args.no_write)
-    return 0
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(audit_main(SECTION, "audit_moe.py", __doc__, run))

@@ -27,14 +27,12 @@ Usage: ``python benchmarks/audit_today.py [--no-write]``.
 
 from __future__ import annotations
 
-import argparse
-import datetime
 import json
 import time
 from pathlib import Path
 
 import numpy as np
-from _report import machine, publish
+from _report import audit_main, audit_table
 from validate_today import ROWS, parallelism, predict
 
 from pase.hardware.cluster import H100_TENSOR_CLOCK_HZ, H200_MEASURED_CLOCK_HZ, preset
@@ -78,7 +76,8 @@ def audit(row) -> dict[str, tuple[float, float | None]]:
     cache: dict = {}
     lt = cached_times(build, cluster, par, options, MemoryOptions(), cache)[par.recompute]
     graph, m = lt.graph, par.microbatches
-    whole = next(v[0] for k, v in cache.items() if k[0] == "times" and len(k) == 7)
+    # The group's entry (splits, times per mode); the expert-layout entries under longer keys hold dicts.
+    whole = next(v[0] for k, v in cache.items() if k[0] == "times" and isinstance(v, tuple))
     strategy = {l.name: np.array([whole[l.name]]) for l in graph.layers}
     cost = build_cost_model(graph, group_cluster(cluster, par), options, configs=strategy, shared_reads=True,
                             fuse_elementwise=True, context_ring=par.context > 1)
@@ -167,15 +166,7 @@ def run() -> tuple[str, float]:
     start = time.perf_counter()
     rows = [r for r in ROWS if r.label in LABELS and r.source.startswith("3a")]
     audits = {r.label: audit(r) for r in rows}
-    head = "| class (seconds a step, busiest device) | " + " | ".join(f"{l} pase | {l} hand" for l in audits) + " |"
-    lines = [head, "| --- |" + " ---: | ---: |" * len(audits)]
-    for cls in next(iter(audits.values())):
-        cells = []
-        for a in audits.values():
-            p, h = a[cls]
-            cells += [f"{p if abs(p) > 5e-4 else 0.0:.3f}", "" if h is None else f"{h:.3f}"]
-        name = "step (hand: the published step)" if cls == "step" else cls
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines = audit_table(audits, "{} hand")
     gaps = ", ".join(f"{label} {a['step'][1] - a['step'][0]:.2f} s ({(a['step'][1] / a['step'][0] - 1) * 100:.0f}%)"
                      for label, a in audits.items())
     lines += ["", "Every class pase prices is within about 10% of its hand estimate from the kernel file (the FP8 "
@@ -187,16 +178,5 @@ def run() -> tuple[str, float]:
     return "\n".join(lines), time.perf_counter() - start
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--no-write", action="store_true", help="print the section instead of writing BENCHMARKS.md")
-    args = parser.parse_args()
-    table, elapsed = run()
-    publish("\n".join([SECTION, "", f"`python benchmarks/audit_today.py` on {datetime.date.today().isoformat()} "
-                       f"({elapsed:.0f} s); {machine()}.", "", __doc__.split("\n\n", 1)[1].split("\nUsage")[0].strip(),
-                       "", table, ""]), args.no_write)
-    return 0
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(audit_main(SECTION, "audit_today.py", __doc__, run))
