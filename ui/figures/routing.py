@@ -30,6 +30,8 @@ MARGIN_PX = 2.0
 # Where a crossed label may move, on its own side or the other: centred, or beside its node's vertical (right or
 # left), out of the gap an elbow's leg needs.
 ALTERNATIVES = ("center", "right", "left")
+# A moved label must be clear of others by this share of its width each side (see _padded).
+MOVE_SLACK = 0.25
 
 
 @dataclass(frozen=True)
@@ -200,7 +202,7 @@ def place_labels_and_edges(
         other = "top" if own == "bottom" else "bottom"
         tries = [f"{v} {h}" for v in (own, other) for h in ALTERNATIVES if f"{v} {h}" != scene.places[i]]
         inside = bounds[0] <= nodes[i].x <= bounds[1]
-        tries = [p for p in tries if not scene.overlapped(nodes[i].label_box(p), i) and not (
+        tries = [p for p in tries if not scene.overlapped(_padded(nodes[i].label_box(p)), i) and not (
             inside and (nodes[i].label_box(p).left < bounds[0] or nodes[i].label_box(p).right > bounds[1]))]
         if not tries:
             continue
@@ -223,6 +225,14 @@ def place_labels_and_edges(
         if best_routes is not None:
             routes.update(best_routes)
     return scene.places, routes
+
+
+def _padded(box: Box) -> Box:
+    """``box`` widened by MOVE_SLACK of its width each side and MARGIN_PX up and down: a moved label keeps clear of
+    its neighbours though the browser's glyphs run wider than :func:`label_size` estimates or the plot is
+    narrower than the nominal width the places are computed at."""
+    pad = MOVE_SLACK * (box.right - box.left)
+    return Box(box.left - pad, box.top - MARGIN_PX, box.right + pad, box.bottom + MARGIN_PX)
 
 
 def _span(scene: _Scene, edge: tuple[str, str]) -> tuple[float, float, float, float]:
