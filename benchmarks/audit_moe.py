@@ -42,18 +42,13 @@ import time
 
 import numpy as np
 from _report import audit_main, audit_table
-from audit_today import KERNELS, _casts_s, _rate, _vector_hand_s
-from validate_today import ROWS, parallelism, predict
+from audit_today import KERNELS, _casts_s, _rate, _vector_hand_s, priced
+from validate_today import ROWS
 
-from pase.hardware.cluster import H100_TENSOR_CLOCK_HZ, H200_MEASURED_CLOCK_HZ, preset
-from pase.ir.configs import ConfigOptions
+from pase.hardware.cluster import H100_TENSOR_CLOCK_HZ, H200_MEASURED_CLOCK_HZ
 from pase.model.attention import flash_flops, flash_units
-from pase.model.cost import build_cost_model
 from pase.model.experts import PROB_BYTES, block_costs, expert_layout, moe_blocks
-from pase.model.memory import MemoryOptions
 from pase.model.roofline import FP8_CAST_BYTES, fp8_products
-from pase.model.training import cached_times, group_cluster
-from pase.models import batch_builder
 from pase.ops import OPS, block_elements
 
 SECTION = "## Mixtures of experts: where a step's time goes (issue 27's audit)"
@@ -114,20 +109,9 @@ class _Hand:
 
 def audit(row) -> dict[str, tuple[float, float | None]]:
     """Class -> (pase's seconds a step on the busiest device, the hand estimate or None)."""
-    plan = predict(row)
-    par = parallelism(row)
-    cluster = preset(row.cluster, row.gpus, calibrated=True)
-    options = ConfigOptions(attention="flash", precision="fp8")
-    build = batch_builder(row.sample, seq=row.seq)
-    cache: dict = {}
-    lt = cached_times(build, cluster, par, options, MemoryOptions(), cache)[par.recompute]
-    graph, m = lt.graph, par.microbatches
-    base = ("times", par.microbatch_size, par.tensor, par.context, par.sequence_parallel, par.tp_overlap,
-            par.tp_comm_overlap, par.modules)
-    whole = cache[base][0]
-    strategy = {l.name: np.array([whole[l.name]]) for l in graph.layers}
-    cost = build_cost_model(graph, group_cluster(cluster, par), options, configs=strategy, shared_reads=True,
-                            fuse_elementwise=True, context_ring=par.context > 1)
+    p = priced(row)
+    plan, par, cluster, lt, graph, strategy, cost = p.plan, p.par, p.cluster, p.lt, p.graph, p.strategy, p.cost
+    m = par.microbatches
     hand_of = _Hand(row.cluster)
     fp8 = fp8_products(graph)
     units = {u.scores: u for u in flash_units(graph, explicit=True)}

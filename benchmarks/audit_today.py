@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -66,21 +67,42 @@ def _per_byte(kind: str) -> float:
     return row["s"] / row["bytes"] * HBM
 
 
-def audit(row) -> dict[str, tuple[float, float | None]]:
-    """Class -> (pase's seconds a step on the busiest device, the hand estimate or None)."""
-    plan = predict(row)
+@dataclass(frozen=True)
+class Priced:
+    """A row as ``pase evaluate`` prices it: the plan, its configuration and cluster, the busiest group's layer
+    times (``lt``, under the row's recomputation), their graph and Megatron splits, and the cost model of one
+    microbatch under those splits (what each layer's kernels take)."""
+
+    plan: object
+    par: object
+    cluster: object
+    lt: object
+    graph: object
+    strategy: dict
+    cost: object
+
+
+def priced(row) -> Priced:
+    """:class:`Priced` for a ``validate_today`` row, on the same cache ``pase evaluate`` fills."""
     par = parallelism(row)
     cluster = preset(row.cluster, row.gpus, calibrated=True)
     options = ConfigOptions(attention="flash", precision="fp8")
-    build = batch_builder(row.sample, seq=row.seq)
     cache: dict = {}
-    lt = cached_times(build, cluster, par, options, MemoryOptions(), cache)[par.recompute]
-    graph, m = lt.graph, par.microbatches
+    lt = cached_times(batch_builder(row.sample, seq=row.seq), cluster, par, options, MemoryOptions(),
+                      cache)[par.recompute]
     # The group's entry (splits, times per mode); the expert-layout entries under longer keys hold dicts.
     whole = next(v[0] for k, v in cache.items() if k[0] == "times" and isinstance(v, tuple))
-    strategy = {l.name: np.array([whole[l.name]]) for l in graph.layers}
-    cost = build_cost_model(graph, group_cluster(cluster, par), options, configs=strategy, shared_reads=True,
+    strategy = {l.name: np.array([whole[l.name]]) for l in lt.graph.layers}
+    cost = build_cost_model(lt.graph, group_cluster(cluster, par), options, configs=strategy, shared_reads=True,
                             fuse_elementwise=True, context_ring=par.context > 1)
+    return Priced(predict(row), par, cluster, lt, lt.graph, strategy, cost)
+
+
+def audit(row) -> dict[str, tuple[float, float | None]]:
+    """Class -> (pase's seconds a step on the busiest device, the hand estimate or None)."""
+    p = priced(row)
+    plan, par, cluster, lt, graph, strategy, cost = p.plan, p.par, p.cluster, p.lt, p.graph, p.strategy, p.cost
+    m = par.microbatches
     eff = cluster.efficiency
     fp8 = fp8_products(graph)
     units = {u.scores: u for u in flash_units(graph, explicit=True)}
