@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pase.errors import ClusterError
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_parser", "launch_lines", "run"]
 
 HELP = "measure this machine's GPU (and its links) and write a calibration file pase plans with"
 
@@ -42,6 +42,21 @@ def _check_writable(path: Path) -> None:
         raise ClusterError(f"--out {str(path)!r}: folder {str(parent)!r} does not exist")
     if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise ClusterError(f"--out {str(path)!r}: cannot write there (permission denied)")
+
+
+def launch_lines(cases: list[dict]) -> list[str]:
+    """The launch cases (:func:`pase.calibrate.fit.launch_cases`) as lines: microseconds per kernel each way."""
+    if not cases:
+        return []
+    lines = ["  launch, us per kernel: alone | GPU's own | host's issue | back to back | CUDA graph | pase prices"]
+
+    def us(case: dict, key: str) -> str:
+        return f"{case[key] * 1e6:7.1f}" if key in case else "      -"
+    for c in cases:
+        lines.append(f"    {c['case'][:52]:52s} " + " ".join(us(c, k) for k in ("alone_s", "gpu_s", "host_s",
+                                                                                 "stream_s", "graph_s", "model_s"))
+                     + ("  host-bound eager" if c["bound"] == "host" else ""))
+    return lines
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,7 +92,10 @@ def run(args: argparse.Namespace) -> int:
                     memory_bytes=about["memory_bytes"])
     save_calibration(cal, out)
     for section, quality in cal.fit.items():
-        say(f"  {section:14s} {quality['rows']:4d} rows, fitted within a median {quality['median_abs_error']:.1%} "
-            f"(largest {quality['max_abs_error']:.1%})")
+        if section != "launch":
+            say(f"  {section:14s} {quality['rows']:4d} rows, fitted within a median "
+                f"{quality['median_abs_error']:.1%} (largest {quality['max_abs_error']:.1%})")
+    for line in launch_lines(cal.fit.get("launch", {}).get("cases", [])):
+        say(line)
     print(f"wrote {out}: use it with --calibration {out}")
     return 0

@@ -62,7 +62,7 @@ from pase.hardware.efficiency import Efficiency, curve_fraction
 from pase.ops.norm import RMS_NORM_FLOPS_PER_ELEMENT, RMS_NORM_FORWARD_FLOPS
 
 __all__ = ["SECTIONS", "FitResult", "LinkFit", "anchors", "fit_curve", "fit_memory", "fit_vector_flops",
-           "fit_links", "fit_efficiency", "kernel_s", "residuals", "summary", "calibrate"]
+           "fit_links", "fit_efficiency", "kernel_s", "launch_cases", "residuals", "summary", "calibrate"]
 
 # The row sections a measurement file may hold, each with the columns the fit reads.
 SECTIONS = {
@@ -71,6 +71,7 @@ SECTIONS = {
     "attention": ("b", "hq", "hkv", "s", "d", "fwd_flops", "fwd_s", "fwd_bwd_s"),
     "memory_bound": ("kind", "m", "h", "bytes", "s"),
     "collectives": ("op", "ranks", "scope", "bytes", "s"),
+    "launch": ("case", "dtype", "kernels", "alone_s", "stream_s", "gpu_s", "host_s"),
 }
 BF16_BYTES = 2
 FP8_BYTES = 1
@@ -281,6 +282,7 @@ class FitResult:
     links: dict[str, LinkFit]
     rows: dict[str, list[tuple[str, float, float]]] = field(default_factory=dict)
     excluded: dict[str, str] = field(default_factory=dict)
+    launch: list[dict] = field(default_factory=list)
 
     def errors(self, section: str) -> np.ndarray:
         """Relative errors ``fitted / measured - 1`` of a section's fitted rows."""
@@ -300,7 +302,7 @@ def _rows(measurements: Mapping, section: str) -> list[dict]:
             raise ClusterError(f"measurements: {section} row {i} is not an object")
         for col in SECTIONS[section]:
             v = r.get(col)
-            if col in ("kind", "op", "scope"):
+            if col in ("kind", "op", "scope", "case", "dtype"):
                 if not isinstance(v, str):
                     raise ClusterError(f"measurements: {section} row {i} needs {col} (a name)")
             elif isinstance(v, bool) or not isinstance(v, (int, float)) or not (0 < v < math.inf):
@@ -386,7 +388,43 @@ def fit_efficiency(measurements: Mapping, peak_flops: float, fp8_peak_flops: flo
     result = FitResult(efficiency, links)
     result.rows.update(residuals(measurements, efficiency, peak_flops, fp8_peak_flops))
     result.excluded.update(_EXCLUDED)
+    result.launch.extend(launch_cases(measurements, efficiency, peak_flops, fp8_peak_flops))
     return result
+
+
+def launch_cases(measurements: Mapping, efficiency: Efficiency, peak_flops: float,
+                 fp8_peak_flops: float | None = None) -> list[dict]:
+    """The ``launch`` rows per kernel, with what ``efficiency`` prices each kernel at (``model_s``).
+
+    Each: ``case``, ``kernels``, and seconds per kernel ``alone_s``, ``gpu_s``,
+    ``stream_s``, ``host_s`` (``graph_s`` where measured, ``model_s`` for
+    products and copies); ``host_share``, the part of the time alone that is
+    not the GPU's (``1 - gpu_s / alone_s``); ``bound``, ``"host"`` where a
+    run of such calls back to back (an eager step) goes at the host's pace,
+    slower than the GPU's by over 10%, else ``"gpu"``.
+    """
+    e = efficiency
+    out = []
+    for r in _rows(measurements, "launch"):
+        n = float(r["kernels"])
+        case = {"case": r["case"], "kernels": int(n),
+                **{col: float(r[col]) / n for col in ("alone_s", "gpu_s", "stream_s", "host_s", "graph_s")
+                   if col in r}}
+        flops = float(r.get("flops", 0.0)) / n
+        if flops > 0 and (r["dtype"] == "bf16" or (fp8_peak_flops is not None and e.fp8_matmul_curve is not None)):
+            fp8 = r["dtype"] == "fp8"
+            rate = (fp8_peak_flops * curve_fraction(e.fp8_matmul_curve, flops) if fp8
+                    else peak_flops * e.matmul_fraction(flops, "forward"))
+            nbytes = _gemm_bytes(r, FP8_BYTES if fp8 else BF16_BYTES) if {"m", "n", "k"} <= set(r) else 0.0
+            case["model_s"] = float(kernel_s(flops, nbytes, rate, e.memory_Bps, e.kernel_overhead_s,
+                                             e.memory_overlap))
+        elif flops == 0:
+            case["model_s"] = float(kernel_s(0.0, 2 * 1024 * 1024 * BF16_BYTES, 1.0, e.memory_Bps,
+                                             e.kernel_overhead_s))
+        case["host_share"] = max(0.0, 1.0 - case["gpu_s"] / case["alone_s"])
+        case["bound"] = "host" if case["stream_s"] > 1.1 * case["gpu_s"] else "gpu"
+        out.append(case)
+    return out
 
 
 _EXCLUDED = {
@@ -457,6 +495,11 @@ def summary(result: FitResult) -> dict:
                         "max_abs_error": round(float(err.max()), 4)}
         if section == "other_memory":
             out[section]["note"] = "; ".join(result.excluded.values())
+    if result.launch:
+        out["launch"] = {"rows": len(result.launch), "cases": result.launch,
+                         "note": "not fitted: seconds per kernel, each case timed alone, with the GPU held (its own "
+                                 "time), back to back, as the host issues it and from a CUDA graph "
+                                 "(pase.calibrate.profile.Timer); model_s, what this calibration prices it at"}
     return out
 
 

@@ -10,6 +10,13 @@ The only module of pase that imports torch (``pip install pase[torch]``), and on
 * causal fused attention (``scaled_dot_product_attention``, BF16), forward and forward plus backward, over
   sequence lengths and head counts (grouped-query where the key heads are fewer);
 * memory-bound kernels: copy, add of two tensors into a third, RMSNorm forward and forward plus backward;
+* launch (:func:`profile_launch`): small square products, a small copy and the expert products of the
+  mixture-of-experts runs of published-measurements.md (section 3b) as a loop over the local experts, each timed
+  five ways (:class:`Timer`): alone as above, with the host's issue hidden behind a held GPU (the GPU's own
+  time), back to back from an idle GPU (an eager step's pace), the host's time to issue it, and replayed from a
+  CUDA graph. A kernel timed alone on an idle GPU holds the host's time to issue it: the H200 file's products
+  of 0.03 and 17 GFLOP take 22-31 us alone, which no GPU's work explains; these rows part the two. The fit
+  does not use them (they are reported beside what the calibration prices each kernel at);
 * with two or more GPUs: NCCL all-reduce, all-gather, reduce-scatter and all-to-all over message sizes among
   the GPUs of one node (spawned here when not launched by torchrun) and, under torchrun across nodes, among
   one GPU of each node (every GPU's rank of the same local index at once, as data-parallel groups run).
@@ -29,11 +36,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Callable
 
 from pase.errors import ClusterError
 
-__all__ = ["KNOWN_PEAKS", "require_gpu", "device_peaks", "profile_kernels", "profile_collectives", "measure"]
+__all__ = ["KNOWN_PEAKS", "Timer", "require_gpu", "device_peaks", "profile_kernels", "profile_launch",
+           "profile_collectives", "measure"]
 
 # Dense BF16 and FP8 tensor-core peaks (FLOP/s) of GPUs whose names pase recognises, from NVIDIA's datasheets;
 # any other GPU needs --peak-tflops (and --fp8-peak-tflops for FP8). First match wins, in this order.
@@ -63,6 +72,22 @@ _QUICK_MEMORY = ((8192, 4096), (16384, 8192))
 _COLLECTIVE_MB = (1, 4, 16, 64, 256, 1024)
 _QUICK_COLLECTIVE_MB = (4, 64, 512)
 _COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+# The launch section (Timer's five ways): square products, a small copy, and the expert products of section 3b's
+# mixture-of-experts rows as Transformer Engine's grouped linear layer issues them, a product per local expert:
+# (what, tokens per expert, n, k, local experts), the tokens of one microbatch under balanced routing
+# (published-measurements.md, section 3b; benchmarks/validate_today.py's rows).
+_LAUNCH_SQUARES = (256, 1024, 2048, 4096)
+_QUICK_LAUNCH_SQUARES = (256, 2048)
+_LAUNCH_EXPERTS = (
+    ("qwen3-30b-a3b fc1 (B200 row)", 2048, 1536, 2048, 16),
+    ("qwen3-30b-a3b fc2 (B200 row)", 2048, 2048, 768, 16),
+    ("qwen3-30b-a3b fc1 (H100 row)", 4096, 1536, 2048, 16),
+    ("qwen3-235b-a22b fc1 (H100 row)", 4096, 3072, 4096, 4),
+    ("deepseek-v3 fc1 (H100 row)", 4096, 4096, 7168, 4),
+    ("deepseek-v3 fc2 (H100 row)", 4096, 7168, 2048, 4),
+)
+_QUICK_LAUNCH_EXPERTS = _LAUNCH_EXPERTS[:2]
+_LAUNCH_CALLS = 20  # calls per timing of the back-to-back, held and graph ways
 
 
 def _torch():
@@ -99,22 +124,136 @@ def device_peaks(name: str, peak_tflops: float | None = None,
     return bf16, fp8
 
 
-def _timer(torch, warmup: int, reps: int):
-    """A function timing ``fn()``: the median of ``reps`` CUDA-event timings after ``warmup`` calls, seconds."""
-    def time_s(fn: Callable[[], object]) -> float:
-        for _ in range(warmup):
+class Timer:
+    """Times a call ``fn()`` on the current CUDA stream, in seconds per call, the median of ``reps`` timings
+    after ``warmup`` calls, four ways that part what the GPU spends from what the host does:
+
+    * :meth:`alone`: CUDA events around one call on an idle GPU (how every section but ``launch`` is timed).
+      The GPU waits for the host to issue the kernel and, for a kernel shorter than the host's work after
+      issuing it, for the end event too, so it holds the host's time before the kernel plus the longer of
+      the kernel and the host's time after it;
+    * :meth:`gpu`: ``calls`` calls issued while a sleep kernel (``torch.cuda._sleep``) holds the GPU, the events
+      around them: the GPU's time alone, the host's hidden as in a step that keeps the GPU's queue full;
+    * :meth:`stream`: ``calls`` calls back to back from an idle GPU: an eager step's pace over a run of such
+      calls, the slower of the host's issue and the GPU's work;
+    * :meth:`host`: the host's time to issue a call (``clock``, seconds), the GPU held busy meanwhile;
+    * :meth:`graph`: ``calls`` calls captured in a CUDA graph and replayed from an idle GPU (one launch).
+
+    A hold that ends before the host has issued everything would let the host's time back in: each is checked
+    (an event after the sleep must still be pending once the host is done) and doubled until it holds.
+    """
+
+    def __init__(self, torch, warmup: int, reps: int, clock: Callable[[], float] = time.perf_counter):
+        self.torch, self.warmup, self.reps, self.clock = torch, warmup, reps, clock
+        self._cycles_per_s: float | None = None
+        self._hold_s = 2e-3
+
+    def _event(self):
+        return self.torch.cuda.Event(enable_timing=True)
+
+    def _warm(self, fn: Callable[[], object]) -> None:
+        for _ in range(self.warmup):
             fn()
-        torch.cuda.synchronize()
-        samples = []
-        for _ in range(reps):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            samples.append(start.elapsed_time(end) / 1e3)
-        return float(statistics.median(samples))
-    return time_s
+        self.torch.cuda.synchronize()
+
+    def _elapsed_s(self, run: Callable[[], None]) -> float:
+        """Seconds between CUDA events recorded before and after ``run()`` (its calls issued between them)."""
+        start, end = self._event(), self._event()
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+    def alone(self, fn: Callable[[], object]) -> float:
+        """One call on an idle GPU, CUDA events around it (the class docstring)."""
+        self._warm(fn)
+        return float(statistics.median(self._elapsed_s(fn) for _ in range(self.reps)))
+
+    @property
+    def cycles_per_s(self) -> float:
+        """The sleep kernel's clock: two sleeps' difference in time over their difference in cycles, so that the
+        host's time around each cancels."""
+        if self._cycles_per_s is None:
+            sleep = self.torch.cuda._sleep
+            short, long = (self.alone(lambda c=c: sleep(c)) for c in (1_000_000, 3_000_000))
+            if long <= short:
+                raise ClusterError("pase calibrate: the GPU's sleep kernel did not take longer for more cycles; "
+                                   "this GPU or driver cannot time kernels with the host hidden")
+            self._cycles_per_s = 2_000_000 / (long - short)
+        return self._cycles_per_s
+
+    def _held(self, issue: Callable[[], float]) -> float:
+        """``issue()``'s result with the GPU held by a sleep kernel while the host issues its calls, the hold
+        doubled until it outlasts the host (at most a second)."""
+        while True:
+            self.torch.cuda.synchronize()
+            self.torch.cuda._sleep(int(self._hold_s * self.cycles_per_s))
+            held = self._event()
+            held.record()
+            result = issue()
+            pending = not held.query()
+            self.torch.cuda.synchronize()
+            if pending:
+                return result
+            if self._hold_s >= 1.0:
+                raise ClusterError("pase calibrate: the host took over a second to issue the calls timed with the "
+                                   "GPU held; the machine is too busy to time them")
+            self._hold_s *= 2
+
+    def gpu(self, fn: Callable[[], object], calls: int) -> float:
+        """The GPU's time per call, the host's issue hidden behind a held GPU (the class docstring)."""
+        self._warm(fn)
+
+        def once() -> float:
+            start, end = self._event(), self._event()
+
+            def issue() -> tuple:
+                start.record()
+                for _ in range(calls):
+                    fn()
+                end.record()
+                return start, end
+            self._held(issue)
+            return start.elapsed_time(end) / 1e3 / calls
+        return float(statistics.median(once() for _ in range(self.reps)))
+
+    def stream(self, fn: Callable[[], object], calls: int) -> float:
+        """Per call, ``calls`` calls back to back from an idle GPU (the class docstring)."""
+        self._warm(fn)
+
+        def run() -> None:
+            for _ in range(calls):
+                fn()
+        return float(statistics.median(self._elapsed_s(run) / calls for _ in range(self.reps)))
+
+    def host(self, fn: Callable[[], object], calls: int) -> float:
+        """The host's seconds to issue one call, the GPU held busy (the class docstring)."""
+        self._warm(fn)
+
+        def issue() -> float:
+            t0 = self.clock()
+            for _ in range(calls):
+                fn()
+            return (self.clock() - t0) / calls
+        return float(statistics.median(self._held(issue) for _ in range(self.reps)))
+
+    def graph(self, fn: Callable[[], object], calls: int) -> float:
+        """Per call, ``calls`` calls captured in one CUDA graph and replayed from an idle GPU; warmed on a side
+        stream first, as capture requires."""
+        cuda = self.torch.cuda
+        side = cuda.Stream()
+        side.wait_stream(cuda.current_stream())
+        with cuda.stream(side):
+            for _ in range(max(self.warmup, 1)):
+                fn()
+        cuda.current_stream().wait_stream(side)
+        cuda.synchronize()
+        g = cuda.CUDAGraph()
+        with cuda.graph(g):
+            for _ in range(calls):
+                fn()
+        return self.alone(g.replay) / calls
 
 
 def _progress(say: Callable[[str], None], total: int):
@@ -134,7 +273,7 @@ def profile_kernels(quick: bool = False, say: Callable[[str], None] = print, has
 
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
     torch.cuda.set_device(device)
-    time_s = _timer(torch, 3 if quick else 4, 7 if quick else 15)
+    time_s = Timer(torch, 3 if quick else 4, 7 if quick else 15).alone
     gemms = _QUICK_GEMMS if quick else tuple((s, s, s) for s in _SQUARES) + _LAYERS
     attention = _QUICK_ATTENTION if quick else _ATTENTION
     memory = _QUICK_MEMORY if quick else _MEMORY
@@ -218,9 +357,80 @@ def profile_kernels(quick: bool = False, say: Callable[[str], None] = print, has
     return out
 
 
+def _products(torch, device, m: int, n: int, k: int, count: int, fp8: bool) -> Callable[[], None]:
+    """A call issuing ``count`` products ``y = x W^T`` of ``x (m, k)`` and ``W (n, k)``, each on its own operands
+    (FP8 e4m3 with per-tensor scales and BF16 out where ``fp8``, else BF16), one kernel each."""
+    bf16 = torch.bfloat16
+    if fp8:
+        one = torch.ones((), device=device, dtype=torch.float32)
+        xs = [torch.randn(m, k, device=device, dtype=bf16).to(torch.float8_e4m3fn) for _ in range(count)]
+        # The weight column-major, as cuBLASLt wants it.
+        ws = [torch.randn(n, k, device=device, dtype=bf16).to(torch.float8_e4m3fn).t() for _ in range(count)]
+
+        def call() -> None:
+            for x, w in zip(xs, ws):
+                torch._scaled_mm(x, w, scale_a=one, scale_b=one, out_dtype=bf16)
+        return call
+    xs = [torch.randn(m, k, device=device, dtype=bf16) for _ in range(count)]
+    ws = [torch.randn(n, k, device=device, dtype=bf16) for _ in range(count)]
+
+    def call() -> None:
+        for x, w in zip(xs, ws):
+            x @ w.t()
+    return call
+
+
+def profile_launch(torch, device, timer: Timer, quick: bool = False, fp8: bool = True,
+                   say: Callable[[str], None] = print) -> dict:
+    """The ``launch`` section: each case timed the five ways of :class:`Timer`, seconds per call.
+
+    Cases: square BF16 products (and FP8 where ``fp8``), a 4 MB copy, and the expert products of section 3b's
+    MoE rows as a loop over the local experts (FP8 where ``fp8``). A graph capture the GPU or torch refuses
+    leaves ``graph_s`` out of that row and says why.
+    """
+    calls = _LAUNCH_CALLS
+    squares = _QUICK_LAUNCH_SQUARES if quick else _LAUNCH_SQUARES
+    experts = _QUICK_LAUNCH_EXPERTS if quick else _LAUNCH_EXPERTS
+    cases = [(f"bf16 product {s}^3", "bf16", (s, s, s, 1, False)) for s in squares]
+    if fp8:
+        cases += [(f"fp8 product {s}^3", "fp8", (s, s, s, 1, True)) for s in squares if s >= 1024]
+    cases.append(("bf16 copy 1024 x 1024", "bf16", None))
+    dtype = "fp8" if fp8 else "bf16"
+    cases += [(f"{what}: {e} experts, {m} tokens each", dtype, (m, n, k, e, fp8)) for what, m, n, k, e in experts]
+    step = _progress(say, len(cases))
+    rows = []
+    for what, kind, shape in cases:
+        step(f"launch: {what}")
+        if shape is None:
+            src, dst = (torch.randn(1024, 1024, device=device, dtype=torch.bfloat16) for _ in range(2))
+            row = {"case": what, "dtype": kind, "kernels": 1, "flops": 0.0}
+
+            def fn() -> None:
+                dst.copy_(src)
+        else:
+            m, n, k, count, _ = shape
+            row = {"case": what, "dtype": kind, "kernels": count, "m": m, "n": n, "k": k,
+                   "flops": 2.0 * m * n * k * count}
+            fn = _products(torch, device, *shape)
+        row.update(alone_s=timer.alone(fn), stream_s=timer.stream(fn, calls), gpu_s=timer.gpu(fn, calls),
+                   host_s=timer.host(fn, calls))
+        try:
+            row["graph_s"] = timer.graph(fn, calls)
+        except RuntimeError as exc:  # a capture this torch or GPU refuses: the row keeps its other four ways
+            say(f"  no CUDA graph for {what} ({str(exc).splitlines()[0][:120]})")
+        rows.append(row)
+        del fn
+    return {"note": "seconds per call (a call: the case's kernels, one per local expert for the expert loops), "
+                    "timed five ways (pase.calibrate.profile.Timer): alone_s, CUDA events around one call on an "
+                    "idle GPU, as the other sections; gpu_s, calls issued while a sleep kernel holds the GPU (the "
+                    "GPU's time, the host's hidden); stream_s, calls back to back from an idle GPU (an eager "
+                    "step's pace); host_s, the host's time to issue a call; graph_s, calls replayed from a CUDA "
+                    "graph. m, n, k: each product's; flops: per call, 2 m n k per product", "rows": rows}
+
+
 def _collective_rows(torch, dist, group, ranks: int, scope: str, device, quick: bool, say) -> list[dict]:
     """Time the four collectives among ``group`` (``ranks`` ranks) over message sizes; rows for ``scope``."""
-    time_s = _timer(torch, 3 if quick else 5, 7 if quick else 15)
+    time_s = Timer(torch, 3 if quick else 5, 7 if quick else 15).alone
     rows = []
     for mb in (_QUICK_COLLECTIVE_MB if quick else _COLLECTIVE_MB):
         elements = mb * 2 ** 20 // 2 // ranks * ranks  # bf16, a multiple of the ranks
@@ -319,7 +529,11 @@ def measure(quick: bool = False, say: Callable[[str], None] = print) -> tuple[di
                                   "data. Seconds per call.",
                           "device": props.name, "torch": torch.__version__}
     if rank == 0:
-        measurements.update(profile_kernels(quick, say, has_fp8=props.major * 10 + props.minor >= 89))
+        has_fp8 = props.major * 10 + props.minor >= 89
+        measurements.update(profile_kernels(quick, say, has_fp8=has_fp8))
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        measurements["launch"] = profile_launch(torch, device, Timer(torch, 3, 7 if quick else 11), quick,
+                                                has_fp8 and "gemm_fp8" in measurements, say)
     rows: list[dict] = []
     if "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1:
         rows = profile_collectives(quick, say)
