@@ -134,14 +134,17 @@ def parallelism(row: Row) -> Parallelism:
                        recompute_modules=row.recompute_modules, expert_overlap=row.ep_overlap)
 
 
-def predict(row: Row, precision: str = "fp8") -> TrainingPlan:
-    """The model's plan of ``row`` on its preset's calibration (flash attention, ``precision`` products).
+def predict(row: Row, precision: str = "fp8", adjust=None) -> TrainingPlan:
+    """The model's plan of ``row`` on its preset's calibration (flash attention, ``precision`` products);
+    ``adjust``: a function of the preset's cluster giving the cluster to price on instead (an audit's what-if).
 
     Raises ``PaseError`` when the row cannot be evaluated (a sample pase does not have, a split it refuses).
     """
     if row.sample not in SAMPLES:
         raise PaseError(f"no sample {row.sample!r}")
     cluster = preset(row.cluster, row.gpus, calibrated=True)
+    if adjust is not None:
+        cluster = adjust(cluster)
     build, par = batch_builder(row.sample, seq=row.seq, **({"mtp": row.mtp} if row.mtp else {})), parallelism(row)
     options, cache = ConfigOptions(attention="flash", precision=precision), {}
     if row.layout is None:
