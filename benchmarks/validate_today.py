@@ -33,6 +33,10 @@ the script sets it: DeepSeek-V3 on H100 ``recompute_modules ["mla_up_proj", "mlp
 ``["mla_up_proj"]`` (selective, ``pase.model.recompute``); the Qwen3 yamls ``recompute_granularity:
 null`` (none). DeepSeek-V3 on H100 runs the 1F1B all-to-all overlap (``overlap_moe_expert_parallel_comm``)
 and no gradient-reduce overlap (``overlap_grad_reduce = False``); the other rows expose the dispatch.
+DeepSeek-V3 on H100 dispatches with DeepEP (``run_script.py``'s ``enable_deepep`` on H100 without token
+drop: Megatron-Core's flex dispatcher, ``recipes/deepseek/deepseek_v3.py``), with its router's node-limited
+routing (8 groups, 4 chosen: the provider's ``moe_router_num_groups`` and ``moe_router_group_topk``, applied to
+the forced-balance random logits); the other rows drop tokens, which DeepEP does not, and use the all-to-all.
 """
 
 from __future__ import annotations
@@ -82,6 +86,7 @@ class Row:
     grad_overlap: bool = True  # the recipe overlaps the gradient reduce-scatter
     mtp: int = 0  # the recipe's multi-token-prediction modules
     layout: tuple[int, ...] | None = None  # the recipe's blocks per virtual stage (None: balanced whole blocks)
+    deepep: bool = False  # the recipe's DeepEP (flex) token dispatcher
 
     @property
     def measured_step_s(self) -> float:
@@ -108,7 +113,7 @@ ROWS = (
     Row(_3B, "Llama 3.1 405B (B200)", "llama3-405b", "dgx-b200", 128, 64, 1, 8192, 4, 8, 2, 8, 0, 664),
     Row(_3B, "DeepSeek-V3 (dropless)", "deepseek-v3", "dgx-h100", 1024, 8192, 1, 4096, 2, 8, 1, 4, 0, 1297, ep=64,
         recompute_modules=("mla_up_proj", "mlp"), ep_overlap=True, grad_overlap=False, mtp=1,
-        layout=(1,) + (2,) * 30 + (1,)),
+        layout=(1,) + (2,) * 30 + (1,), deepep=True),
     Row(_3B, "Qwen3-30B-A3B (tokendrop)", "qwen3-30b-a3b", "dgx-h100", 16, 512, 2, 4096, 1, 2, 1, 24, 0, 10494, ep=8,
         tokendrop=True),
     Row(_3B, "Qwen3-235B-A22B (tokendrop)", "qwen3-235b-a22b", "dgx-h100", 256, 2048, 1, 4096, 2, 8, 1, 4, 0, 1204,
@@ -131,7 +136,8 @@ def parallelism(row: Row) -> Parallelism:
                        tp_comm_overlap=row.tp > 1, ep=row.ep, etp=1 if row.ep > 1 else None,
                        capacity_factor=1.0 if row.tokendrop else None,
                        recompute="selective" if row.recompute_modules else "none",
-                       recompute_modules=row.recompute_modules, expert_overlap=row.ep_overlap)
+                       recompute_modules=row.recompute_modules, expert_overlap=row.ep_overlap,
+                       dispatcher="deepep" if row.deepep else "alltoall")
 
 
 def predict(row: Row, precision: str = "fp8", adjust=None) -> TrainingPlan:
@@ -246,14 +252,21 @@ def main() -> int:
         "`combine_preprocess`) and run each local expert's product as a kernel of its own, as Transformer Engine's "
         "grouped linear layer launches them, with no concurrency credited between its streams (published timings "
         "of such loops show none: `pase.model.experts.GROUPED_GEMM_EVIDENCE`); where a step's time goes, class by "
-        "class against hand estimates: `benchmarks/audit_moe.py`. What is still assumed and not measured here: the "
-        "H100 cross-node all-to-all at the calibration's network rate (DeepEP's forwarding inside a node and "
-        "DeepSeek-V3's routing to at most 4 nodes are not modelled), the products' time under about 30 GFLOP (the "
-        "H200 curve's fitted anchors there rest on two measured FP8 sizes; a kernel alone takes 26-30 us there "
-        "whatever its size, and on the B200 that floor is carried over), the B200 Qwen3-30B-A3B run's CUDA graphs "
-        "(its recipe's `cuda_graphs: true`: launch gaps a kernel timed alone includes) and the shared-expert "
-        "overlap of the B200 DeepSeek-V3 run. The DeepSeek-V3 rows now carry the recipe's multi-token-prediction "
-        "module and pipeline layouts (the script's docstring). None of these was fitted to the rows.",
+        "class against hand estimates: `benchmarks/audit_moe.py`. The H100 DeepSeek-V3 run dispatches with DeepEP, "
+        "as its recipe sets it, and pase now prices DeepEP as it sends: a token crosses the network once for each "
+        "other node holding some of its experts and is forwarded there over NVLink, and DeepSeek-V3's node-limited "
+        "routing (4 of 8 groups, one a node at EP 64) takes it to 3.5 other nodes on average instead of 7 of its 8 "
+        "copies (`pase.model.experts.deepep_fanout`). That halves the row's network bytes and takes its prediction "
+        "from 9.6% slow to 24% fast: the priced all-to-all had covered a shortfall in its computation, which the "
+        "B200 DeepSeek-V3 row (no DeepEP, one node's expert group) shows as well. What is still assumed and not "
+        "measured here: DeepEP's network share at the calibration's rate (47 GB/s; DeepEP's published 51 GB/s "
+        "at EP 64 on H800 is 9% faster), the 1F1B all-to-all overlap hiding a block's dispatch only behind its "
+        "experts' compute (Megatron-Core's merged schedule hides it behind the other microbatch's whole layer), "
+        "the products' time under about 30 GFLOP (a kernel alone takes 22-31 us there whatever its size, the "
+        "host's issue included: `benchmarks/audit_launch.py`; on the B200 that floor is carried over), the B200 "
+        "Qwen3-30B-A3B run's CUDA graphs (its recipe's `cuda_graphs: true`) and the shared-expert overlap of the "
+        "B200 DeepSeek-V3 run. The DeepSeek-V3 rows carry the recipe's multi-token-prediction module and pipeline "
+        "layouts (the script's docstring). None of these was fitted to the rows.",
         "",
     ])
     publish(text, args.no_write)

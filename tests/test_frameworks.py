@@ -142,6 +142,8 @@ def megatron_config(text: str, model: str = MODEL):
             kwargs[field] = value.split()
         elif value.isdigit():
             kwargs[field] = int(value)
+        elif re.fullmatch(r"\d+\.\d*", value):  # a float flag (argparse's type=float)
+            kwargs[field] = float(value)
         else:
             kwargs[field] = value
         assert field in fields or field in DECLARED.values()
@@ -537,6 +539,44 @@ def test_the_deepseek_v3_megatron_plan_the_issue_asked_for_passes_megatron_cores
     assert config.fp8 == "hybrid"
     if config.pipeline_model_parallel_size > 1:
         assert megatron_blocks(config) == blocks_per_stage(plan, model="deepseek-v3")
+
+
+def test_a_deepep_plan_reaches_megatron_cores_flex_dispatcher(capsys, monkeypatch):
+    # DeepSeek-V3 as the H100 row of section 3b runs it (EP 64, DeepEP): the export names Megatron-Core's flex
+    # dispatcher with its DeepEP backend, and megatron-core's config takes them.
+    from packaging.version import Version
+    import megatron.core.utils as core_utils
+
+    monkeypatch.setattr(core_utils, "get_te_version", lambda: Version("2.10.0"))
+    code, out, err = run(capsys, "evaluate", "deepseek-v3", "--devices", "1024", "--cluster", "dgx-h100", "--tp", "2",
+                         "--pp", "8", "--sp", "--ep", "64", "--etp", "1", "--global-batch", "8192",
+                         "--microbatch-size", "1", "--seq", "4096", "--precision", "fp8", "--dispatcher", "deepep",
+                         "--framework", "megatron", "--json")
+    assert code == 0, err
+    plan = json.loads(out)
+    assert plan["experts"]["dispatcher"] == "deepep"
+    world, flags, config, _ = megatron_config(export_plan(plan, "megatron"), model="deepseek-v3")
+    assert world == 1024 and config.expert_model_parallel_size == 64
+    assert (config.moe_token_dispatcher_type, config.moe_flex_dispatcher_backend) == ("flex", "deepep")
+    assert "model.moe_token_dispatcher_type=flex" in export_plan(plan, "megatron-bridge")
+    from pase.frameworks.megatron import read_script
+
+    assert read_script(export_plan(plan, "megatron"))[0].parallelism.dispatcher == "deepep"
+
+
+def test_a_token_drop_plan_exports_its_capacity_and_the_all_to_all(capsys):
+    code, out, err = run(capsys, "evaluate", "qwen3-30b-a3b", "--devices", "16", "--cluster", "dgx-h100", "--pp", "2",
+                         "--ep", "8", "--global-batch", "512", "--microbatch-size", "2", "--seq", "4096",
+                         "--capacity-factor", "1", "--framework", "megatron", "--json")
+    assert code == 0, err
+    plan = json.loads(out)
+    _, flags, config, _ = megatron_config(export_plan(plan, "megatron"), model="qwen3-30b-a3b")
+    assert config.moe_token_dispatcher_type == "alltoall"
+    assert config.moe_expert_capacity_factor == 1.0 and config.moe_pad_expert_input_to_capacity
+    from pase.frameworks.megatron import read_script
+
+    read = read_script(export_plan(plan, "megatron"))[0].parallelism
+    assert (read.capacity_factor, read.dispatcher) == (1.0, "alltoall")
 
 
 # -- DTensor and PartitionSpec of a 3-D plan, applied by torch -------------------------------------------------------

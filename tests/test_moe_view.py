@@ -32,7 +32,8 @@ def test_the_table_reads_the_expert_layout_as_counted_by_hand():
     assert rows["expert data parallelism (expert-DP)"] == "1 (one device)"
     assert rows["experts per device"] == f"2 of {X} (top-{K})"
     # A device routes its b s / t = 32 tokens' top-2 copies, 64, and keeps the 1/4 bound for its own experts.
-    assert rows["tokens each all-to-all moves (per device, block, microbatch)"] == "48 sent of 64"
+    assert rows["tokens each all-to-all moves (per device, block, microbatch)"] == (
+        "48 sent, 0 of them to other nodes, for 64 routed copies")
     assert rows["link the all-to-all crosses"] in ("gpu", "node")
     assert "exposed" in rows["dispatch and combine per step (busiest device)"]
 

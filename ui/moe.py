@@ -44,8 +44,11 @@ def moe_rows(plan: TrainingPlan) -> list[dict]:
         ("expert data parallelism (expert-DP)", f"{e['edp']} ({_axes(mesh['expert data'])})"),
         ("experts per device", f"{e['experts_per_device']} of {e['experts']} (top-{e['top_k']})"),
         ("expert parameters per device", fmt_count(e["expert_parameters_per_device"])),
+        ("token dispatcher", "DeepEP (once per node across the network, then NVLink)"
+         if e["dispatcher"] == "deepep" else "all-to-all (Megatron-Core's default)"),
         ("tokens each all-to-all moves (per device, block, microbatch)",
-         f"{fmt_count(e['tokens_sent_per_all_to_all'])} sent of {fmt_count(e['tokens_per_all_to_all'])}"),
+         f"{fmt_count(e['tokens_sent_per_all_to_all'])} sent, {fmt_count(e['tokens_across_nodes_per_all_to_all'])} "
+         f"of them to other nodes, for {fmt_count(e['tokens_per_all_to_all'])} routed copies"),
         ("link the all-to-all crosses", e["all_to_all_link"] or "none (EP 1)"),
         ("tokens per local expert (its products' rows)", fmt_count(e["tokens_per_local_expert"])),
         ("routing", routing),

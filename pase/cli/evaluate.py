@@ -86,7 +86,7 @@ def _evaluate_training(args) -> int:
                                   tp_comm_overlap=args.tp_comm_overlap, ep=args.ep or 1, etp=args.etp,
                                   expert_imbalance=args.expert_imbalance or 1.0,
                                   capacity_factor=args.capacity_factor, expert_overlap=args.ep_overlap,
-                                  fp8_dispatch=args.fp8_dispatch,
+                                  fp8_dispatch=args.fp8_dispatch, dispatcher=args.dispatcher or "alltoall",
                                   overlap=cluster.efficiency is not None if args.overlap is None else args.overlap)
                 if args.framework is not None:
                     par = replace(par, stage_cuts=framework_cuts(fw, build, cluster, par, options_of(args), cache))

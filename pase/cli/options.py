@@ -28,6 +28,7 @@ from pase.limits import (
     MIN_PEAK_FLOPS,
 )
 from pase.model.memory import DEFAULT_RESERVE
+from pase.model.parallelism import DISPATCHERS
 from pase.models import LANGUAGE_MODELS, SAMPLES, batch_builder, sample
 
 
@@ -318,6 +319,12 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
                                             "stage (default 1)")
     e.add_argument("--etp", type=SIZE, help="expert tensor parallelism: each expert's width split this many ways "
                                              "(default: --tp, as Megatron-Core)")
+    add_routing_options(e)
+
+
+def add_routing_options(e, searched: bool = False) -> None:
+    """The routing and token-dispatch options of a mixture of experts, on argument group ``e`` (``searched``: for
+    the 3-D search, which tries both dispatchers unless one is named)."""
     e.add_argument("--expert-imbalance", type=amount("an expert imbalance", 1.0, 1.0, 1e3, "(the busiest "
                                                       "expert's tokens over the mean)"),
                    help="the busiest expert's tokens over the mean, dropless routing (default 1: forced balance, as "
@@ -326,13 +333,26 @@ def add_training_options(p: argparse.ArgumentParser) -> None:
                    help="token drop: each expert takes at most this factor of the mean, padded up to it "
                         "(default: dropless)")
     e.add_argument("--ep-overlap", action="store_true",
-                   help="hide the token dispatch and combine behind the experts' compute (default: exposed)")
+                   help="hide the token dispatch and combine behind the experts' compute (Megatron-Core's 1F1B "
+                        "all-to-all overlap; default: exposed)")
     e.add_argument("--fp8-dispatch", action="store_true", help="send dispatched tokens in FP8 (DeepEP)")
+    e.add_argument("--dispatcher", choices=DISPATCHERS,
+                   help="how tokens reach their experts: alltoall (Megatron-Core's default) or deepep (once per "
+                        "node across the network, then NVLink; Megatron-Core's flex dispatcher)"
+                        + ("; default: the faster of the two that the framework runs" if searched else ""))
+
+
+def expert_search_options(args) -> dict:
+    """The expert options of ``pase solve``'s 3-D search (:func:`pase.search.stages.search_training`'s keywords):
+    the routing, the dispatcher (both tried unless one is named), the all-to-all overlap and FP8 dispatch."""
+    return {"expert_imbalance": args.expert_imbalance or 1.0, "capacity_factor": args.capacity_factor,
+            "dispatchers": (args.dispatcher,) if args.dispatcher else DISPATCHERS,
+            "expert_overlap": args.ep_overlap, "fp8_dispatch": args.fp8_dispatch}
 
 
 TRAINING_FLAGS = ("tp", "pp", "dp", "cp", "vp", "microbatch_size", "global_batch", "seq", "recompute",
                   "recompute_modules", "zero", "schedule", "ep", "etp", "expert_imbalance", "capacity_factor",
-                  "framework")
+                  "framework", "dispatcher")
 
 
 def training_asked(args) -> bool:

@@ -13,9 +13,11 @@ from pase.cli.options import (
     add_cluster_options,
     add_framework_option,
     add_model_options,
+    add_routing_options,
     builder_of,
     check_tp_overlap,
     cluster_of,
+    expert_search_options,
     framework_of,
     global_batch_of,
     load_model,
@@ -68,6 +70,8 @@ def add_parser(sub, help: str) -> None:
                         "costed once per kind (repeated blocks), blocks folded into min-plus chains and their "
                         "tables, tables built, peak memory (under \"stats\" "
                         "with --json)")
+    add_routing_options(p.add_argument_group("experts, for --search 3d (mixture-of-experts models; the search "
+                                             "tries every EP and ETP)"), searched=True)
     time_to_train.add_options(p)
     p.set_defaults(func=run)
 
@@ -123,7 +127,7 @@ def _solve_training(args) -> int:
                                                                  "sizes", file=sys.stderr)
     found = search_training(build, cluster, batch, options=options_of(args), intra_search=args.intra_search,
                             tp_overlap=args.tp_overlap, tp_comm_overlap=args.tp_comm_overlap, progress=progress,
-                            cache=cache, framework=framework_of(args))
+                            cache=cache, framework=framework_of(args), **expert_search_options(args))
     baselines = training_baselines(build, cluster, batch, options=options_of(args), tp_overlap=args.tp_overlap,
                                    tp_comm_overlap=args.tp_comm_overlap, cache=cache)
     stats = _training_search_stats(found, cache) if args.stats else None

@@ -140,7 +140,9 @@ def _experts_lines(e: dict) -> str:
         f"experts: EP {e['ep']} ({axes(e['mesh']['expert'])}), ETP {e['etp']} ({axes(e['mesh']['expert tensor'])}), "
         f"expert-DP {e['edp']}; {e['experts_per_device']} of {e['experts']} experts per device (top-{e['top_k']}), "
         f"{e['expert_parameters_per_device'] / 1e9:.2f}B expert parameters per device; {load}",
-        f"  each all-to-all sends {e['tokens_sent_per_all_to_all']:,.0f} tokens per device per block {link}; "
+        f"  each {'DeepEP exchange' if e['dispatcher'] == 'deepep' else 'all-to-all'} sends "
+        f"{e['tokens_sent_per_all_to_all']:,.0f} tokens per device per block {link}, "
+        f"{e['tokens_across_nodes_per_all_to_all']:,.0f} of them to other nodes; "
         f"{e['tokens_per_local_expert']:,.0f} tokens per local expert",
         f"  per step on the busiest device: dispatch and combine {e['dispatch_s_per_step']:.3f} s "
         f"({'overlapped with' if e['dispatch_overlap'] else 'exposed, not overlapped with'} the experts' compute), "

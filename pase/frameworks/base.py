@@ -71,13 +71,16 @@ class Framework:
     Subclasses set ``name`` (the ``--framework`` value), ``title`` and
     ``version`` (what the checks and exports target), ``schedules`` (the
     pipeline schedules of :mod:`pase.model.pipeline` it runs over several
-    stages) and implement :meth:`problems`.
+    stages), ``dispatchers`` (the token dispatchers of
+    :data:`pase.model.parallelism.DISPATCHERS` it runs) and implement
+    :meth:`problems`.
     """
 
     name = ""
     title = ""
     version = ""
     schedules: tuple[str, ...] = ()
+    dispatchers: tuple[str, ...] = ("alltoall", "deepep")
 
     def problems(self, par: Parallelism, *, precision: str = "bf16", attention: str = "",
                  experts: bool = False) -> list[str]:

@@ -46,11 +46,18 @@ class DeepSpeed(Framework):
     title = "DeepSpeed"
     version = "0.16-0.19, tensor and pipeline sizes through Megatron-DeepSpeed"
     schedules = ("1f1b",)
+    dispatchers = ("alltoall",)  # DeepSpeed-MoE's own all-to-all
 
     def problems(self, par: Parallelism, *, precision: str = "bf16", attention: str = "",
                  experts: bool = False) -> list[str]:
         """Settings of ``par`` DeepSpeed does not run (module docstring)."""
         out = []
+        if par.dispatcher not in self.dispatchers:
+            out.append("DeepEP's dispatch: DeepSpeed-MoE exchanges tokens with its own all-to-all; re-cost with "
+                       "--dispatcher alltoall")
+        if par.expert_overlap:
+            out.append("the all-to-all overlap (Megatron-Core's overlap_moe_expert_parallel_comm): DeepSpeed-MoE runs no "
+                       "such schedule; re-cost without --ep-overlap")
         if experts or par.ep > 1:
             if par.zero == 3 and par.data > 1:
                 out.append("ZeRO stage 3 with a mixture of experts: DeepSpeed's engine does not run native "

@@ -37,7 +37,12 @@ What pase's 3-D plans map to:
   takes them: ``etp x ep`` devices of a stage's ``t c d`` (megatron-core
   0.16.1's ``initialize_model_parallel`` needs ``etp x ep x pp`` to divide
   the world), ETP free of the TP size, EP not a divisor of the data size;
-  the experts a multiple of EP (``MoELayer``: ``num_moe_experts % ep_size``).
+  the experts a multiple of EP (``MoELayer``: ``num_moe_experts % ep_size``);
+  the dispatcher pase priced (``--moe-token-dispatcher-type alltoall``, or
+  ``flex`` with ``--moe-flex-dispatcher-backend deepep``; Megatron-Core's own
+  default is ``allgather``) and token drop padded to capacity
+  (``--moe-expert-capacity-factor``, ``--moe-pad-expert-input-to-capacity``),
+  which DeepEP does not run (``TransformerConfig`` refuses the pair).
   Megatron-LM's ``validate_args`` further requires sequence parallelism for
   a mixture of experts under tensor parallelism ("When using MoE and tensor
   parallelism, sequence parallelism must be used"). Megatron-Core 0.16 has
@@ -90,6 +95,16 @@ class Megatron(Framework):
         if par.virtual_stages > 1 and par.pipeline == 1:
             out.append(f"{par.virtual_stages} virtual stages on one pipeline stage: Megatron-LM interleaves chunks "
                        "across several stages only")
+        if par.expert_overlap:  # TransformerConfig's checks of overlap_moe_expert_parallel_comm
+            if par.ep == 1:
+                out.append("the all-to-all overlap without expert parallelism: Megatron-Core overlaps only an "
+                           "expert-parallel dispatch; add --ep")
+            if par.pipeline > 1 and par.virtual_stages == 1:
+                out.append("the all-to-all overlap over pipeline stages without virtual stages: Megatron-Core runs "
+                           "it in the interleaved schedule only; add --vp")
+            if par.recompute == "full":
+                out.append("the all-to-all overlap with full recomputation: Megatron-Core refuses the pair; use "
+                           "--recompute selective or none")
         return out
 
     # -- the export ------------------------------------------------------------------------------------
@@ -135,6 +150,8 @@ class Megatron(Framework):
             args += ["--expert-tensor-parallel-size", str(p.expert_tensor)]
         if s.experts:  # pase prices the local experts' products as Transformer Engine's grouped linear layer
             args.append("--moe-grouped-gemm")
+            for field, value in _moe_settings(p).items():
+                args += [f"--{field.replace('_', '-')}"] + ([] if value is True else [str(value)])
         args += self.layer_arguments(s)
         if p.sequence_parallel and p.tensor > 1:
             args.append("--sequence-parallel")
@@ -216,6 +233,7 @@ class Megatron(Framework):
                 model[field] = flags[flag]
         if s.experts:
             model["moe_grouped_gemm"] = True
+            model.update(_moe_settings(p))
         if p.recompute == "selective" and p.recompute_modules is not None:
             model["recompute_modules"] = "[" + ",".join(p.recompute_modules) + "]"
         lines = [f"# Megatron-Bridge overrides (model: megatron-core 0.16's TransformerConfig) for pase plan "
@@ -230,6 +248,19 @@ class Megatron(Framework):
             lines += ["ddp.use_megatron_fsdp=true",
                       f"ddp.data_parallel_sharding_strategy={flags['--data-parallel-sharding-strategy']}"]
         return "\n".join(lines) + "\n"
+
+
+def _moe_settings(p: Parallelism) -> dict:
+    """TransformerConfig fields of the token dispatch pase priced: the dispatcher (Megatron-Core defaults to
+    ``allgather``; pase prices ``alltoall`` or DeepEP's flex dispatcher), token drop padded to capacity, and the
+    1F1B all-to-all overlap."""
+    out: dict = ({"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "deepep"}
+                 if p.dispatcher == "deepep" else {"moe_token_dispatcher_type": "alltoall"})
+    if p.capacity_factor is not None:
+        out.update(moe_expert_capacity_factor=p.capacity_factor, moe_pad_expert_input_to_capacity=True)
+    if p.expert_overlap:
+        out["overlap_moe_expert_parallel_comm"] = True
+    return out
 
 
 def _searched(s: TrainingSettings) -> list[str]:
@@ -320,6 +351,12 @@ def read_script(text: str) -> tuple[TrainingSettings, tuple[int, ...]]:
     zero = (1 if "--use-distributed-optimizer" in flags else 0) if "--use-megatron-fsdp" not in flags else {
         v_: k for k, v_ in _SHARDING.items()}.get(str(flags.get("--data-parallel-sharding-strategy")), 0)
     granularity = flags.get("--recompute-granularity")
+    capacity = flags.get("--moe-expert-capacity-factor")
+    try:
+        capacity = float(capacity) if capacity else None
+    except ValueError:
+        raise FormatError(f"--moe-expert-capacity-factor must be a number in a Megatron-LM export, got "
+                          f"{capacity!r}") from None
     try:
         par = Parallelism(tensor=t, pipeline=p, context=c, data=world // (t * p * c), virtual_stages=v,
                           microbatch_size=whole(flags, "--micro-batch-size"),
@@ -328,7 +365,9 @@ def read_script(text: str) -> tuple[TrainingSettings, tuple[int, ...]]:
                           recompute_modules=_recompute_modules(words[script + 1:]),
                           zero=zero, ep=whole(flags, "--expert-model-parallel-size", 1),
                           etp=whole(flags, "--expert-tensor-parallel-size") if "--expert-tensor-parallel-size" in flags
-                          else None)
+                          else None,
+                          capacity_factor=capacity,
+                          dispatcher="deepep" if flags.get("--moe-token-dispatcher-type") == "flex" else "alltoall")
     except ConfigurationError as exc:
         raise FormatError(f"the Megatron-LM export is not a valid configuration: {exc}") from None
     attention = str(flags.get("--attention-backend") or "")

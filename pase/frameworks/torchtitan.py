@@ -31,7 +31,8 @@ What pase's 3-D plans map to:
   in BF16 (``filter_fqns``), as pase prices it; attention: SDPA's fused
   kernels only (pase's ``flash``);
 * a mixture of experts: ``expert_parallel_degree`` and
-  ``expert_tensor_parallel_degree``. ``ParallelDims`` takes ETP equal to TP
+  ``expert_tensor_parallel_degree`` (and ``expert_parallel_comm_backend =
+  "deepep"`` for DeepEP's dispatch). ``ParallelDims`` takes ETP equal to TP
   or 1 only ("Currently we only support ETP=TP or ETP=1"), and folds the
   expert mesh ``(pp, dp_replicate, efsdp, ep, etp)`` out of the FSDP and
   tensor-parallel ranks, ``efsdp = dp_shard x cp x tp / (ep x etp)``: EP x
@@ -66,6 +67,9 @@ class Torchtitan(Framework):
                  experts: bool = False) -> list[str]:
         """Settings of ``par`` torchtitan does not run as pase prices them (module docstring)."""
         out = []
+        if par.expert_overlap:
+            out.append("the all-to-all overlap (Megatron-Core's overlap_moe_expert_parallel_comm): torchtitan runs no "
+                       "such schedule; re-cost without --ep-overlap")
         if experts or par.ep > 1:
             etp, ep = par.expert_tensor, par.ep
             if ep > 1 and etp not in (1, par.tensor):
@@ -147,6 +151,7 @@ class Torchtitan(Framework):
                   f"context_parallel_degree = {p.context}",
                   f"expert_parallel_degree = {s.expert}",
                   *([f"expert_tensor_parallel_degree = {p.expert_tensor}"] if s.expert > 1 else []),
+                  *(['expert_parallel_comm_backend = "deepep"'] if p.dispatcher == "deepep" and s.expert > 1 else []),
                   f"pipeline_parallel_degree = {p.pipeline}"]
         if p.pipeline > 1:
             lines += [f'pipeline_parallel_schedule = "{SCHEDULES[p.schedule]}"',
@@ -210,7 +215,8 @@ def read_toml(text: str) -> tuple[TrainingSettings, tuple[int, ...]]:
                           else 1, microbatch_size=micro, global_batch=whole(train, "global_batch_size"),
                           sequence_parallel=t > 1, recompute=mode, zero=3 if shard > 1 else 0,
                           schedule=schedule if p > 1 else None, ep=ep,
-                          etp=whole(par_t, "expert_tensor_parallel_degree", 1) if ep > 1 else None)
+                          etp=whole(par_t, "expert_tensor_parallel_degree", 1) if ep > 1 else None,
+                          dispatcher="deepep" if par_t.get("expert_parallel_comm_backend") == "deepep" else "alltoall")
     except ConfigurationError as exc:
         raise FormatError(f"the torchtitan job is not a valid configuration: {exc}") from None
     fp8 = "quantize.linear.float8" in (model.get("converters") or [])

@@ -184,7 +184,8 @@ def _expert_settings(experts) -> dict:
         raise FormatError(f"field 'experts' must be an object, got {str(experts)[:80]!r}")
     return dict(ep=_count(experts, "ep", 1), etp=_count(experts, "etp", 1),
                 expert_imbalance=experts.get("imbalance", 1.0), capacity_factor=experts.get("capacity_factor"),
-                expert_overlap=experts.get("dispatch_overlap", False), fp8_dispatch=experts.get("fp8_dispatch", False))
+                expert_overlap=experts.get("dispatch_overlap", False), fp8_dispatch=experts.get("fp8_dispatch", False),
+                dispatcher=experts.get("dispatcher", "alltoall"))
 
 
 def training_from_dict(data: Mapping) -> TrainingSettings:

@@ -252,7 +252,8 @@ def _deepseek_v3(keys: ConfigKeys, name: str, batch: int, seq: int) -> Graph:
                        vocab=keys.size("vocab_size"), batch=batch, seq=seq,
                        shared_ffn=keys.size("n_shared_experts", 0, least=0) * width, dense_layers=dense,
                        dense_ffn=keys.size("intermediate_size") if dense else 0,
-                       tied=keys.flag("tie_word_embeddings", False), mla=mla)
+                       tied=keys.flag("tie_word_embeddings", False), mla=mla,
+                       router_groups=keys.size("n_group", 1), router_group_topk=keys.size("topk_group", 1))
 
 
 def _qwen3_moe(keys: ConfigKeys, name: str, batch: int, seq: int) -> Graph:

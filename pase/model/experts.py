@@ -33,7 +33,14 @@ experts layer costs and holds by this module's model, per device and microbatch 
   DeepEP sends them), then an all-gather over the ETP group (each ETP rank computes its width of
   every token its experts got); the combine: a reduce-scatter over ETP and the all-to-all back, in
   the working precision. The backward runs both in reverse, the same bytes
-  (:meth:`~pase.hardware.mesh.DeviceMesh.all_to_all_s` over the mesh axes the group spans);
+  (:meth:`~pase.hardware.mesh.DeviceMesh.all_to_all_s` over the mesh axes the group spans). Under DeepEP
+  (``par.dispatcher == "deepep"``, Megatron-Core's flex dispatcher; DeepEP's README and the DeepSeek-V3
+  Technical Report, section 3.2.2) a token crosses the network once for each other node that holds some of
+  its experts, to the GPU of its own local index there, which forwards it over NVLink to each of that node's
+  GPUs its experts are on (a GPU gets a token once however many of its experts chose it); the network and
+  NVLink shares run at once, the longer one timing the exchange. How many nodes and GPUs a token reaches
+  (:func:`deepep_fanout`) comes from the routing NVIDIA's benchmarks force, random router logits, limited to
+  the router's groups where it has them (DeepSeek-V3's node-limited routing);
 * compute: ``E / ep`` local experts, each on ``n = L T k etp ep / E`` tokens (its real size), as
   grouped products ``fc1`` (gate and up fused, ``n x d x 2 f / etp``) and ``fc2`` (``n x f / etp x
   d``): forward both, backward an input-gradient and a weight-gradient product of each, one kernel
@@ -66,6 +73,7 @@ The router's weights are replicated and reduced with the dense layers'.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -78,12 +86,15 @@ from pase.model.roofline import FP8_CAST_BYTES, matrix_kernel_s, vector_kernel_s
 from pase.ops.norm import SOFTMAX_FLOPS_PER_ELEMENT, SOFTMAX_FORWARD_FLOPS
 from pase.model.groups import group_extents
 
-__all__ = ["ROLES", "ExpertLayout", "ExpertBlock", "expert_layout", "moe_blocks", "block_costs", "apply_experts",
-           "FP8_DISPATCH_BYTES", "SWIGLU_VECTOR_FLOPS", "GROUPED_GEMM_EVIDENCE", "experts_summary"]
+__all__ = ["ROLES", "ExpertLayout", "ExpertBlock", "expert_layout", "moe_blocks", "deepep_fanout",
+           "block_costs", "apply_experts", "FP8_DISPATCH_BYTES", "SWIGLU_VECTOR_FLOPS", "GROUPED_GEMM_EVIDENCE",
+           "experts_summary"]
 
 # Mesh roles of Megatron-Core's process groups, innermost first within each layout.
 ROLES = {"tp": "tensor", "cp": "context", "dp": "data", "pp": "pipeline", "ep": "expert",
          "etp": "expert tensor", "edp": "expert data"}
+# Tokens of the routing simulation behind deepep_fanout (its fractions then vary by about 1% between seeds).
+FANOUT_TOKENS = 4096
 # FP8 dispatch (DeepEP): one byte an element plus a 4-byte FP32 scale per 128 elements.
 FP8_DISPATCH_BYTES = 1 + 4 / 128
 # SwiGLU per hidden element: forward silu and product (2 FLOPs), backward 4 (:mod:`pase.ops.moe`).
@@ -159,6 +170,8 @@ class ExpertBlock:
     f: int
     experts: int
     top_k: int
+    groups: int = 1
+    group_topk: int = 1
 
 
 def moe_blocks(graph: Graph) -> tuple[ExpertBlock, ...]:
@@ -172,9 +185,63 @@ def moe_blocks(graph: Graph) -> tuple[ExpertBlock, ...]:
             combine = next(e.dst for e in graph.out_edges(layer.name))
             p, q = layer.param_dict, router.param_dict
             out.append(ExpertBlock(layer.name, router.name, combine, p["b"], q["s"], p["d"], p["f"], p["experts"],
-                                   q["top_k"]))
+                                   q["top_k"], q.get("groups", 1), q.get("group_topk", 1)))
         return tuple(out)
     return graph.derived("moe blocks", compute)
+
+
+@lru_cache(maxsize=64)
+def deepep_fanout(experts: int, top_k: int, groups: int, group_topk: int, nodes: int,
+                  ranks_per_node: int) -> tuple[float, float]:
+    """Per token, the copies DeepEP sends: ``(across the network, over NVLink)``, on average.
+
+    The experts are dealt in order to an expert-parallel group of ``nodes`` nodes of ``ranks_per_node`` GPUs
+    each (``experts / (nodes ranks_per_node)`` a GPU). A token goes once to each other node holding some of
+    its ``top_k`` experts, and from the GPU it lands on (its sender's local index) or from the sender, on its
+    own node, once to each other GPU holding some of them (the module docstring). The routing is what NVIDIA's
+    benchmarks force (Megatron-Core's ``moe_router_force_load_balancing``: normal random logits), limited to
+    ``group_topk`` of ``groups`` expert groups where ``groups > 1`` (``group_limited_topk``: a group's score
+    the sum of its best ``top_k / group_topk`` sigmoid scores), simulated on :data:`FANOUT_TOKENS` tokens of a
+    fixed seed. By symmetry a node the token reaches is its sender's with probability ``1 / nodes``, and a GPU
+    it reaches is the one it lands on with probability ``1 / ranks_per_node``.
+
+    Raises ``ConfigurationError`` when the GPUs do not divide the experts.
+    """
+    ranks = nodes * ranks_per_node
+    if experts % ranks:
+        raise ConfigurationError(f"an expert-parallel group of {ranks} GPUs does not divide the {experts} experts")
+    logits = np.random.default_rng(0).standard_normal((FANOUT_TOKENS, experts))
+    if groups > 1:
+        scores = 1.0 / (1.0 + np.exp(-logits))
+        per_group = scores.reshape(FANOUT_TOKENS, groups, experts // groups)
+        best = -np.sort(-per_group, axis=-1)[..., :max(top_k // group_topk, 1)].sum(axis=-1)
+        chosen = np.argsort(-best, axis=-1, kind="stable")[:, :group_topk]
+        allowed = np.zeros((FANOUT_TOKENS, groups), dtype=bool)
+        np.put_along_axis(allowed, chosen, True, axis=-1)
+        logits = np.where(np.repeat(allowed, experts // groups, axis=-1), scores, -np.inf)
+    picked = np.argsort(-logits, axis=-1, kind="stable")[:, :top_k]
+    rank = picked // (experts // ranks)
+
+    def reached(unit: np.ndarray, count: int) -> float:
+        hit = np.zeros((FANOUT_TOKENS, count), dtype=bool)
+        np.put_along_axis(hit, unit, True, axis=-1)
+        return float(hit.sum(axis=-1).mean())
+    remote = reached(rank // ranks_per_node, nodes) * (nodes - 1) / nodes
+    return remote, reached(rank, ranks) * (ranks_per_node - 1) / ranks_per_node
+
+
+def _deepep_s(block: ExpertBlock, mesh: DeviceMesh, layout: ExpertLayout, tokens: float,
+              bytes_per_element: float) -> tuple[float, float, float]:
+    """One DeepEP exchange of ``tokens`` tokens of ``block.d`` elements: ``(seconds, tokens across the network,
+    tokens over NVLink)``; the network share at the outermost axis the expert group spans beyond the innermost
+    (a node's GPUs), the NVLink share on the innermost, at once (the module docstring)."""
+    ep_k = layout.ep_k
+    nodes, inner = int(np.prod(ep_k[:-1])), int(ep_k[-1])
+    remote, local = deepep_fanout(block.experts, block.top_k, block.groups, block.group_topk, nodes, inner)
+    row = block.d * bytes_per_element
+    network = mesh.exchange_s(tokens * remote * row, tuple(ep_k[:-1]) + (1,))
+    nvlink = mesh.exchange_s(tokens * local * row, (1,) * (len(ep_k) - 1) + (inner,))
+    return max(float(network), float(nvlink)), tokens * remote, tokens * local
 
 
 def _token_following(layer: Layer, config: Sequence[int]) -> bool:
@@ -220,8 +287,16 @@ def block_costs(block: ExpertBlock, par: "Parallelism", cluster: Cluster, layout
     mesh = cluster.mesh
     fp8 = precision == "fp8"
     dispatch_bytes = FP8_DISPATCH_BYTES if par.fp8_dispatch else bpe
-    a2a = (float(mesh.all_to_all_s(copies * d * dispatch_bytes, layout.ep_k))
-           + float(mesh.all_to_all_s(copies * d * bpe, layout.ep_k)))
+    if par.dispatcher == "deepep":
+        # DeepEP sends each token once per node and GPU it reaches, the busiest device load times the mean.
+        dispatch, across, nvlink = _deepep_s(block, mesh, layout, load * T, dispatch_bytes)
+        a2a = dispatch + _deepep_s(block, mesh, layout, load * T, bpe)[0]
+        sent = across + nvlink
+    else:
+        a2a = (float(mesh.all_to_all_s(copies * d * dispatch_bytes, layout.ep_k))
+               + float(mesh.all_to_all_s(copies * d * bpe, layout.ep_k)))
+        sent = copies * (layout.ep - 1) / layout.ep
+        across = copies * (1 - layout.ep_k[-1] / layout.ep) if len(layout.ep_k) > 1 else 0.0
     etp_comm = 2 * float(mesh.allgather_s(rows * d * bpe, layout.etp_k))  # gather in, reduce-scatter out
     tp_gather = 0.0
     if par.tensor > 1 and not par.sequence_parallel:
@@ -294,6 +369,7 @@ def block_costs(block: ExpertBlock, par: "Parallelism", cluster: Cluster, layout
         "activations": rows * d * kept_input + rows * 2 * width * bpe + rows * width * kept_input + rows * PROB_BYTES,
         "act_forward_s": act_f, "act_flops": SWIGLU_VECTOR_FLOPS[0] * hidden, "act_bytes": rows * width * kept_input,
         "buffers": copies * d * bpe * (1 + etp), "tokens": copies, "expert_tokens": n, "sort_s": 2 * sort,
+        "tokens_sent": sent, "tokens_across_nodes": across,
     }
 
 
@@ -364,7 +440,7 @@ def apply_experts(lt: "LayerTimes", cluster: Cluster, par: "Parallelism", strate
     transient = dict(lt.block_transient)
     memo: dict = {}
     for block in blocks:
-        key = (block.b, block.s, block.d, block.f, block.experts, block.top_k)
+        key = (block.b, block.s, block.d, block.f, block.experts, block.top_k, block.groups, block.group_topk)
         if key not in memo:
             memo[key] = block_costs(block, par, cluster, layout, precision)
         c = memo[key]
@@ -418,8 +494,9 @@ def experts_summary(block: ExpertBlock, costs: Mapping[str, float], layout: Expe
         "mesh": {"expert tensor": layout.axes(mesh, "etp"), "expert": ep_axes, "expert data": layout.axes(mesh, "edp")},
         "experts": block.experts, "top_k": block.top_k, "experts_per_device": block.experts // layout.ep,
         "expert_parameters_per_device_per_block": costs["params"],
-        "tokens_per_all_to_all": costs["tokens"],
-        "tokens_sent_per_all_to_all": costs["tokens"] * (layout.ep - 1) / layout.ep, "all_to_all_link": link,
+        "dispatcher": par.dispatcher, "tokens_per_all_to_all": costs["tokens"],
+        "tokens_sent_per_all_to_all": costs["tokens_sent"],
+        "tokens_across_nodes_per_all_to_all": costs["tokens_across_nodes"], "all_to_all_link": link,
         "tokens_per_local_expert": costs["expert_tokens"],
         "dispatch_s_per_block": costs["dispatch_s"], "expert_compute_s_per_block": costs["compute_s"],
         "imbalance": par.expert_imbalance, "capacity_factor": par.capacity_factor,

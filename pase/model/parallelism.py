@@ -13,6 +13,10 @@ from pase.model.groups import group_extents
 from pase.model.pipeline import CHUNKED, SCHEDULES, ZERO_BUBBLE, schedule_problem
 from pase.model.recompute import DEFAULT_MODULES, check_modules
 
+# Token dispatchers (:mod:`pase.model.experts`): Megatron-Core's all-to-all (its default) and DeepEP (its flex
+# dispatcher with ``moe_enable_deepep``).
+DISPATCHERS = ("alltoall", "deepep")
+
 RECOMPUTE = ("none", "selective", "full")
 
 
@@ -86,6 +90,11 @@ class Parallelism:
     fp8_dispatch : bool
         Send the dispatched tokens in FP8 (DeepEP); the combine stays in the
         working precision.
+    dispatcher : str
+        How tokens reach their experts (:data:`DISPATCHERS`):
+        ``"alltoall"``, Megatron-Core's all-to-all (its default), or
+        ``"deepep"``, DeepEP (Megatron-Core's flex dispatcher), which sends a
+        token across the network once per node and forwards it over NVLink.
 
     Raises
     ------
@@ -93,8 +102,8 @@ class Parallelism:
         A size is not a positive integer, ZeRO is not 0-3, the recomputation
         or schedule is unknown, ``v > 1`` without the interleaved schedule,
         the batch does not split (:meth:`microbatches`), ``etp x ep`` does
-        not divide a stage's devices, the imbalance is below 1 or the
-        capacity factor not positive.
+        not divide a stage's devices, the imbalance is below 1, the
+        capacity factor not positive or the dispatcher unknown.
     """
 
     tensor: int = 1
@@ -119,6 +128,7 @@ class Parallelism:
     capacity_factor: float | None = None
     expert_overlap: bool = False
     fp8_dispatch: bool = False
+    dispatcher: str = "alltoall"
 
     def __post_init__(self):
         for name in ("tensor", "pipeline", "data", "context", "virtual_stages", "microbatch_size", "global_batch"):
@@ -130,10 +140,17 @@ class Parallelism:
                 or not 1 <= self.expert_imbalance < math.inf):
             raise ConfigurationError(f"the expert imbalance (the busiest expert's tokens over the mean) must be a "
                                      f"number of at least 1, not {self.expert_imbalance!r}")
+        if self.dispatcher not in DISPATCHERS:
+            raise ConfigurationError(f"unknown token dispatcher {self.dispatcher!r}; use one of "
+                                     f"{', '.join(DISPATCHERS)}")
         if self.capacity_factor is not None and (
                 isinstance(self.capacity_factor, bool) or not isinstance(self.capacity_factor, (int, float))
                 or not 0 < self.capacity_factor < math.inf):
             raise ConfigurationError(f"the capacity factor must be a positive number, not {self.capacity_factor!r}")
+        if self.dispatcher == "deepep" and self.capacity_factor is not None:
+            raise ConfigurationError("DeepEP keeps every token: it does not drop tokens past a capacity and pad up "
+                                     "to it (Megatron-Core refuses the pair); drop --capacity-factor or use "
+                                     "--dispatcher alltoall")
         stage = self.tensor * self.context * self.data
         if stage % (self.expert_tensor * self.ep):
             raise ConfigurationError(
@@ -221,7 +238,8 @@ class Parallelism:
             parts += [f"ep{self.ep}", f"etp{self.expert_tensor}"]
         parts += ([f"imbalance {self.expert_imbalance:g}"] if self.expert_imbalance != 1 else []) + (
             [f"capacity {self.capacity_factor:g}"] if self.capacity_factor is not None else []) + (
-            ["ep-overlap"] if self.expert_overlap else []) + (["fp8-dispatch"] if self.fp8_dispatch else [])
+            ["ep-overlap"] if self.expert_overlap else []) + (["fp8-dispatch"] if self.fp8_dispatch else []) + (
+            ["deepep"] if self.dispatcher == "deepep" else [])
         return " ".join(parts)
 
 

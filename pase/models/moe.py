@@ -140,7 +140,8 @@ def moe_decoder(name: str, layers: int, hidden: int, heads: int, kv_heads: int, 
                 expert_ffn: int, vocab: int, *, batch: int, seq: int, shared_ffn: int = 0, dense_layers: int = 0,
                 dense_ffn: int = 0, capacity_factor: float = 1.0, head_dim: int | None = None,
                 tied: bool = False, qk_norm: bool = False, attention_bias: bool = False,
-                windows: Sequence[int] = (0,), mla: MLA | None = None, mtp: int = 0) -> Graph:
+                windows: Sequence[int] = (0,), mla: MLA | None = None, mtp: int = 0, router_groups: int = 1,
+                router_group_topk: int = 1) -> Graph:
     """A decoder of ``layers`` pre-norm blocks whose feed-forward networks are mixtures of ``experts`` experts.
 
     Vertices: ``embedding`` (``b s d v``); per block ``layers.{i}``: the
@@ -167,7 +168,9 @@ def moe_decoder(name: str, layers: int, hidden: int, heads: int, kv_heads: int, 
     grouped-query attention (:func:`mla_attention`; DeepSeek-V3), ``kv_heads`` and ``head_dim`` then unused.
     ``mtp``: multi-token-prediction modules chained after the last block (:func:`_prediction_module`, named as
     blocks ``layers.{layers}`` ...), sharing the embedding and the output table (DeepSeek-V3's, off by default);
-    the main head comes after them in the layer order.
+    the main head comes after them in the layer order. ``router_groups`` and ``router_group_topk``: group-limited
+    routing (:func:`pase.ops.moe_router`'s ``groups`` and ``group_topk``; DeepSeek-V3's node-limited routing,
+    its config's ``n_group`` and ``topk_group``).
 
     Parameters: :func:`moe_parameters` (grouped-query attention without norms or biases); per token,
     :func:`active_parameters`; of any graph, :func:`graph_active_parameters`.
@@ -221,7 +224,8 @@ def moe_decoder(name: str, layers: int, hidden: int, heads: int, kv_heads: int, 
         if i < dense_layers:
             return add_vertex(g, L.elementwise(f"{p}.add2", (b, s, d), BSD), x,
                               swiglu_ffn(g, f"{p}.ffn", y, batch=b, seq=s, hidden=d, width=dense_ffn))
-        router = add_vertex(g, L.moe_router(f"{p}.moe.router", b, s, d, experts, top_k, slots), y)
+        router = add_vertex(g, L.moe_router(f"{p}.moe.router", b, s, d, experts, top_k, slots, router_groups,
+                                            router_group_topk), y)
         out = add_vertex(g, L.moe_experts(f"{p}.moe.experts", b, slots, experts, d, expert_ffn), (router, 0))
         branches = [add_vertex(g, L.moe_combine(f"{p}.moe.combine", b, s, d, experts, top_k, slots), out, (router, 1))]
         if shared_ffn:
@@ -370,7 +374,8 @@ FRONTIER_MOE: dict[str, _Frontier] = {
     # here). Default batch: the paper's final 15,360 sequences of 4,096 tokens (section 4.2).
     "deepseek-v3": _Frontier(dict(layers=61, hidden=7168, heads=128, kv_heads=128, experts=256, top_k=8,
                                   expert_ffn=2048, vocab=129280, shared_ffn=2048, dense_layers=3, dense_ffn=18432,
-                                  mla=MLA(q_rank=1536, kv_rank=512, nope=128, rope=64, v_dim=128)),
+                                  mla=MLA(q_rank=1536, kv_rank=512, nope=128, rope=64, v_dim=128), router_groups=8,
+                                  router_group_topk=4),
                              15360, 4096, 671e9, 37e9, "DeepSeek-V3 Technical Report (arXiv:2412.19437), abstract"),
     # Qwen/Qwen3-30B-A3B config.json; "30.5B in total and 3.3B activated" (its model card; Qwen3 Technical
     # Report, arXiv:2505.09388, Table 2). Default batch: Megatron-Bridge 25.09's benchmark (512 of 4,096).

@@ -133,8 +133,14 @@ def _router_extra(layer, cfg, blk):
 
 @register("MoERouter", _router_flops, _router_collectives, contraction=False,
           saved=lambda layer: (frozenset({0}), frozenset()), saved_extra=_router_extra)
-def moe_router(name: str, b: int, s: int, d: int, experts: int, top_k: int, capacity: int) -> Layer:
+def moe_router(name: str, b: int, s: int, d: int, experts: int, top_k: int, capacity: int, groups: int = 1,
+               group_topk: int = 1) -> Layer:
     """Top-k router and dispatch of ``b`` sequences of ``s`` tokens of width ``d`` to ``experts`` experts.
+
+    ``groups`` and ``group_topk``: group-limited routing (DeepSeek-V3's node-limited routing, Megatron-Core's
+    ``moe_router_num_groups`` and ``moe_router_group_topk``): the experts dealt into ``groups`` equal groups of
+    consecutive experts, a token's ``top_k`` chosen among those of its ``group_topk`` best groups (1, 1: no
+    limit). It decides where a token's copies go (:mod:`pase.model.experts`), not what routing computes.
 
     Input ``x[b, s, d]``; weight ``W_r[E, d]``; outputs the dispatched tokens
     ``[b, capacity, E, d]`` and the slot gates ``[b, capacity, E]``, their
@@ -153,11 +159,17 @@ def moe_router(name: str, b: int, s: int, d: int, experts: int, top_k: int, capa
     Raises
     ------
     GraphError
-        A size is not a positive integer, ``top_k`` exceeds ``experts``, or
-        ``capacity`` exceeds ``s``.
+        A size is not a positive integer, ``top_k`` exceeds ``experts``,
+        ``capacity`` exceeds ``s``, or the groups do not divide the experts
+        or leave fewer than ``top_k`` experts to choose from.
     """
-    check_sizes(name, b=b, s=s, d=d)
+    check_sizes(name, b=b, s=s, d=d, groups=groups, group_topk=group_topk)
     _check_moe(name, s, experts, top_k, capacity)
+    if experts % groups or group_topk > groups or top_k > group_topk * (experts // groups):
+        raise GraphError(f"layer {name!r}: {groups} router groups choosing {group_topk} must divide the {experts} "
+                         f"experts and leave at least top_k {top_k} of them to choose from")
+    # Routing groups are recorded only where they limit the routing, so that other graphs keep their params.
+    limited = {"groups": groups, "group_topk": group_topk} if groups > 1 else {}
     return Layer(
         name, "MoERouter", ("b", "s", "d"), (b, s, d),
         inputs=(TensorSpec((b, s, d), ("b", "s", "d"), "x"),),
@@ -165,7 +177,7 @@ def moe_router(name: str, b: int, s: int, d: int, experts: int, top_k: int, capa
                  TensorSpec((b, capacity, experts), ("b", "s", None), "gates")),
         weights=(TensorSpec((experts, d), (None, "d"), "router"),),
         split_base=(b, _sequence_base(s, capacity), d),
-        params=params(b=b, s=s, d=d, experts=experts, top_k=top_k, capacity=capacity),
+        params=params(b=b, s=s, d=d, experts=experts, top_k=top_k, capacity=capacity, **limited),
     )
 
 

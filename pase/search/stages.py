@@ -17,7 +17,9 @@ fastest whose every stage fits device memory:
 * for a model with experts, expert parallelism ``ep`` (the divisors of the
   experts) and expert tensor parallelism ``etp`` (1 or ``t``) with ``etp x ep``
   dividing the stage's ``t c d`` devices, placed innermost first (EP inside a
-  node before it leaves it; :mod:`pase.model.experts`);
+  node before it leaves it; :mod:`pase.model.experts`), and the token
+  dispatcher: the all-to-all, and DeepEP where expert parallelism is on and
+  every token is kept (DeepEP does not drop tokens);
 * the layer splits on each ``t x c`` group: Megatron's rule and, when
   ``intra_search`` is on and the group has more than one device, the exact
   per-layer search (:mod:`pase.search.exact`) of one microbatch on the group
@@ -67,12 +69,15 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping, Sequence
 
+import numpy as np
+
 from pase.errors import ConfigurationError, SearchTooLargeError
 from pase.hardware.cluster import Cluster
 from pase.ir.configs import ConfigOptions
 from pase.ir.graph import Graph
 from pase.model.cost import build_cost_model
 from pase.model.experts import moe_blocks
+from pase.model.parallelism import DISPATCHERS
 from pase.model.recompute import search_sets
 from pase.model.memory import InsufficientMemoryError, MemoryOptions
 from pase.model.pipeline import SCHEDULES, ZERO_BUBBLE, schedule_problem
@@ -178,6 +183,9 @@ def search_training(
     expert_tensor: Sequence[int] | None = None,
     expert_imbalance: float = 1.0,
     capacity_factor: float | None = None,
+    dispatchers: Sequence[str] = DISPATCHERS,
+    expert_overlap: bool = False,
+    fp8_dispatch: bool = False,
     runners_up: int = 5,
     progress: Callable[[int, int], None] | None = None,
     cache: dict | None = None,
@@ -191,7 +199,11 @@ def search_training(
     the other sequences restrict their knob; ``expert`` and ``expert_tensor``
     restrict EP and ETP (default: every divisor of the experts, and 1 or
     ``t``), ``expert_imbalance`` and ``capacity_factor`` are the routing's
-    (:class:`~pase.model.training.Parallelism`). ``tp_overlap`` plans for
+    (:class:`~pase.model.training.Parallelism`); ``dispatchers`` the token
+    dispatchers to try (DeepEP only with EP and dropless routing);
+    ``expert_overlap`` and ``fp8_dispatch`` plan for Megatron-Core's 1F1B
+    all-to-all overlap and FP8 dispatch wherever expert parallelism is on (a
+    framework asked for keeps only the plans it runs them in). ``tp_overlap`` plans for
     Megatron-LM's asynchronous tensor-parallel backward, ``tp_comm_overlap``
     for Transformer Engine's forward overlap (:class:`~pase.model.training.Parallelism`). ``memory_limit_bytes`` defaults to
     the cluster's memory. ``progress(done, total)`` counts (microbatch, group) pairs.
@@ -224,6 +236,15 @@ def search_training(
     experts = {b.experts for b in moe_blocks(probe)}
     module_sets = search_sets(probe)
     targets = _targets(framework)
+    # DeepEP keeps every token; a framework asked for alone tries only the dispatchers it runs.
+    usable = tuple(via for via in dispatchers if (via == "alltoall" or capacity_factor is None)
+                   and (framework in (None, "any") or via in targets[framework].dispatchers))
+    if experts and not usable:
+        raise ConfigurationError(
+            "DeepEP keeps every token: it does not drop tokens past a capacity (--capacity-factor); search with "
+            "--dispatcher alltoall or without a capacity factor" if capacity_factor is not None else
+            f"{targets[framework].title} does not run the {', '.join(dispatchers)} dispatcher; search with "
+            f"--dispatcher {' or '.join(targets[framework].dispatchers)}")
     if schedules is None:  # zero-bubble schedules only where a framework asked for runs them
         schedules = [s for s in SCHEDULES if s not in ZERO_BUBBLE
                      or any(s in f.schedules for f in targets.values())]
@@ -251,27 +272,34 @@ def search_training(
             m = global_batch // (d * b)
             base = Parallelism(tensor=t, pipeline=p, data=d, context=c, microbatch_size=b, global_batch=global_batch,
                                overlap=overlap, tp_overlap=tp_overlap, tp_comm_overlap=tp_comm_overlap,
-                               expert_imbalance=expert_imbalance, capacity_factor=capacity_factor)
+                               expert_imbalance=expert_imbalance, capacity_factor=capacity_factor,
+                               fp8_dispatch=fp8_dispatch)
             candidates = []
             for sp in sequence_parallel:
                 if sp and t == 1:
                     continue
-                for ep, etp in _expert_layouts(experts, t, t * c * d, expert, expert_tensor):
-                    try:
-                        candidates.append((MEGATRON_SPLITS, (sp, ep, etp, None), cached_times(build, cluster, replace(
-                            base, sequence_parallel=sp, ep=ep, etp=etp), options, memory, cache)))
-                    except ConfigurationError:
-                        continue
+                for ep, etp, vias in _expert_layouts(experts, t, t * c * d, expert, expert_tensor, usable):
                     # Megatron-Core's module recomputation where it matters (MoE models), as selective recomputation.
-                    for modules in module_sets if "selective" in recompute else ():
-                        try:
-                            times = cached_times(build, cluster, replace(base, sequence_parallel=sp, ep=ep, etp=etp,
-                                                                         recompute_modules=modules,
-                                                                         recompute="selective"),
-                                                 options, memory, cache)
-                        except ConfigurationError:
-                            continue
-                        candidates.append((MEGATRON_SPLITS, (sp, ep, etp, modules), {"selective": times["selective"]}))
+                    for modules in (None, *(module_sets if "selective" in recompute else ())):
+                        got = []
+                        for via in vias:
+                            recomputing = {} if modules is None else {"recompute_modules": modules,
+                                                                      "recompute": "selective"}
+                            try:
+                                times = cached_times(build, cluster, replace(
+                                    base, sequence_parallel=sp, ep=ep, etp=etp, dispatcher=via,
+                                    expert_overlap=expert_overlap and ep > 1, **recomputing), options, memory, cache)
+                            except ConfigurationError:
+                                continue
+                            got.append((via, times if modules is None else {"selective": times["selective"]}))
+                        if modules is None and not got:
+                            break
+                        if len(got) > 1 and framework != "any":
+                            # The dispatchers differ only in the exchange's time (what the experts compute and
+                            # hold is the same): the faster one is never slower in any schedule, cut or ZeRO stage.
+                            # Under "any" both stay, for the frameworks that run only one.
+                            got = [min(got, key=lambda g: _time_s(g[1]))]
+                        candidates += [(MEGATRON_SPLITS, (sp, ep, etp, modules, via), times) for via, times in got]
             if intra_search and t * c > 1:
                 if m not in searched:
                     searched[m] = None
@@ -284,7 +312,7 @@ def search_training(
                         except ConfigurationError:
                             pass
                 if searched[m] is not None:
-                    candidates.append((SEARCHED_SPLITS, (False, 1, None, None), searched[m]))
+                    candidates.append((SEARCHED_SPLITS, (False, 1, None, None, "alltoall"), searched[m]))
             for label, sp, all_times in candidates:
                 for rc, lt in all_times.items():
                     if rc not in recompute:
@@ -302,7 +330,8 @@ def search_training(
                                 continue
                             rules = _rules(targets, framework, lambda: replace(
                                 base, sequence_parallel=sp[0], ep=sp[1], etp=sp[2], recompute=rc,
-                                recompute_modules=sp[3], zero=z, schedule=schedule, virtual_stages=v),
+                                recompute_modules=sp[3], dispatcher=sp[4], expert_overlap=expert_overlap and sp[1] > 1,
+                                zero=z, schedule=schedule, virtual_stages=v),
                                 options.precision, lt.attention, lt.experts is not None)
                             if not rules:
                                 continue
@@ -356,9 +385,9 @@ def search_training(
         if bound is not None and floor_s >= bound:
             skipped += 1
             continue
-        sp, ep, etp, modules = sp
+        sp, ep, etp, modules, via = sp
         par = replace(base, sequence_parallel=sp, recompute=rc, zero=z, schedule=schedule, virtual_stages=v, ep=ep,
-                      etp=etp, recompute_modules=modules)
+                      etp=etp, recompute_modules=modules, dispatcher=via, expert_overlap=expert_overlap and ep > 1)
         if rule is not None:
             try:
                 par = replace(par, stage_cuts=_block_cuts(lt, cluster, par, data_k, targets[rule] if rule in targets
@@ -440,16 +469,31 @@ def _block_cuts(lt: LayerTimes, cluster: Cluster, par: Parallelism, data_k: tupl
 
 
 def _expert_layouts(experts: set[int], t: int, stage: int, expert: Sequence[int] | None,
-                    expert_tensor: Sequence[int] | None) -> list[tuple[int, int | None]]:
-    """(EP, ETP) pairs to try on a stage of ``stage`` devices and tensor parallelism ``t``: ``[(1, None)]`` for a
-    model without experts (``experts`` their counts), else every EP dividing the experts (or in ``expert``) and
-    ETP 1 or ``t`` (or in ``expert_tensor``) with ETP x EP dividing the stage."""
+                    expert_tensor: Sequence[int] | None,
+                    dispatchers: Sequence[str] = ("alltoall",)) -> list[tuple[int, int | None, tuple[str, ...]]]:
+    """(EP, ETP, dispatchers) to try on a stage of ``stage`` devices and tensor parallelism ``t``: ``[(1, None,
+    ("alltoall",))]`` for a model without experts (``experts`` their counts), else every EP dividing the experts
+    (or in ``expert``) and ETP 1 or ``t`` (or in ``expert_tensor``) with ETP x EP dividing the stage, each with
+    those of ``dispatchers`` that apply (DeepEP only where EP exchanges tokens, EP > 1)."""
     if not experts:
-        return [(1, None)]
+        return [(1, None, ("alltoall",))]
     count = min(experts)
     eps = [e for e in (divisors(count) if expert is None else expert) if all(n % e == 0 for n in experts)]
     etps = sorted({1, t}) if expert_tensor is None else list(expert_tensor)
-    return [(e, x) for x in etps for e in eps if stage % (e * x) == 0]
+    out = []
+    for x in etps:
+        for e in eps:
+            vias = tuple(via for via in dispatchers if via == "alltoall" or e > 1)
+            if stage % (e * x) == 0 and vias:
+                out.append((e, x, vias))
+    return out
+
+
+def _time_s(times: dict) -> float:
+    """The layers' compute and communication seconds of one microbatch in ``times`` (a recomputation mode's
+    :class:`~pase.model.training.LayerTimes` per mode), to rank dispatchers that differ in nothing else."""
+    lt = next(iter(times.values()))
+    return float(np.sum(lt.forward_s) + np.sum(lt.backward_s) + np.sum(lt.recompute_s))
 
 
 def _bound(found: list[TrainingPlan], keep: int) -> float | None:
