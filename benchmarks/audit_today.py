@@ -88,7 +88,8 @@ def priced(row) -> Priced:
     cluster = preset(row.cluster, row.gpus, calibrated=True)
     options = ConfigOptions(attention="flash", precision="fp8")
     cache: dict = {}
-    lt = cached_times(batch_builder(row.sample, seq=row.seq), cluster, par, options, MemoryOptions(),
+    build = batch_builder(row.sample, seq=row.seq, **({"mtp": row.mtp} if row.mtp else {}))  # as predict() builds it
+    lt = cached_times(build, cluster, par, options, MemoryOptions(),
                       cache)[par.recompute]
     # The group's entry (splits, times per mode); the expert-layout entries under longer keys hold dicts.
     whole = next(v[0] for k, v in cache.items() if k[0] == "times" and isinstance(v, tuple))

@@ -24,7 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from validate_today import ROWS, predict  # noqa: E402
 
 MEAN, LARGEST = 0.10, 0.20  # issue 25's goals, met
-MOE_MEAN, MOE_LARGEST = 0.20, 0.28  # what the MoE rows reach (issue 27's goals are 0.10, 0.20): a regression guard
+# What the MoE rows reach (issue 27's goals are 0.10, 0.20): a regression guard. The mean rose from 19.6% to 22.0%
+# when the H100 DeepSeek-V3 row's DeepEP dispatch was priced as its recipe runs it (BENCHMARKS.md, "DeepEP for the
+# H100 DeepSeek-V3 row"): a better model of that run, which uncovered a compute shortfall the all-to-all had hidden.
+MOE_MEAN, MOE_LARGEST = 0.23, 0.28
 # Dense rows pase's memory model puts over their GPU's preset memory, and the bytes each is held to: none.
 OVER: dict[str, float] = {}
 
