@@ -19,6 +19,7 @@ from pase.io.export import FORMATS as EXPORT_FORMATS, export_plan, file_name
 from pase.hardware.cluster import PRESETS
 from pase.limits import MAX_BATCH, MAX_DEVICES
 from pase.model.pipeline import SCHEDULES
+from pase.model.parallelism import DISPATCHERS
 from pase.model.training import RECOMPUTE, Parallelism, evaluate_training
 from pase.models import LANGUAGE_MODELS
 from pase.search.stages import search_training, training_baselines
@@ -75,6 +76,54 @@ def _plan_sample() -> None:
     st.session_state["in_sample"] = st.session_state["tr_pick"]
 
 
+FASTER = "the faster (searched)"
+
+
+def expert_inputs(evaluate: bool) -> dict:
+    """The Experts inputs of a model with a mixture of experts, as :class:`Parallelism` keywords (``evaluate``: EP
+    and ETP too) or, for the search, :func:`search_training`'s."""
+    with st.expander("Experts (mixture of experts)", expanded=True):
+        cols = st.columns(6 if evaluate else 4)
+        out: dict = {}
+        if evaluate:
+            out["ep"] = int(kept(cols[0].number_input, "ep", 1, "Expert parallel EP", min_value=1,
+                                 max_value=MAX_DEVICES, step=1,
+                                 help="The experts dealt out over EP devices of a stage (inside a node first)."))
+            etp = int(kept(cols[1].number_input, "etp", 0, "Expert tensor ETP", min_value=0, max_value=MAX_DEVICES,
+                           step=1, help="Each expert's width split ETP ways; 0: the tensor-parallel size t, as "
+                                        "Megatron-Core defaults it."))
+            out["etp"] = None if etp == 0 else etp
+        rest = cols[2:] if evaluate else cols
+        choices = list(DISPATCHERS) if evaluate else [FASTER, *DISPATCHERS]
+        via = kept(rest[0].selectbox, f"dispatcher_{int(evaluate)}", choices[0], "Token dispatcher", choices,
+                   help="alltoall: Megatron-Core's all-to-all, every token copy sent. deepep: DeepEP, a token sent "
+                        "across the network once per other node its experts are on, then over NVLink (keeps "
+                        "every token). The search tries both unless one is chosen.")
+        drop = kept(rest[2].checkbox, "token_drop", False, "Token drop",
+                    help="Each expert takes at most its capacity (the factor times the mean), padded up to it; "
+                         "off: dropless, every token kept.")
+        if drop:
+            capacity = float(kept(rest[3].number_input, "capacity", 1.0, "Capacity factor", min_value=0.01,
+                                  max_value=1e3, step=0.25, help="Each expert's capacity over the mean tokens."))
+            imbalance = 1.0
+        else:
+            capacity = None
+            imbalance = float(kept(rest[3].number_input, "imbalance", 1.0, "Expert imbalance", min_value=1.0,
+                                   max_value=1e3, step=0.25,
+                                   help="The busiest expert's tokens over the mean (1: forced balance, as "
+                                        "NVIDIA's benchmarks run)."))
+        with rest[1]:
+            overlap = kept(st.checkbox, "ep_overlap", False, "Overlap the all-to-all",
+                           help="Megatron-Core's 1F1B all-to-all overlap: each block's dispatch and combine hidden "
+                                "behind its experts' compute (off: exposed).")
+        out.update(expert_imbalance=imbalance, capacity_factor=capacity, expert_overlap=overlap)
+        if evaluate:
+            out["dispatcher"] = via
+        else:
+            out["dispatchers"] = DISPATCHERS if via == FASTER else (via,)
+        return out
+
+
 class Work:
     """A progress bar and a Cancel button over one or more jobs run in worker processes (:func:`ui.jobs.run`).
 
@@ -125,6 +174,10 @@ except PaseError as exc:
     st.error(f"Cannot plan {md(source)}: {md(exc)}", icon=":material/error:")
     st.stop()
 global_batch = state.global_batch(source)
+try:
+    has_experts = any(layer.op == "MoEExperts" for layer in state.load_graph(source).layers)
+except PaseError:
+    has_experts = False
 devices = cluster.devices
 step_model = PEAK if cluster.efficiency is None else CALIBRATED
 mode = kept(st.radio, "mode", MODES[0], "Mode", MODES, horizontal=True)
@@ -256,7 +309,8 @@ store = state.stores()["misc"]
 # -- search ------------------------------------------------------------------------------------------
 
 if mode == MODES[0]:
-    key = ("training-search", problem, chosen_framework)
+    routing = expert_inputs(evaluate=False) if has_experts else {}
+    key = ("training-search", problem, chosen_framework, tuple(sorted(routing.items())))
     found = store.get(key)
     clicked = st.button("Search", type="primary", key="tr_search", icon=":material/play_arrow:",
                         help="Model every configuration that tiles the mesh and keep the fastest that fits.")
@@ -264,7 +318,7 @@ if mode == MODES[0]:
         try:
             with Work("Searching...") as work:
                 search = work.run(search_training, build, cluster, global_batch, options=options,
-                                  framework=chosen_framework, what="the training search",
+                                  framework=chosen_framework, **routing, what="the training search",
                                   text="Searching...", counts="Microbatch sizes x groups modelled")
                 best = work.run(evaluate_training, build, cluster, search.best.parallelism, record=True,
                                 options=options,
@@ -341,6 +395,7 @@ with f4:
                       "input gradient while it computes its weight gradient. Priced under the calibrated model "
                       "only; off, every tensor-parallel collective is exposed.")
     tp_overlap = asked and step_model == CALIBRATED
+experts = expert_inputs(evaluate=True) if has_experts else {}
 
 per_group = t * p * c
 if devices % per_group:
@@ -353,7 +408,8 @@ st.markdown(f"Data parallel **d = {devices} / (t p c) = {d}**")
 try:
     par = Parallelism(tensor=t, pipeline=p, data=d, context=c, virtual_stages=v, microbatch_size=b,
                       global_batch=global_batch, sequence_parallel=sp, recompute=recompute, zero=zero,
-                      schedule=None if schedule == AUTO else schedule, overlap=overlap, tp_overlap=tp_overlap)
+                      schedule=None if schedule == AUTO else schedule, overlap=overlap, tp_overlap=tp_overlap,
+                      **experts)
 except PaseError as exc:
     st.error(f"Not a valid configuration: {md(exc)}", icon=":material/error:")
     st.stop()

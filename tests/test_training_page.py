@@ -378,3 +378,24 @@ def test_a_chosen_framework_exports_its_runnable_plan_in_one_click(name, fmt):
                            framework=name).best
     assert any(plan.label in m.value.replace("\\", "") for m in at.success), [m.value for m in at.success]
     assert export_plan(plan.to_dict(), fmt)
+
+
+def test_a_mixture_of_experts_offers_its_expert_inputs_and_evaluates_with_deepep():
+    at = page(model="qwen3-30b-a3b", preset="dgx-h100", devices=16, batch=64)
+    # The search mode offers the dispatcher (the faster of the two unless one is named) and the routing.
+    assert at.selectbox(key="tr_dispatcher_0").value == "the faster (searched)"
+    at.radio(key="tr_mode").set_value("Evaluate a configuration").run()
+    for name, value in (("t", 1), ("p", 2), ("ep", 8)):
+        at.number_input(key=f"tr_{name}").set_value(value).run()
+    at.selectbox(key="tr_dispatcher_1").set_value("deepep").run()
+    at.button(key="tr_evaluate").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    (table,) = [df.value for df in at.dataframe if "quantity" in df.value.columns]
+    rows = dict(zip(table["quantity"], table["value"]))
+    assert rows["expert parallelism (EP)"].startswith("8 ") and rows["token dispatcher"].startswith("DeepEP")
+    # DeepEP keeps every token: asking it to drop some is refused on the page, in words, and nothing is lost.
+    at.checkbox(key="tr_token_drop").check().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("DeepEP keeps every token" in e.value for e in at.error), [e.value for e in at.error]
+    assert at.number_input(key="tr_ep").value == 8

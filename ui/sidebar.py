@@ -110,8 +110,9 @@ def _graph_source(sb) -> tuple[GraphSource | None, bytes | None, str | None]:
         if others:
             with sb.expander("Model sizes"):
                 for k in others:
-                    values[k] = int(st.number_input(k, min_value=1, max_value=1 << 24, value=params[k], step=1,
-                                                    key=f"in_{name}_{k}"))
+                    # A count that defaults to 0 (DeepSeek-V3's prediction modules, mtp) may stay 0.
+                    values[k] = int(st.number_input(k, min_value=min(1, params[k]), max_value=1 << 24,
+                                                    value=params[k], step=1, key=f"in_{name}_{k}"))
         # Only parameters that differ from the defaults make the cache key, in a fixed order.
         chosen = tuple((k, v) for k, v in values.items())
         return GraphSource("sample", name, chosen), None, None
