@@ -382,8 +382,14 @@ def test_a_chosen_framework_exports_its_runnable_plan_in_one_click(name, fmt):
 
 def test_a_mixture_of_experts_offers_its_expert_inputs_and_evaluates_with_deepep():
     at = page(model="qwen3-30b-a3b", preset="dgx-h100", devices=16, batch=64)
-    # The search mode offers the dispatcher (the faster of the two unless one is named) and the routing.
+    # The search mode offers the dispatcher (the faster of the two unless one is named) and the routing; a named
+    # one is what the search keeps.
     assert at.selectbox(key="tr_dispatcher_0").value == "the faster (searched)"
+    at.selectbox(key="tr_dispatcher_0").set_value("alltoall").run()
+    at.button(key="tr_search").click().run()
+    assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
+    (table,) = [df.value for df in at.dataframe if "quantity" in df.value.columns]
+    assert dict(zip(table["quantity"], table["value"]))["token dispatcher"].startswith("all-to-all")
     at.radio(key="tr_mode").set_value("Evaluate a configuration").run()
     for name, value in (("t", 1), ("p", 2), ("ep", 8)):
         at.number_input(key=f"tr_{name}").set_value(value).run()

@@ -203,10 +203,11 @@ def search_training(
     dispatchers to try (DeepEP only with EP and dropless routing);
     ``expert_overlap`` and ``fp8_dispatch`` plan for Megatron-Core's 1F1B
     all-to-all overlap and FP8 dispatch wherever expert parallelism is on (a
-    framework asked for keeps only the plans it runs them in). ``tp_overlap`` plans for
-    Megatron-LM's asynchronous tensor-parallel backward, ``tp_comm_overlap``
-    for Transformer Engine's forward overlap (:class:`~pase.model.training.Parallelism`). ``memory_limit_bytes`` defaults to
-    the cluster's memory. ``progress(done, total)`` counts (microbatch, group) pairs.
+    framework asked for keeps only the plans it runs them in). ``tp_overlap``
+    plans for Megatron-LM's asynchronous tensor-parallel backward,
+    ``tp_comm_overlap`` for Transformer Engine's forward overlap
+    (:class:`~pase.model.training.Parallelism`). ``memory_limit_bytes``
+    defaults to the cluster's memory. ``progress(done, total)`` counts (microbatch, group) pairs.
     ``cache`` (a dict, :func:`~pase.model.training.cached_times`) shares the
     graphs and layer times with later calls for the same model, cluster and
     options (:func:`training_baselines`, ``evaluate_training``).
@@ -282,9 +283,9 @@ def search_training(
                     # Megatron-Core's module recomputation where it matters (MoE models), as selective recomputation.
                     for modules in (None, *(module_sets if "selective" in recompute else ())):
                         got = []
+                        recomputing = {} if modules is None else {"recompute_modules": modules,
+                                                                  "recompute": "selective"}
                         for via in vias:
-                            recomputing = {} if modules is None else {"recompute_modules": modules,
-                                                                      "recompute": "selective"}
                             try:
                                 times = cached_times(build, cluster, replace(
                                     base, sequence_parallel=sp, ep=ep, etp=etp, dispatcher=via,
