@@ -183,9 +183,9 @@ class Timer:
             self._cycles_per_s = 2_000_000 / (long - short)
         return self._cycles_per_s
 
-    def _held(self, issue: Callable[[], float]) -> float:
+    def _held(self, issue: Callable[[], object]) -> object:
         """``issue()``'s result with the GPU held by a sleep kernel while the host issues its calls, the hold
-        doubled until it outlasts the host (at most a second)."""
+        doubled until it outlasts the host (at most a second); the GPU is synchronised before it returns."""
         while True:
             self.torch.cuda.synchronize()
             self.torch.cuda._sleep(int(self._hold_s * self.cycles_per_s))
@@ -208,13 +208,12 @@ class Timer:
         def once() -> float:
             start, end = self._event(), self._event()
 
-            def issue() -> tuple:
+            def issue() -> None:
                 start.record()
                 for _ in range(calls):
                     fn()
                 end.record()
-                return start, end
-            self._held(issue)
+            self._held(issue)  # the events are read once it has synchronised
             return start.elapsed_time(end) / 1e3 / calls
         return float(statistics.median(once() for _ in range(self.reps)))
 
