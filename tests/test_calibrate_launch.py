@@ -201,6 +201,8 @@ def test_profile_launch_rows_are_what_the_fit_reads(monkeypatch):
                                      say=lambda _: None)
     cases = [r["case"] for r in section["rows"]]
     assert cases == ["bf16 product 64^3", "bf16 copy 1024 x 1024", "a tiny expert fc1: 3 experts, 32 tokens each"]
+    copy = section["rows"][1]
+    assert copy["bytes"] == 2 * 1024 * 1024 * 2  # a 1024 x 1024 BF16 tensor read and written
     expert = section["rows"][-1]
     assert (expert["kernels"], expert["m"], expert["n"], expert["k"]) == (3, 32, 48, 16)
     assert expert["flops"] == 3 * 2 * 32 * 48 * 16
@@ -208,6 +210,9 @@ def test_profile_launch_rows_are_what_the_fit_reads(monkeypatch):
     per_kernel = launch_cases(measurements, H200_CALIBRATION.efficiency, 989e12, 1979e12)
     assert [c["case"] for c in per_kernel] == cases
     assert per_kernel[-1]["gpu_s"] == pytest.approx(8 * US / 3)
+    # The copy priced as the calibration prices a copy of its bytes: the H200's fitted bandwidth and overhead.
+    e = H200_CALIBRATION.efficiency
+    assert per_kernel[1]["model_s"] == pytest.approx(copy["bytes"] / e.memory_Bps + e.kernel_overhead_s)
     assert all(c["bound"] == "host" for c in per_kernel)  # 24 us back to back against 8 of the GPU's
 
 

@@ -398,7 +398,7 @@ def launch_cases(measurements: Mapping, efficiency: Efficiency, peak_flops: floa
 
     Each: ``case``, ``kernels``, and seconds per kernel ``alone_s``, ``gpu_s``,
     ``stream_s``, ``host_s`` (``graph_s`` where measured, ``model_s`` for
-    products and copies); ``host_share``, the part of the time alone that is
+    products and for copies of stated ``bytes``); ``host_share``, the part of the time alone that is
     not the GPU's (``1 - gpu_s / alone_s``); ``bound``, ``"host"`` where a
     run of such calls back to back (an eager step) goes at the host's pace,
     slower than the GPU's by over 10%, else ``"gpu"``.
@@ -418,9 +418,8 @@ def launch_cases(measurements: Mapping, efficiency: Efficiency, peak_flops: floa
             nbytes = _gemm_bytes(r, FP8_BYTES if fp8 else BF16_BYTES) if {"m", "n", "k"} <= set(r) else 0.0
             case["model_s"] = float(kernel_s(flops, nbytes, rate, e.memory_Bps, e.kernel_overhead_s,
                                              e.memory_overlap))
-        elif flops == 0:
-            case["model_s"] = float(kernel_s(0.0, 2 * 1024 * 1024 * BF16_BYTES, 1.0, e.memory_Bps,
-                                             e.kernel_overhead_s))
+        elif flops == 0 and "bytes" in r:  # a copy of its stated bytes
+            case["model_s"] = float(kernel_s(0.0, float(r["bytes"]), 1.0, e.memory_Bps, e.kernel_overhead_s))
         case["host_share"] = max(0.0, 1.0 - case["gpu_s"] / case["alone_s"])
         case["bound"] = "host" if case["stream_s"] > 1.1 * case["gpu_s"] else "gpu"
         out.append(case)

@@ -402,7 +402,7 @@ def profile_launch(torch, device, timer: Timer, quick: bool = False, fp8: bool =
         step(f"launch: {what}")
         if shape is None:
             src, dst = (torch.randn(1024, 1024, device=device, dtype=torch.bfloat16) for _ in range(2))
-            row = {"case": what, "dtype": kind, "kernels": 1, "flops": 0.0}
+            row = {"case": what, "dtype": kind, "kernels": 1, "flops": 0.0, "bytes": 2.0 * src.numel() * 2}
 
             def fn() -> None:
                 dst.copy_(src)
@@ -424,7 +424,8 @@ def profile_launch(torch, device, timer: Timer, quick: bool = False, fp8: bool =
                     "idle GPU, as the other sections; gpu_s, calls issued while a sleep kernel holds the GPU (the "
                     "GPU's time, the host's hidden); stream_s, calls back to back from an idle GPU (an eager "
                     "step's pace); host_s, the host's time to issue a call; graph_s, calls replayed from a CUDA "
-                    "graph. m, n, k: each product's; flops: per call, 2 m n k per product", "rows": rows}
+                    "graph. m, n, k: each product's; flops: per call, 2 m n k per product; bytes: a copy's, read and "
+                    "written", "rows": rows}
 
 
 def _collective_rows(torch, dist, group, ranks: int, scope: str, device, quick: bool, say) -> list[dict]:
