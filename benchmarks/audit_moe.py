@@ -42,7 +42,7 @@ import time
 
 import numpy as np
 from _report import audit_main, audit_table
-from audit_today import KERNELS, _casts_s, _rate, _vector_hand_s, priced
+from audit_today import KERNELS, _casts_s, _rate, _vector_hand_s, priced, step_rest
 from validate_today import ROWS
 
 from pase.hardware.cluster import H100_TENSOR_CLOCK_HZ, H200_MEASURED_CLOCK_HZ
@@ -194,13 +194,7 @@ def audit(row) -> dict[str, tuple[float, float | None]]:
     out[SUM] = (sum(p for p, _ in out.values()), sum(h for _, h in out.values()))
     for k in ("communication inside the step", "recomputation"):
         out[k] = (pase[k] * m, None)
-    busy = m * (stage.forward_s + stage.backward_s)
-    out["optimizer and FP8 weight casts (per step)"] = (stage.optimizer_s, None)
-    reduce = max(plan.schedule.exposed_reduce_s)
-    out["data-parallel reduction exposed"] = (reduce, None)
-    out["pipeline idle (bubble, sends)"] = (plan.step_time_s - busy - stage.optimizer_s - reduce, None)
-    out["step"] = (plan.step_time_s, row.measured_step_s)
-    return out
+    return {**out, **step_rest(plan, stage, row)}
 
 
 def _stage_layers(graph, stage) -> frozenset[str]:

@@ -147,13 +147,18 @@ def audit(row) -> dict[str, tuple[float, float | None]]:
     out["kernels' sum"] = (sum(p for p, _ in out.values()), sum(h for _, h in out.values()))
     out["communication inside the step"] = (comm, None)
     stage = max(plan.stages, key=lambda s: s.forward_s + s.backward_s)
-    busy = m * (stage.forward_s + stage.backward_s)
-    out["optimizer and FP8 weight casts (per step)"] = (stage.optimizer_s, None)
+    return {**out, **step_rest(plan, stage, row)}
+
+
+def step_rest(plan, stage, row) -> dict[str, tuple[float, float | None]]:
+    """What a step spends on ``stage``'s device beside its microbatches' layers (the optimizer, the exposed
+    reduction, the pipeline's idle time) and the step itself against ``row``'s measured one, for an audit table."""
+    busy = plan.parallelism.microbatches * (stage.forward_s + stage.backward_s)
     reduce = max(plan.schedule.exposed_reduce_s)
-    out["data-parallel reduction exposed"] = (reduce, None)
-    out["pipeline idle (bubble, sends)"] = (plan.step_time_s - busy - stage.optimizer_s - reduce, None)
-    out["step"] = (plan.step_time_s, row.measured_step_s)
-    return out
+    return {"optimizer and FP8 weight casts (per step)": (stage.optimizer_s, None),
+            "data-parallel reduction exposed": (reduce, None),
+            "pipeline idle (bubble, sends)": (plan.step_time_s - busy - stage.optimizer_s - reduce, None),
+            "step": (plan.step_time_s, row.measured_step_s)}
 
 
 def _casts_s(graph, layer, cfg, fp8, memory_Bps: float, overhead_s: float) -> float:
