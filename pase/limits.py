@@ -61,6 +61,7 @@ MIN_PEAK_FLOPS, MAX_PEAK_FLOPS = 1e6, 1e18
 MIN_BANDWIDTH_BPS, MAX_BANDWIDTH_BPS = 1e3, 1e15
 MIN_MEMORY_BYTES, MAX_MEMORY_BYTES = 1e3, 1e15
 MAX_LATENCY_S = 1.0
+MAX_SMS = 4096  # streaming multiprocessors of one device (a B200 has 148)
 
 # Devices the configuration enumeration (pase.ir.configs) accepts, whatever built the
 # cluster (2**20 = 1,048,576; MAX_DEVICES above is the app's tighter bound). Past this

@@ -382,8 +382,11 @@ def fit_efficiency(measurements: Mapping, peak_flops: float, fp8_peak_flops: flo
         sources["attention_curve"] = f"fitted to the fused attention forwards of {source}: {how}"
         sources["attention_backward_curve"] = (f"fitted to the fused attention backwards (fwd_bwd_s - fwd_s, "
                                                f"{ATTENTION_BACKWARD_FLOPS:g}x the forward's FLOPs) of {source}: {how}")
+    sms = measurements.get("sms")
+    if sms is not None:
+        sources["sms"] = f"measured: the multiprocessor count CUDA reports, {source}"
     efficiency = Efficiency(vector_flops=vector, memory_Bps=memory_Bps, kernel_overhead_s=overhead_s,
-                            memory_overlap=MEMORY_OVERLAP, sources=sources, **curves)
+                            memory_overlap=MEMORY_OVERLAP, sources=sources, sms=sms, **curves)
     links = fit_links(collectives)
     result = FitResult(efficiency, links)
     result.rows.update(residuals(measurements, efficiency, peak_flops, fp8_peak_flops))

@@ -527,7 +527,7 @@ def measure(quick: bool = False, say: Callable[[str], None] = print) -> tuple[di
     measurements: dict = {"what": f"Kernel timings on one {props.name} by pase calibrate{' --quick' if quick else ''}: "
                                   "the median of CUDA-event timings after warm-ups, each kernel alone on random "
                                   "data. Seconds per call.",
-                          "device": props.name, "torch": torch.__version__}
+                          "device": props.name, "torch": torch.__version__, "sms": props.multi_processor_count}
     if rank == 0:
         has_fp8 = props.major * 10 + props.minor >= 89
         measurements.update(profile_kernels(quick, say, has_fp8=has_fp8))

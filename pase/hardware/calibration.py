@@ -95,7 +95,7 @@ class Calibration:
         """``cluster`` (a :class:`~pase.hardware.cluster.Cluster`, which imports this module) with this device:
         its peaks, memory (when recorded) and kernel figures from the file, its topology kept; measured links
         set its link efficiencies and latencies (a bus bandwidth above the cluster's nominal one counts as 1),
-        unmeasured ones keep the cluster's calibration's (or 1 and 0)."""
+        unmeasured ones keep the cluster's calibration's (or 1 and 0), as does an SM count the file lacks."""
         base = cluster.efficiency
         changes: dict[str, Any] = {}
         sources = dict(self.efficiency.sources)
@@ -116,6 +116,9 @@ class Calibration:
                 changes[eff_name], changes[lat_name] = 1.0, 0.0
                 for name in (eff_name, lat_name):
                     sources[name] = "not measured: nominal bandwidth, no latency"
+        if self.efficiency.sms is None and base is not None and base.sms is not None:  # a file that did not record it
+            changes["sms"] = base.sms
+            sources["sms"] = base.sources.get("sms", "the cluster's calibration")
         efficiency = replace(self.efficiency, sources=sources, **changes)
         device = {"peak_flops": self.peak_flops, "fp8_peak_flops": self.fp8_peak_flops, "efficiency": efficiency}
         if self.memory_bytes is not None:

@@ -363,9 +363,14 @@ _H200 = _with(_H200, {name: (tuple((f, e * _CLOCK) for f, e in getattr(_H200, na
 
 _SAME_CHIP = ("the H200's (same GH100 chip, 132 SMs, the same clocks as the H100 SXM; H200 and H100 datasheets): "
               "{}")
-H200_CALIBRATION = _with(_H200, _NVLINK4, _NDR, _LATENCY)
+# Streaming multiprocessors, published (what DeepEP's 20 leave the computation, pase.model.experts).
+_GH100_SMS = {"sms": (132, "published: 132 SMs on the H100 SXM (H100 whitepaper, Table 3), the H200 SXM the same "
+                           "GH100 configuration")}
+_B200_SMS = {"sms": (148, "published: 148 SMs on the B200 (NVIDIA's B200 specifications; CUDA's multiprocessor "
+                          "count)")}
+H200_CALIBRATION = _with(_H200, _NVLINK4, _NDR, _LATENCY, _GH100_SMS)
 H100_CALIBRATION = _with(
-    _H200, _NVLINK4, _NDR, _LATENCY,
+    _H200, _NVLINK4, _NDR, _LATENCY, _GH100_SMS,
     {name: (getattr(_H200, name), _SAME_CHIP.format(_H200.sources[name]))
      for name in (*TENSOR_CORE_CURVES, "vector_flops", "kernel_overhead_s", "memory_overlap")},
     {"memory_Bps": (3350e9 * _HBM_FRACTION,
@@ -388,7 +393,7 @@ _B200_ASSUMED = ("assumed: the H200's fitted curve at its stated tensor-core clo
                  "({:.2f}x; a kernel reaches the fraction of its stated peak an H200 kernel of the same duration "
                  "reaches), not measured on a B200")
 B200_CALIBRATION = _with(
-    _H200, _NVLINK5, _NDR, _LATENCY,
+    _H200, _NVLINK5, _NDR, _LATENCY, _B200_SMS,
     {name: (_scaled(getattr(_H200, name), (_B200_FP8 / 1979e12) if name.startswith("fp8") else _B200_BF16 / 989e12),
             _B200_ASSUMED.format((_B200_FP8 / 1979e12) if name.startswith("fp8") else _B200_BF16 / 989e12))
      for name in ("matmul_curve", "matmul_dgrad_curve", "matmul_wgrad_curve", "fp8_matmul_curve", "attention_curve",
@@ -406,9 +411,10 @@ B200_CALIBRATION = _with(
 )
 
 _A100_HBM = A100_FITTED.memory_Bps / A100_HBM_BPS
+_A100_SMS = {"sms": (108, "published: 108 SMs on the A100 (A100 whitepaper, Table 1)")}
 CALIBRATIONS: dict[str, Efficiency] = {
-    "dgx-a100": A100_FITTED,
-    "dgx-a100-40gb": derated(A100_FITTED, 1555e9 * _A100_HBM, "A100 40 GB HBM2, 1,555 GB/s"),
+    "dgx-a100": _with(A100_FITTED, _A100_SMS),
+    "dgx-a100-40gb": _with(derated(A100_FITTED, 1555e9 * _A100_HBM, "A100 40 GB HBM2, 1,555 GB/s"), _A100_SMS),
     "dgx-h100": H100_CALIBRATION,
     "dgx-h200": H200_CALIBRATION,
     "dgx-b200": B200_CALIBRATION,

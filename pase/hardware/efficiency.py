@@ -26,6 +26,9 @@ reach instead, in a few physically meaningful numbers, each with its source
   fraction of the shorter of a kernel's compute and memory times hidden behind
   the longer (1: the roofline, their maximum; 0: their sum, as Calculon's
   ``no_overlap`` processing mode prices kernels);
+* ``sms``, the device's streaming multiprocessors (where known): what a
+  communication kernel that holds some of them (DeepEP's) leaves the
+  computation it overlaps (:mod:`pase.model.experts`);
 * each link class reaches a fraction of its nominal bandwidth in a collective
   (``intra_efficiency`` inside a node, ``inter_efficiency`` between nodes)
   and pays a latency per collective step (``intra_latency_s``,
@@ -53,7 +56,7 @@ from typing import Sequence
 import numpy as np
 
 from pase.errors import ClusterError
-from pase.limits import MAX_LATENCY_S
+from pase.limits import MAX_LATENCY_S, MAX_SMS
 
 __all__ = ["Efficiency", "curve_fraction", "CALCULON_A100", "A100_FITTED", "A100_HBM_BPS", "A100_KERNEL_CURVE",
            "A100_MAMF_FRACTION", "derated"]
@@ -67,8 +70,9 @@ class Efficiency:
     ------
     ClusterError
         A fraction outside (0, 1], a rate that is not positive and finite, a
-        latency or overhead outside 0 .. ``MAX_LATENCY_S`` seconds, or a
-        matrix curve that is empty or not ascending in FLOPs.
+        latency or overhead outside 0 .. ``MAX_LATENCY_S`` seconds, a matrix
+        curve that is empty or not ascending in FLOPs, or an SM count that is
+        not a whole number from 1 to ``MAX_SMS``.
     """
 
     matmul_curve: tuple[tuple[float, float], ...]
@@ -86,6 +90,7 @@ class Efficiency:
     matmul_wgrad_curve: tuple[tuple[float, float], ...] | None = None
     attention_curve: tuple[tuple[float, float], ...] | None = None
     attention_backward_curve: tuple[tuple[float, float], ...] | None = None
+    sms: int | None = None
 
     def __post_init__(self):
         for name in ("matmul_curve", *_OPTIONAL_CURVES):
@@ -107,6 +112,12 @@ class Efficiency:
             value = getattr(self, name)
             if not 0 <= value <= MAX_LATENCY_S:
                 raise ClusterError(f"{name} must be from 0 to {MAX_LATENCY_S:g} s, got {value!r}")
+        if self.sms is not None and (isinstance(self.sms, bool) or not isinstance(self.sms, (int, float))
+                                     or not float(self.sms).is_integer() or not 1 <= self.sms <= MAX_SMS):
+            raise ClusterError(f"sms (streaming multiprocessors) must be a whole number from 1 to {MAX_SMS}, "
+                               f"got {self.sms!r}")
+        if self.sms is not None:
+            object.__setattr__(self, "sms", int(self.sms))
 
     def matmul_fraction(self, flops, product: str = "forward") -> np.ndarray:
         """Fraction of the peak a matrix-product kernel of ``flops`` FLOPs reaches (array in, array out).
@@ -127,6 +138,8 @@ class Efficiency:
                "memory_overlap": self.memory_overlap}
         out.update({name: [list(p) for p in getattr(self, name)] for name in _OPTIONAL_CURVES
                     if getattr(self, name) is not None})
+        if self.sms is not None:
+            out["sms"] = self.sms
         out["sources"] = dict(self.sources)
         return out
 
@@ -144,7 +157,7 @@ class Efficiency:
         if not isinstance(data, dict):
             raise ClusterError(f"an efficiency must be an object of fields, got {type(data).__name__}")
         known = {"matmul_curve", "vector_flops", "memory_Bps", "kernel_overhead_s", "intra_efficiency",
-                 "inter_efficiency", "intra_latency_s", "inter_latency_s", "memory_overlap", "sources",
+                 "inter_efficiency", "intra_latency_s", "inter_latency_s", "memory_overlap", "sources", "sms",
                  *_OPTIONAL_CURVES}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -163,6 +176,8 @@ class Efficiency:
                 values[name] = value  # checked by _check_curve, naming the field
             elif isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ClusterError(f"efficiency field {name!r} must be a number, got {value!r}")
+            elif name == "sms":
+                values[name] = value  # checked by __post_init__, naming the field
             else:
                 values[name] = float(value)
         return cls(**values)

@@ -55,7 +55,8 @@ experts layer costs and holds by this module's model, per device and microbatch 
 * overlap: the dispatch and combine are exposed unless ``expert_overlap`` is asked for (off by
   default): then each block's all-to-alls hide behind its experts' compute (the larger of the two
   counts), as Megatron-Core's 1F1B all-to-all overlap hides one microbatch's dispatch behind
-  another's computation;
+  another's computation; DeepEP's kernels hold :data:`DEEPEP_SMS` of the device's SMs while they run,
+  and the computation beside them runs on the rest (:func:`overlapped_s`);
 * memory: each device holds ``E / ep`` experts at ``1 / etp`` of their width (weights, and
   gradients and optimizer state sharded over the expert-data-parallel group by ZeRO / the
   distributed optimizer, :func:`pase.model.training.assemble`); it keeps, per microbatch, the
@@ -87,7 +88,7 @@ from pase.ops.norm import SOFTMAX_FLOPS_PER_ELEMENT, SOFTMAX_FORWARD_FLOPS
 from pase.model.groups import group_extents
 
 __all__ = ["ROLES", "ExpertLayout", "ExpertBlock", "expert_layout", "moe_blocks", "deepep_fanout",
-           "block_costs", "apply_experts", "FP8_DISPATCH_BYTES", "SWIGLU_VECTOR_FLOPS", "GROUPED_GEMM_EVIDENCE",
+           "block_costs", "apply_experts", "comm_sm_share", "overlapped_s", "DEEPEP_SMS", "FP8_DISPATCH_BYTES", "SWIGLU_VECTOR_FLOPS", "GROUPED_GEMM_EVIDENCE",
            "experts_summary"]
 
 # Mesh roles of Megatron-Core's process groups, innermost first within each layout.
@@ -97,6 +98,10 @@ ROLES = {"tp": "tensor", "cp": "context", "dp": "data", "pp": "pipeline", "ep": 
 FANOUT_TOKENS = 4096
 # FP8 dispatch (DeepEP): one byte an element plus a 4-byte FP32 scale per 128 elements.
 FP8_DISPATCH_BYTES = 1 + 4 / 128
+# SMs DeepEP's kernels hold while they run: Megatron-Core's moe_deepep_num_sms default (TransformerConfig, 0.14) and
+# DeepEP's Buffer.num_sms; DeepSeek-V3's report (section 3.2.2) trains with 20, and DeepSeek's published profile
+# launches its products on 112 of an H800's 132 SMs (tests/data/deepseek-v3-h800-profile.json).
+DEEPEP_SMS = 20
 # SwiGLU per hidden element: forward silu and product (2 FLOPs), backward 4 (:mod:`pase.ops.moe`).
 SWIGLU_VECTOR_FLOPS = (2, 4)
 # Why the experts' products are priced one kernel at a time. Transformer Engine's GroupedLinear loops over the local
@@ -244,6 +249,22 @@ def _deepep_s(block: ExpertBlock, mesh: DeviceMesh, layout: ExpertLayout, tokens
     return max(float(network), float(nvlink)), tokens * remote, tokens * local
 
 
+def comm_sm_share(dispatcher: str, cluster: Cluster) -> float:
+    """The share of the device's SMs the ``dispatcher``'s kernels hold while they run: DeepEP's
+    :data:`DEEPEP_SMS` of the calibration's SM count; 0 for NCCL's all-to-all (its channels' SMs vary with its
+    tuning and are not modelled) and where the SM count is not known."""
+    sms = cluster.efficiency.sms if cluster.efficiency is not None else None
+    return min(DEEPEP_SMS / sms, 1.0) if dispatcher == "deepep" and sms else 0.0
+
+
+def overlapped_s(compute_s: float, comm_s: float, held: float) -> float:
+    """Seconds of ``compute_s`` of computation run beside ``comm_s`` of communication whose kernels hold the
+    ``held`` share of the SMs: the computation runs at ``1 - held`` of its speed while the communication lasts and
+    at full speed after it, so the pair takes ``max(comm_s, compute_s + held comm_s)`` (all of it while the
+    computation lasts longer; ``held`` 0 gives the plain ``max``)."""
+    return max(comm_s, compute_s + held * comm_s)
+
+
 def _token_following(layer: Layer, config: Sequence[int]) -> bool:
     """Whether the experts layer's split only follows the tokens (``b`` and ``c``), as Megatron's rule splits it."""
     return all(f == 1 for dim, f in zip(layer.dims, config) if dim not in ("b", "c"))
@@ -258,8 +279,9 @@ def block_costs(block: ExpertBlock, par: "Parallelism", cluster: Cluster, layout
     overlap), ``compute_s`` (the experts' products and activation, forward and backward); elements
     ``params`` (the device's expert weights); bytes ``activations`` (kept for the backward) and
     ``buffers`` (transient dispatch buffers); ``tokens`` (token copies the device sends in one
-    all-to-all) and ``expert_tokens`` (tokens per local expert, its products' rows); ``sort_s`` (of
-    ``compute_s``, the received rows' sort by local expert and back, forward and backward).
+    all-to-all) and ``expert_tokens`` (tokens per local expert, its products' rows); ``sort_s`` and ``act_s`` (of
+    ``compute_s``, the received rows' sort by local expert and back, and the SwiGLU activation, each forward and
+    backward).
 
     Raises ``ConfigurationError`` when EP does not divide the experts, ETP the expert width, or the tensor x
     context split the microbatch's tokens.
@@ -332,14 +354,15 @@ def block_costs(block: ExpertBlock, par: "Parallelism", cluster: Cluster, layout
     hidden = rows * width
     if eff is None:
         act_f = SWIGLU_VECTOR_FLOPS[0] * hidden / peak
-        bwd += SWIGLU_VECTOR_FLOPS[1] * hidden / peak
+        act_b = SWIGLU_VECTOR_FLOPS[1] * hidden / peak
     else:
         # SwiGLU reads the fc1 output (2 per hidden element) and writes the activation (1).
         act_f = float(vector_kernel_s(np.array([SWIGLU_VECTOR_FLOPS[0] * hidden]), np.array([3 * hidden * bpe]),
                                       eff)[0])
-        bwd += float(vector_kernel_s(np.array([SWIGLU_VECTOR_FLOPS[1] * hidden]), np.array([4.5 * hidden * bpe]),
-                                     eff)[0])
+        act_b = float(vector_kernel_s(np.array([SWIGLU_VECTOR_FLOPS[1] * hidden]), np.array([4.5 * hidden * bpe]),
+                                      eff)[0])
     fwd += act_f
+    bwd += act_b
     if local > 1 and ep * etp > 1 and eff is not None:  # moves bytes only: free under the peak-rate model
         # Megatron-Core's "permutation 2": the received rows (and their gates) sorted from source-rank-major to
         # local-expert-major after the dispatch, and back before the combine (MoEAlltoAllTokenDispatcher's
@@ -354,7 +377,9 @@ def block_costs(block: ExpertBlock, par: "Parallelism", cluster: Cluster, layout
     else:
         sort = 0.0
     if par.expert_overlap:
-        forward_s, backward_s = max(fwd, forward_comm - tp_gather) + tp_gather, max(bwd, backward_comm)
+        held = comm_sm_share(par.dispatcher, cluster)
+        forward_s = overlapped_s(fwd, forward_comm - tp_gather, held) + tp_gather
+        backward_s = overlapped_s(bwd, backward_comm, held)
     else:
         forward_s, backward_s = fwd + forward_comm, bwd + backward_comm
     kept_input = 1 if fp8 else bpe
@@ -367,7 +392,8 @@ def block_costs(block: ExpertBlock, par: "Parallelism", cluster: Cluster, layout
         # The dispatched tokens (fc1's input), fc1's output (SwiGLU's input), the activation (fc2's input) and
         # each row's gate, FP32: Megatron-Core weighs the rows in the activation (activation_func_with_probs).
         "activations": rows * d * kept_input + rows * 2 * width * bpe + rows * width * kept_input + rows * PROB_BYTES,
-        "act_forward_s": act_f, "act_flops": SWIGLU_VECTOR_FLOPS[0] * hidden, "act_bytes": rows * width * kept_input,
+        "act_forward_s": act_f, "act_s": act_f + act_b, "act_flops": SWIGLU_VECTOR_FLOPS[0] * hidden,
+        "act_bytes": rows * width * kept_input,
         "buffers": copies * d * bpe * (1 + etp), "tokens": copies, "expert_tokens": n, "sort_s": 2 * sort,
         "tokens_sent": sent, "tokens_across_nodes": across,
     }
