@@ -1,13 +1,14 @@
-"""The SMs DeepEP's kernels hold while they overlap the computation (pase.model.experts.overlapped_s, DEEPEP_SMS), and
-the device's SM count in a calibration (Efficiency.sms).
+"""Megatron-Core's 1F1B all-to-all overlap (pase.model.expert_overlap): its merged schedule, the SMs DeepEP's kernels
+hold meanwhile, and the device's SM count in a calibration (Efficiency.sms).
 
-References: a small event simulation of a GPU's SMs working through the computation's thread blocks while a
-communication kernel holds some of them; DeepSeek's published training profile (the SMs its products were
-launched on, tests/data/deepseek-v3-h800-profile.json); the published SM counts.
+References: a hand-worked timeline of the schedule; a small event simulation of a GPU's SMs working through the
+computation's thread blocks while a communication kernel holds some of them; DeepSeek's published training profile
+(the SMs its products were launched on, tests/data/deepseek-v3-h800-profile.json); the published SM counts.
 """
 
 import heapq
 import json
+import random
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,8 +18,10 @@ from pase.errors import ClusterError
 from pase.hardware.calibration import Calibration, load_calibration
 from pase.hardware.cluster import preset
 from pase.hardware.efficiency import Efficiency
-from pase.model.experts import DEEPEP_SMS, block_costs, comm_sm_share, expert_layout, moe_blocks, overlapped_s
-from pase.model.training import Parallelism
+from pase.ir.configs import ConfigOptions
+from pase.model.expert_overlap import DEEPEP_SMS, LayerParts, comm_sm_share, merged_layer_s
+from pase.model.memory import MemoryOptions
+from pase.model.training import Parallelism, cached_times
 from pase.models import sample
 
 PROFILE = json.loads((Path(__file__).parent / "data" / "deepseek-v3-h800-profile.json").read_text())
@@ -39,16 +42,45 @@ def simulate(sms: int, held: int, comm_s: float, blocks: int, block_s: float) ->
 
 
 @pytest.mark.parametrize("comm_s, compute_s", [(1.0, 3.0), (1.0, 1.0), (2.0, 1.0), (1.0, 0.8), (0.3, 5.0)])
-def test_overlapped_time_matches_an_event_simulation_of_the_sms(comm_s, compute_s):
+def test_computation_beside_deepep_matches_an_event_simulation_of_the_sms(comm_s, compute_s):
+    # One exchange (the combine's backward) beside one part of the computation (the attention's forward).
     sms, held = 132, DEEPEP_SMS
     block_s = 1e-3  # many small blocks, as a large product's tiles
     blocks = round(compute_s * sms / block_s)  # compute_s of work on the whole GPU
-    simulated = simulate(sms, held, comm_s, blocks, block_s)
-    assert overlapped_s(compute_s, comm_s, held / sms) == pytest.approx(simulated, abs=2 * block_s)
+    parts = LayerParts(compute_s, 0, 0, 0, 0, 0, 0, 0, comm_s)
+    assert merged_layer_s(parts, held / sms) == pytest.approx(simulate(sms, held, comm_s, blocks, block_s),
+                                                              abs=2 * block_s)
 
 
-def test_nothing_held_is_the_plain_overlap():
-    assert overlapped_s(3.0, 1.0, 0.0) == 3.0 and overlapped_s(1.0, 3.0, 0.0) == 3.0
+def test_the_merged_schedule_by_hand():
+    # attention forward 1, MLP forward 2, MLP backward 2, its weight gradients 1, attention backward 2; every
+    # exchange 1. By hand: the combine's backward beside the attention's forward (0-1); the MLP's backward (1-3)
+    # beside the dispatch's forward (1-2); the dispatch's backward waits for it (3-4), beside the weight gradients
+    # (3-4); the MLP's forward (4-6); the combine's forward waits for it (6-7), beside the attention's backward (6-8).
+    parts = LayerParts(1, 2, 2, 1, 2, 1, 1, 1, 1)
+    assert merged_layer_s(parts) == pytest.approx(8.0)
+    # With DeepEP's 15% of the SMs held: each part beside an exchange runs 0.85 as fast while it lasts (1.15, 3.3,
+    # 4.45, 6.45, then the attention's backward 8.6).
+    assert merged_layer_s(parts, 0.15) == pytest.approx(8.6)
+
+
+def test_the_merged_schedule_lies_between_full_overlap_and_none():
+    rng = random.Random(7)
+    for _ in range(200):
+        parts = LayerParts(*(rng.choice([0.0, rng.uniform(0, 3)]) for _ in range(9)))
+        computation, exchanges = sum(parts[:5]), sum(parts[5:])
+        t = merged_layer_s(parts)
+        assert max(computation, exchanges) - 1e-9 <= t <= computation + exchanges + 1e-9
+        assert merged_layer_s(parts, 0.2) >= t - 1e-9
+        longer = parts._replace(mlp_forward=parts.mlp_forward + 0.5)
+        assert merged_layer_s(longer) >= t - 1e-9
+
+
+def test_nothing_to_overlap_is_the_sum_of_either_stream():
+    assert merged_layer_s(LayerParts(1, 2, 3, 4, 5, 0, 0, 0, 0)) == pytest.approx(15)
+    assert merged_layer_s(LayerParts(0, 0, 0, 0, 0, 1, 2, 3, 4), 0.5) == pytest.approx(10)
+    with pytest.raises(ValueError):
+        merged_layer_s(LayerParts(1, 2, 3, 4, 5, 0, 0, 0, -1))
 
 
 def test_deepeps_sms_are_those_deepseeks_published_profile_left_its_products():
@@ -63,26 +95,28 @@ def test_the_presets_hold_the_published_sm_counts():
     assert "published" in preset("dgx-b200").efficiency.sources["sms"]
 
 
-def _dsv3(dispatcher: str, overlap: bool, cluster):
-    par = Parallelism(tensor=1, pipeline=1, data=64, microbatch_size=1, global_batch=64, ep=64, etp=1,
-                      dispatcher=dispatcher, expert_overlap=overlap)
-    block = moe_blocks(sample("deepseek-v3", batch=1, seq=4096))[0]
-    return block_costs(block, par, cluster, expert_layout(par, cluster.mesh), "fp8")
-
-
-def test_deepep_overlap_slows_the_computation_it_hides_behind_by_its_share_of_the_sms():
-    # On one node's worth of NVLink speed the exchange is short beside the experts' products: the computation runs
-    # the whole exchange on 112 of 132 SMs.
-    fast = replace(preset("dgx-h100", 64, calibrated=True), inter_bandwidth_Bps=450e9)
-    plain, overlapped = _dsv3("deepep", False, fast), _dsv3("deepep", True, fast)
-    comm = plain["dispatch_s"] / 2  # forward and backward exchange the same bytes
-    compute_f = plain["forward_s"] - comm
-    assert compute_f > comm
-    assert overlapped["forward_s"] == pytest.approx(compute_f + DEEPEP_SMS / 132 * comm)
-    # NCCL's all-to-all is priced without an SM share (not modelled): the plain overlap.
-    a2a, a2a_over = _dsv3("alltoall", False, fast), _dsv3("alltoall", True, fast)
-    assert a2a_over["forward_s"] == pytest.approx(max(a2a["forward_s"] - a2a["dispatch_s"] / 2, a2a["dispatch_s"] / 2))
-    assert comm_sm_share("alltoall", fast) == 0.0
+@pytest.mark.parametrize("dispatcher", ["deepep", "alltoall"])
+def test_a_deepseek_v3_layer_with_the_overlap_hides_its_exchanges_behind_the_other_microbatch(dispatcher):
+    cluster = preset("dgx-h100", 64, calibrated=True)
+    build = lambda b: sample("deepseek-v3", batch=b, seq=4096)
+    times = {}
+    for overlap in (False, True):
+        par = Parallelism(tensor=1, pipeline=1, data=64, microbatch_size=1, global_batch=64, ep=64, etp=1,
+                          dispatcher=dispatcher, expert_overlap=overlap)
+        times[overlap] = cached_times(build, cluster, par, ConfigOptions(attention="flash", precision="fp8"),
+                                      MemoryOptions(), {})["none"]
+    plain, merged = times[False], times[True]
+    i = next(k for k, l in enumerate(plain.graph.layers) if l.name == "layers.10.moe.experts")
+    layer = [k for k, l in enumerate(plain.graph.layers) if l.name.startswith("layers.10.")]
+    total = lambda lt: float(sum(lt.forward_s[k] + lt.backward_s[k] + lt.recompute_s[k] for k in layer))
+    computation = total(plain) - float(plain.dispatch_s[i])
+    # Hidden behind the whole layer of another microbatch, the exchanges cost less than exposed, but the layer never
+    # takes less than its computation or its exchanges alone.
+    assert max(computation, float(plain.dispatch_s[i])) <= total(merged) < total(plain)
+    exposed = merged.experts["dispatch_exposed_s_per_block"]
+    assert total(merged) == pytest.approx(computation + exposed)
+    # Only the experts layer changes.
+    assert all(merged.forward_s[k] == plain.forward_s[k] for k in layer if k != i)
 
 
 def test_an_unknown_sm_count_holds_nothing():

@@ -137,3 +137,16 @@ def test_deepep_with_token_drop_on_the_cli_is_one_line(capsys):
     assert main([*EVALUATE, "--dispatcher", "deepep", "--capacity-factor", "1"]) == 2
     err = capsys.readouterr().err
     assert "DeepEP keeps every token" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_cli_reports_what_of_the_dispatch_the_overlap_leaves_exposed(capsys):
+    import json
+
+    assert main([*EVALUATE, "--dispatcher", "deepep", "--ep-overlap", "--json"]) == 0
+    overlapped = json.loads(capsys.readouterr().out)["experts"]
+    assert main([*EVALUATE, "--dispatcher", "deepep", "--json"]) == 0
+    exposed = json.loads(capsys.readouterr().out)["experts"]
+    assert exposed["dispatch_exposed_s_per_step"] == exposed["dispatch_s_per_step"]
+    assert 0 < overlapped["dispatch_exposed_s_per_step"] < overlapped["dispatch_s_per_step"]
+    assert main([*EVALUATE, "--dispatcher", "deepep", "--ep-overlap"]) == 0
+    assert "overlapped with another microbatch's layer" in capsys.readouterr().out

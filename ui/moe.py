@@ -53,8 +53,9 @@ def moe_rows(plan: TrainingPlan) -> list[dict]:
         ("tokens per local expert (its products' rows)", fmt_count(e["tokens_per_local_expert"])),
         ("routing", routing),
         ("dispatch and combine per step (busiest device)",
-         fmt_time(e["dispatch_s_per_step"]) + (" (hidden behind the experts' compute where it can be)"
-                                               if e["dispatch_overlap"] else " (exposed: not overlapped)")
+         fmt_time(e["dispatch_s_per_step"])
+         + (f" (overlapped with another microbatch's layer: {fmt_time(e['dispatch_exposed_s_per_step'])} exposed)"
+            if e["dispatch_overlap"] else " (exposed: not overlapped)")
          + (", FP8 dispatch" if e["fp8_dispatch"] else "")),
         ("experts' compute per step (busiest device)", fmt_time(e["expert_compute_s_per_step"])),
     ]

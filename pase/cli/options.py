@@ -333,8 +333,9 @@ def add_routing_options(e, searched: bool = False) -> None:
                    help="token drop: each expert takes at most this factor of the mean, padded up to it "
                         "(default: dropless)")
     e.add_argument("--ep-overlap", action="store_true",
-                   help="hide the token dispatch and combine behind the experts' compute (Megatron-Core's 1F1B "
-                        "all-to-all overlap; default: exposed)")
+                   help="hide each microbatch's token dispatch and combine behind another microbatch's layer "
+                        "(Megatron-Core's 1F1B all-to-all overlap, its merged forward and backward; DeepEP's SMs "
+                        "slow the computation meanwhile; default: exposed)")
     e.add_argument("--fp8-dispatch", action="store_true", help="send dispatched tokens in FP8 (DeepEP)")
     e.add_argument("--dispatcher", choices=DISPATCHERS,
                    help="how tokens reach their experts: alltoall (Megatron-Core's default) or deepep (once per "

@@ -53,10 +53,9 @@ experts layer costs and holds by this module's model, per device and microbatch 
   sort of the received rows by local expert after the dispatch and back before the combine (Megatron-Core's "permutation 2"), a read
   and a write of the rows each, forward and backward;
 * overlap: the dispatch and combine are exposed unless ``expert_overlap`` is asked for (off by
-  default): then each block's all-to-alls hide behind its experts' compute (the larger of the two
-  counts), as Megatron-Core's 1F1B all-to-all overlap hides one microbatch's dispatch behind
-  another's computation; DeepEP's kernels hold :data:`DEEPEP_SMS` of the device's SMs while they run,
-  and the computation beside them runs on the rest (:func:`overlapped_s`);
+  default): then Megatron-Core's 1F1B all-to-all overlap hides each exchange of one microbatch behind a
+  part of another's transformer layer, as :mod:`pase.model.expert_overlap` schedules it (DeepEP's
+  kernels holding some of the SMs meanwhile); the layer's exposed time is the experts layer's;
 * memory: each device holds ``E / ep`` experts at ``1 / etp`` of their width (weights, and
   gradients and optimizer state sharded over the expert-data-parallel group by ZeRO / the
   distributed optimizer, :func:`pase.model.training.assemble`); it keeps, per microbatch, the
@@ -83,12 +82,13 @@ from pase.errors import ConfigurationError
 from pase.hardware.cluster import Cluster
 from pase.hardware.mesh import DeviceMesh
 from pase.ir.graph import Graph, Layer
-from pase.model.roofline import FP8_CAST_BYTES, matrix_kernel_s, vector_kernel_s
+from pase.model.expert_overlap import LayerParts, comm_sm_share, merged_layer_s
+from pase.model.roofline import FP8_CAST_BYTES, blocks as transformer_blocks, matrix_kernel_s, vector_kernel_s
 from pase.ops.norm import SOFTMAX_FLOPS_PER_ELEMENT, SOFTMAX_FORWARD_FLOPS
 from pase.model.groups import group_extents
 
 __all__ = ["ROLES", "ExpertLayout", "ExpertBlock", "expert_layout", "moe_blocks", "deepep_fanout",
-           "block_costs", "apply_experts", "comm_sm_share", "overlapped_s", "DEEPEP_SMS", "FP8_DISPATCH_BYTES", "SWIGLU_VECTOR_FLOPS", "GROUPED_GEMM_EVIDENCE",
+           "block_costs", "apply_experts", "FP8_DISPATCH_BYTES", "SWIGLU_VECTOR_FLOPS", "GROUPED_GEMM_EVIDENCE",
            "experts_summary"]
 
 # Mesh roles of Megatron-Core's process groups, innermost first within each layout.
@@ -98,10 +98,6 @@ ROLES = {"tp": "tensor", "cp": "context", "dp": "data", "pp": "pipeline", "ep": 
 FANOUT_TOKENS = 4096
 # FP8 dispatch (DeepEP): one byte an element plus a 4-byte FP32 scale per 128 elements.
 FP8_DISPATCH_BYTES = 1 + 4 / 128
-# SMs DeepEP's kernels hold while they run: Megatron-Core's moe_deepep_num_sms default (TransformerConfig, 0.14) and
-# DeepEP's Buffer.num_sms; DeepSeek-V3's report (section 3.2.2) trains with 20, and DeepSeek's published profile
-# launches its products on 112 of an H800's 132 SMs (tests/data/deepseek-v3-h800-profile.json).
-DEEPEP_SMS = 20
 # SwiGLU per hidden element: forward silu and product (2 FLOPs), backward 4 (:mod:`pase.ops.moe`).
 SWIGLU_VECTOR_FLOPS = (2, 4)
 # Why the experts' products are priced one kernel at a time. Transformer Engine's GroupedLinear loops over the local
@@ -249,22 +245,6 @@ def _deepep_s(block: ExpertBlock, mesh: DeviceMesh, layout: ExpertLayout, tokens
     return max(float(network), float(nvlink)), tokens * remote, tokens * local
 
 
-def comm_sm_share(dispatcher: str, cluster: Cluster) -> float:
-    """The share of the device's SMs the ``dispatcher``'s kernels hold while they run: DeepEP's
-    :data:`DEEPEP_SMS` of the calibration's SM count; 0 for NCCL's all-to-all (its channels' SMs vary with its
-    tuning and are not modelled) and where the SM count is not known."""
-    sms = cluster.efficiency.sms if cluster.efficiency is not None else None
-    return min(DEEPEP_SMS / sms, 1.0) if dispatcher == "deepep" and sms else 0.0
-
-
-def overlapped_s(compute_s: float, comm_s: float, held: float) -> float:
-    """Seconds of ``compute_s`` of computation run beside ``comm_s`` of communication whose kernels hold the
-    ``held`` share of the SMs: the computation runs at ``1 - held`` of its speed while the communication lasts and
-    at full speed after it, so the pair takes ``max(comm_s, compute_s + held comm_s)`` (all of it while the
-    computation lasts longer; ``held`` 0 gives the plain ``max``)."""
-    return max(comm_s, compute_s + held * comm_s)
-
-
 def _token_following(layer: Layer, config: Sequence[int]) -> bool:
     """Whether the experts layer's split only follows the tokens (``b`` and ``c``), as Megatron's rule splits it."""
     return all(f == 1 for dim, f in zip(layer.dims, config) if dim not in ("b", "c"))
@@ -274,9 +254,12 @@ def block_costs(block: ExpertBlock, par: "Parallelism", cluster: Cluster, layout
                 precision: str = "bf16") -> dict[str, float]:
     """Per device and microbatch, what one expert block costs and holds under ``par`` (the module docstring).
 
-    Returns seconds ``forward_s``, ``backward_s`` (each with its exposed communication), ``dispatch_s``
+    Returns seconds ``forward_s``, ``backward_s`` (each with its communication, none overlapped), ``dispatch_s``
     (every all-to-all and ETP collective of the step's forward and backward for this block, before any
-    overlap), ``compute_s`` (the experts' products and activation, forward and backward); elements
+    overlap), ``exchanges`` (of those: dispatch and combine forward, then backward) and ``tp_gather_s`` (the rest:
+    the tokens' gather without sequence parallelism), ``compute_s`` (the experts' products and activation,
+    forward and backward: ``forward_compute_s`` plus ``backward_compute_s``, of which ``wgrad_s`` the weight
+    gradients'); elements
     ``params`` (the device's expert weights); bytes ``activations`` (kept for the backward) and
     ``buffers`` (transient dispatch buffers); ``tokens`` (token copies the device sends in one
     all-to-all) and ``expert_tokens`` (tokens per local expert, its products' rows); ``sort_s`` and ``act_s`` (of
@@ -312,32 +295,33 @@ def block_costs(block: ExpertBlock, par: "Parallelism", cluster: Cluster, layout
     if par.dispatcher == "deepep":
         # DeepEP sends each token once per node and GPU it reaches, the busiest device load times the mean.
         dispatch, across, nvlink = _deepep_s(block, mesh, layout, load * T, dispatch_bytes)
-        a2a = dispatch + _deepep_s(block, mesh, layout, load * T, bpe)[0]
+        combine = _deepep_s(block, mesh, layout, load * T, bpe)[0]
         sent = across + nvlink
     else:
-        a2a = (float(mesh.all_to_all_s(copies * d * dispatch_bytes, layout.ep_k))
-               + float(mesh.all_to_all_s(copies * d * bpe, layout.ep_k)))
+        dispatch = float(mesh.all_to_all_s(copies * d * dispatch_bytes, layout.ep_k))
+        combine = float(mesh.all_to_all_s(copies * d * bpe, layout.ep_k))
         sent = copies * (layout.ep - 1) / layout.ep
         across = copies * (1 - layout.ep_k[-1] / layout.ep) if len(layout.ep_k) > 1 else 0.0
-    etp_comm = 2 * float(mesh.allgather_s(rows * d * bpe, layout.etp_k))  # gather in, reduce-scatter out
+    etp_half = float(mesh.allgather_s(rows * d * bpe, layout.etp_k))  # gathered with the dispatch, reduced with the combine
     tp_gather = 0.0
     if par.tensor > 1 and not par.sequence_parallel:
         tp_gather = float(mesh.allgather_s(T * par.tensor * d * bpe, layout.tp_k))
-    forward_comm = a2a + etp_comm + tp_gather
-    backward_comm = a2a + etp_comm  # the gradients take the same ways back; the tensor-parallel slice is free
+    # Dispatch and combine forward, and their gradients' ways back (the same bytes; the tensor-parallel slice is free).
+    exchanges = (dispatch + etp_half, combine + etp_half, dispatch + etp_half, combine + etp_half)
 
     products = ((2 * width, "fc1"), (width, "fc2"))
     eff = cluster.efficiency
     peak = cluster.peak_flops
     fp8_peak = cluster.fp8_peak_flops if fp8 else None
     elements_in = {"fc1": (n * d, 2 * width * d, n * 2 * width), "fc2": (n * width, width * d, n * d)}
-    fwd = bwd = 0.0
+    fwd = bwd = wgrad = 0.0
     for out_width, name in products:
         flops = 2.0 * n * d * out_width  # one expert's product
         x, w, y = elements_in[name]
         nbytes = (x + w + y) * bpe
         if eff is None:
             fwd += local * flops / peak
+            wgrad += local * flops / peak
             bwd += 2 * local * flops / peak
             continue
         # Transformer Engine's grouped products run each local expert's product as its own cuBLAS kernel (a loop
@@ -346,6 +330,7 @@ def block_costs(block: ExpertBlock, par: "Parallelism", cluster: Cluster, layout
         group = lambda kind: local * float(matrix_kernel_s(np.array([flops]), np.array([nbytes]), peak, eff, kind,
                                                            fp8_peak)[0])
         fwd += group("forward")
+        wgrad += group("wgrad")
         bwd += group("dgrad") + group("wgrad")
         if fp8:
             # Casts: forward the product's input and its weights, backward its output gradient (roofline's rule).
@@ -376,19 +361,16 @@ def block_costs(block: ExpertBlock, par: "Parallelism", cluster: Cluster, layout
         bwd += sort
     else:
         sort = 0.0
-    if par.expert_overlap:
-        held = comm_sm_share(par.dispatcher, cluster)
-        forward_s = overlapped_s(fwd, forward_comm - tp_gather, held) + tp_gather
-        backward_s = overlapped_s(bwd, backward_comm, held)
-    else:
-        forward_s, backward_s = fwd + forward_comm, bwd + backward_comm
+    forward_s = fwd + exchanges[0] + exchanges[1] + tp_gather
+    backward_s = bwd + exchanges[2] + exchanges[3]
     kept_input = 1 if fp8 else bpe
     router_f, router_b, combine_f, combine_b = _router_combine_s(block, par, cluster)
     return {
         "router_forward_s": router_f, "router_backward_s": router_b,
         "combine_forward_s": combine_f, "combine_backward_s": combine_b,
-        "forward_s": forward_s, "backward_s": backward_s, "dispatch_s": forward_comm + backward_comm,
-        "compute_s": fwd + bwd, "params": float(local * 3 * d * width),
+        "forward_s": forward_s, "backward_s": backward_s, "dispatch_s": sum(exchanges) + tp_gather,
+        "exchanges": exchanges, "tp_gather_s": tp_gather, "forward_compute_s": fwd, "backward_compute_s": bwd,
+        "wgrad_s": wgrad, "compute_s": fwd + bwd, "params": float(local * 3 * d * width),
         # The dispatched tokens (fc1's input), fc1's output (SwiGLU's input), the activation (fc2's input) and
         # each row's gate, FP32: Megatron-Core weighs the rows in the activation (activation_func_with_probs).
         "activations": rows * d * kept_input + rows * 2 * width * bpe + rows * width * kept_input + rows * PROB_BYTES,
@@ -466,7 +448,7 @@ def apply_experts(lt: "LayerTimes", cluster: Cluster, par: "Parallelism", strate
     transient = dict(lt.block_transient)
     memo: dict = {}
     for block in blocks:
-        key = (block.b, block.s, block.d, block.f, block.experts, block.top_k, block.groups, block.group_topk)
+        key = _key(block)
         if key not in memo:
             memo[key] = block_costs(block, par, cluster, layout, precision)
         c = memo[key]
@@ -504,15 +486,62 @@ def apply_experts(lt: "LayerTimes", cluster: Cluster, par: "Parallelism", strate
         arrays["activations"][j] = arrays["plain_activations"][j] = 0.0
         arrays["buffers"][i] = c["buffers"]
         arrays["dispatch_s"][i], arrays["expert_compute_s"][i] = c["dispatch_s"], c["compute_s"]
-    summary = experts_summary(blocks[0], memo[next(iter(memo))], layout, cluster.mesh, par)
+    exposed = [_overlap(graph, index, arrays, lt.weight_grad_s, block, memo[_key(block)],
+                        comm_sm_share(par.dispatcher, cluster)) if par.expert_overlap else None for block in blocks]
+    summary = experts_summary(blocks[0], memo[_key(blocks[0])], layout, cluster.mesh, par, exposed[0])
     return replace(lt, **arrays, block_transient=transient, experts=summary, memo={})
 
 
+def _members(graph: Graph) -> tuple[dict[str, str], dict[str, tuple[str, ...]]]:
+    """Each layer's transformer block and each block's layer names (:func:`pase.model.roofline.blocks`), derived
+    once per graph."""
+    def compute():
+        unit_of, out = transformer_blocks(graph), {}
+        for name, unit in unit_of.items():
+            out.setdefault(unit, []).append(name)
+        return unit_of, {unit: tuple(names) for unit, names in out.items()}
+    return graph.derived("block members", compute)
+
+
+def _key(block: ExpertBlock) -> tuple:
+    """What :func:`block_costs` of ``block`` depends on beside the configuration."""
+    return block.b, block.s, block.d, block.f, block.experts, block.top_k, block.groups, block.group_topk
+
+
+def _overlap(graph: Graph, index: Mapping[str, int], arrays: dict, weight_grad_s: np.ndarray, block: ExpertBlock,
+             costs: Mapping[str, float], held: float) -> float:
+    """Price ``block``'s exchanges under Megatron-Core's 1F1B all-to-all overlap (:mod:`pase.model.expert_overlap`):
+    its transformer layer's parts before the experts layer (norms, attention, router) are the attention part, the
+    experts layer and those after it (combine, shared experts) the MLP part; the merged layer's time less its
+    computation is what stays exposed, set on the experts layer (half forward, half backward) in ``arrays``.
+    Returns those exposed seconds."""
+    i = index[block.experts_layer]
+    unit_of, members_of = _members(graph)
+    members = [index[n] for n in members_of.get(unit_of.get(block.experts_layer), ()) if n != block.experts_layer]
+    before, after = [j for j in members if j < i], [j for j in members if j > i]
+    f, b, r = arrays["forward_s"], arrays["backward_s"], arrays["recompute_s"]
+    grads = float(sum(weight_grad_s[j] for j in after)) + costs["wgrad_s"]
+    parts = LayerParts(
+        attention_forward=float(sum(f[j] for j in before)),
+        mlp_forward=costs["forward_compute_s"] + float(sum(f[j] for j in after)),
+        mlp_backward=max(costs["backward_compute_s"] + float(r[i] + sum(b[j] + r[j] for j in after)) - grads, 0.0),
+        mlp_weight_gradients=grads,
+        attention_backward=float(sum(b[j] + r[j] for j in before)),
+        dispatch_forward=costs["exchanges"][0], combine_forward=costs["exchanges"][1],
+        dispatch_backward=costs["exchanges"][2], combine_backward=costs["exchanges"][3])
+    computation = sum(parts[:5])
+    exposed = max(merged_layer_s(parts, held) - computation, 0.0)
+    f[i] = costs["forward_compute_s"] + costs["tp_gather_s"] + exposed / 2
+    b[i] = costs["backward_compute_s"] + exposed / 2
+    return exposed
+
+
 def experts_summary(block: ExpertBlock, costs: Mapping[str, float], layout: ExpertLayout, mesh: DeviceMesh,
-                    par: "Parallelism") -> dict:
+                    par: "Parallelism", exposed_s: float | None = None) -> dict:
     """An MoE plan as its user reads it: group sizes and the axes they span, experts and their parameters per
     device (one block), tokens per all-to-all and over which link, dispatch against expert compute (per
-    block and microbatch, forward and backward)."""
+    block and microbatch, forward and backward) and, under the all-to-all overlap, what of the dispatch stays
+    exposed (``exposed_s``; else all of it)."""
     ep_axes = layout.axes(mesh, "ep")
     link = next(iter(ep_axes), None)  # the outermost axis the all-to-all crosses: its slowest link
     return {
@@ -527,4 +556,5 @@ def experts_summary(block: ExpertBlock, costs: Mapping[str, float], layout: Expe
         "dispatch_s_per_block": costs["dispatch_s"], "expert_compute_s_per_block": costs["compute_s"],
         "imbalance": par.expert_imbalance, "capacity_factor": par.capacity_factor,
         "dispatch_overlap": par.expert_overlap, "fp8_dispatch": par.fp8_dispatch,
+        "dispatch_exposed_s_per_block": costs["dispatch_s"] if exposed_s is None else exposed_s,
     }

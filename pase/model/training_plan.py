@@ -172,12 +172,16 @@ class TrainingPlan:
     def experts_dict(self) -> dict | None:
         """An MoE plan as its user reads it (None without experts): :func:`pase.model.experts.experts_summary`,
         and per step on the busiest stage's device the seconds of token dispatch and combine (before overlap)
-        and of the experts' compute, ``m`` microbatches of each."""
+        and of the experts' compute, ``m`` microbatches of each, and of the dispatch what stays exposed (all of it
+        without the all-to-all overlap; under it, each block's exposed share of its exchanges)."""
         if self.experts is None:
             return None
         m = self.parallelism.microbatches
         busiest = max(self.stages, key=lambda s: s.dispatch_s + s.expert_compute_s)
+        per_block = self.experts["dispatch_s_per_block"]
+        share = self.experts["dispatch_exposed_s_per_block"] / per_block if per_block > 0 else 0.0
         return {**self.experts, "dispatch_s_per_step": busiest.dispatch_s * m,
+                "dispatch_exposed_s_per_step": busiest.dispatch_s * m * share,
                 "expert_compute_s_per_step": busiest.expert_compute_s * m,
                 "expert_parameters_per_device": max(s.expert_params for s in self.stages)}
 
