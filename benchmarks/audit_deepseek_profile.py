@@ -13,8 +13,9 @@ pase's ``layernorm`` and ``mla_up_proj`` modules), the routing balanced, DeepEP 
 Classes (the profile's, ``extract_deepseek_profile.py``): MLA's attention kernel, forward and backward; the
 matrix products with their FP8 casts (pase prices a product's casts with it); the rest (normalisations, rotary
 embeddings, SwiGLU, the permutation and the sort of the received rows, the router, element-wise kernels); the
-kernels' sum; and, for the profile, the time its compute streams were busy (DeepSeek runs weight gradients on a
-second stream, so a little of its kernels' sum ran at once).
+kernels' sum; and, for the profile, the time its compute streams were busy. DeepSeek runs the MoE block's weight
+gradients on a second stream, two products at once, each slowed by the other: the profile's products row sums
+their kernels' times and so overstates them, and the busy time is the like-for-like total.
 
 What differs, and is not priced away: DeepSeek's kernels are its own (DeepGEMM's FP8 products with fine-grained
 scaling, FlashAttention 3's MLA kernels), not the cuBLAS and cuDNN kernels the calibration measured; DeepEP kept 20

@@ -486,21 +486,11 @@ def apply_experts(lt: "LayerTimes", cluster: Cluster, par: "Parallelism", strate
         arrays["activations"][j] = arrays["plain_activations"][j] = 0.0
         arrays["buffers"][i] = c["buffers"]
         arrays["dispatch_s"][i], arrays["expert_compute_s"][i] = c["dispatch_s"], c["compute_s"]
-    exposed = [_overlap(graph, index, arrays, lt.weight_grad_s, block, memo[_key(block)],
-                        comm_sm_share(par.dispatcher, cluster)) if par.expert_overlap else None for block in blocks]
-    summary = experts_summary(blocks[0], memo[_key(blocks[0])], layout, cluster.mesh, par, exposed[0])
+    exposed = _overlap(graph, arrays, lt.weight_grad_s, [memo[_key(b)] for b in blocks],
+                       comm_sm_share(par.dispatcher, cluster)) if par.expert_overlap else None
+    summary = experts_summary(blocks[0], memo[_key(blocks[0])], layout, cluster.mesh, par,
+                              None if exposed is None else float(exposed[0]))
     return replace(lt, **arrays, block_transient=transient, experts=summary, memo={})
-
-
-def _members(graph: Graph) -> tuple[dict[str, str], dict[str, tuple[str, ...]]]:
-    """Each layer's transformer block and each block's layer names (:func:`pase.model.roofline.blocks`), derived
-    once per graph."""
-    def compute():
-        unit_of, out = transformer_blocks(graph), {}
-        for name, unit in unit_of.items():
-            out.setdefault(unit, []).append(name)
-        return unit_of, {unit: tuple(names) for unit, names in out.items()}
-    return graph.derived("block members", compute)
 
 
 def _key(block: ExpertBlock) -> tuple:
@@ -508,31 +498,47 @@ def _key(block: ExpertBlock) -> tuple:
     return block.b, block.s, block.d, block.f, block.experts, block.top_k, block.groups, block.group_topk
 
 
-def _overlap(graph: Graph, index: Mapping[str, int], arrays: dict, weight_grad_s: np.ndarray, block: ExpertBlock,
-             costs: Mapping[str, float], held: float) -> float:
-    """Price ``block``'s exchanges under Megatron-Core's 1F1B all-to-all overlap (:mod:`pase.model.expert_overlap`):
-    its transformer layer's parts before the experts layer (norms, attention, router) are the attention part, the
-    experts layer and those after it (combine, shared experts) the MLP part; the merged layer's time less its
-    computation is what stays exposed, set on the experts layer (half forward, half backward) in ``arrays``.
-    Returns those exposed seconds."""
-    i = index[block.experts_layer]
-    unit_of, members_of = _members(graph)
-    members = [index[n] for n in members_of.get(unit_of.get(block.experts_layer), ()) if n != block.experts_layer]
-    before, after = [j for j in members if j < i], [j for j in members if j > i]
+def _layer_parts(graph: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per expert block (:func:`moe_blocks` order): its experts layer's index, and which layers of its transformer
+    block (:func:`pase.model.roofline.blocks`) come before the experts layer and which after, as 0/1 rows over the
+    graph's layers. Derived once per graph."""
+    def compute():
+        names = [l.name for l in graph.layers]
+        unit_of = transformer_blocks(graph)
+        blocks = moe_blocks(graph)
+        experts = np.array([names.index(b.experts_layer) for b in blocks])
+        before, after = np.zeros((2, len(blocks), len(names)))
+        for k, (block, i) in enumerate(zip(blocks, experts)):
+            unit = unit_of.get(block.experts_layer)
+            for j, name in enumerate(names):
+                if unit is not None and j != i and unit_of.get(name) == unit:
+                    (before if j < i else after)[k, j] = 1.0
+        return experts, before, after
+    return graph.derived("expert layer parts", compute)
+
+
+def _overlap(graph: Graph, arrays: dict, weight_grad_s: np.ndarray, costs: Sequence[Mapping[str, float]],
+             held: float) -> np.ndarray:
+    """Price the expert blocks' exchanges under Megatron-Core's 1F1B all-to-all overlap
+    (:mod:`pase.model.expert_overlap`): each transformer layer's parts before its experts layer (norms, attention,
+    router) are the attention part, the experts layer and those after it (combine, shared experts) the MLP part;
+    the merged layer's time less its computation is what stays exposed, set on the experts layer (half forward,
+    half backward) in ``arrays``. ``costs``: :func:`block_costs` of each block (:func:`moe_blocks` order). Returns
+    the exposed seconds per block."""
+    experts, before, after = _layer_parts(graph)
     f, b, r = arrays["forward_s"], arrays["backward_s"], arrays["recompute_s"]
-    grads = float(sum(weight_grad_s[j] for j in after)) + costs["wgrad_s"]
-    parts = LayerParts(
-        attention_forward=float(sum(f[j] for j in before)),
-        mlp_forward=costs["forward_compute_s"] + float(sum(f[j] for j in after)),
-        mlp_backward=max(costs["backward_compute_s"] + float(r[i] + sum(b[j] + r[j] for j in after)) - grads, 0.0),
-        mlp_weight_gradients=grads,
-        attention_backward=float(sum(b[j] + r[j] for j in before)),
-        dispatch_forward=costs["exchanges"][0], combine_forward=costs["exchanges"][1],
-        dispatch_backward=costs["exchanges"][2], combine_backward=costs["exchanges"][3])
-    computation = sum(parts[:5])
-    exposed = max(merged_layer_s(parts, held) - computation, 0.0)
-    f[i] = costs["forward_compute_s"] + costs["tp_gather_s"] + exposed / 2
-    b[i] = costs["backward_compute_s"] + exposed / 2
+    column = lambda key: np.array([c[key] for c in costs])
+    fwd, bwd, wgrad = column("forward_compute_s"), column("backward_compute_s"), column("wgrad_s")
+    grads = after @ weight_grad_s + wgrad
+    parts = np.column_stack([
+        before @ f, fwd + after @ f, np.maximum(bwd + r[experts] + after @ (b + r) - grads, 0.0), grads,
+        before @ (b + r), np.array([c["exchanges"] for c in costs])])
+    # The blocks of a model are mostly alike: schedule each distinct layer once.
+    unique, which = np.unique(parts, axis=0, return_inverse=True)
+    merged = np.array([merged_layer_s(LayerParts(*map(float, row)), held) for row in unique])[which.ravel()]
+    exposed = np.maximum(merged - parts[:, :5].sum(axis=1), 0.0)
+    f[experts] = fwd + column("tp_gather_s") + exposed / 2
+    b[experts] = bwd + exposed / 2
     return exposed
 
 
@@ -540,8 +546,9 @@ def experts_summary(block: ExpertBlock, costs: Mapping[str, float], layout: Expe
                     par: "Parallelism", exposed_s: float | None = None) -> dict:
     """An MoE plan as its user reads it: group sizes and the axes they span, experts and their parameters per
     device (one block), tokens per all-to-all and over which link, dispatch against expert compute (per
-    block and microbatch, forward and backward) and, under the all-to-all overlap, what of the dispatch stays
-    exposed (``exposed_s``; else all of it)."""
+    block and microbatch, forward and backward) and what the dispatch adds to the step: all of it, or under the
+    all-to-all overlap ``exposed_s`` (the exchanges' exposed part and the computation's slowdown beside DeepEP)
+    and the tokens' gather, which no overlap hides."""
     ep_axes = layout.axes(mesh, "ep")
     link = next(iter(ep_axes), None)  # the outermost axis the all-to-all crosses: its slowest link
     return {
@@ -556,5 +563,5 @@ def experts_summary(block: ExpertBlock, costs: Mapping[str, float], layout: Expe
         "dispatch_s_per_block": costs["dispatch_s"], "expert_compute_s_per_block": costs["compute_s"],
         "imbalance": par.expert_imbalance, "capacity_factor": par.capacity_factor,
         "dispatch_overlap": par.expert_overlap, "fp8_dispatch": par.fp8_dispatch,
-        "dispatch_exposed_s_per_block": costs["dispatch_s"] if exposed_s is None else exposed_s,
+        "dispatch_exposed_s_per_block": costs["dispatch_s"] if exposed_s is None else exposed_s + costs["tp_gather_s"],
     }
