@@ -81,7 +81,7 @@ import numpy as np
 from pase.errors import ConfigurationError
 from pase.hardware.cluster import Cluster
 from pase.hardware.mesh import DeviceMesh
-from pase.ir.graph import Graph, Layer
+from pase.ir.graph import Graph
 from pase.model.expert_overlap import LayerParts, comm_sm_share, merged_layer_s
 from pase.model.roofline import FP8_CAST_BYTES, blocks as transformer_blocks, matrix_kernel_s, vector_kernel_s
 from pase.ops.norm import SOFTMAX_FLOPS_PER_ELEMENT, SOFTMAX_FORWARD_FLOPS
@@ -243,11 +243,6 @@ def _deepep_s(block: ExpertBlock, mesh: DeviceMesh, layout: ExpertLayout, tokens
     network = mesh.exchange_s(tokens * remote * row, tuple(ep_k[:-1]) + (1,))
     nvlink = mesh.exchange_s(tokens * local * row, (1,) * (len(ep_k) - 1) + (inner,))
     return max(float(network), float(nvlink)), tokens * remote, tokens * local
-
-
-def _token_following(layer: Layer, config: Sequence[int]) -> bool:
-    """Whether the experts layer's split only follows the tokens (``b`` and ``c``), as Megatron's rule splits it."""
-    return all(f == 1 for dim, f in zip(layer.dims, config) if dim not in ("b", "c"))
 
 
 def block_costs(block: ExpertBlock, par: "Parallelism", cluster: Cluster, layout: ExpertLayout,
@@ -433,91 +428,128 @@ def apply_experts(lt: "LayerTimes", cluster: Cluster, par: "Parallelism", strate
                                      "(--ep, --etp) applies only to models with experts")
         return lt
     graph = lt.graph
-    following = [b for b in blocks if _token_following(graph.layer(b.experts_layer), strategy[b.experts_layer])]
-    if len(following) < len(blocks):
+    where = _block_indices(graph)
+    if not where.token_following(strategy):
         if asked:
             raise ConfigurationError("expert parallelism across the group goes with Megatron's layer splits; these "
                                      "layer splits already split the experts inside the tensor-parallel group")
         return lt
     layout = expert_layout(par, cluster.mesh)
-    index = graph.derived("layer index", lambda: {l.name: i for i, l in enumerate(graph.layers)})
     arrays = {name: getattr(lt, name).copy() for name in (
         "forward_s", "backward_s", "recompute_s", "gradient_s", "params", "fp8_params", "activations", "buffers",
         "expert_params", "dispatch_s", "expert_compute_s", "plain_activations", "recompute_flops")}
     moe_act = par.recompute == "selective" and "moe_act" in par.modules
     transient = dict(lt.block_transient)
-    memo: dict = {}
-    for block in blocks:
-        key = _key(block)
-        if key not in memo:
-            memo[key] = block_costs(block, par, cluster, layout, precision)
+    memo = {key: block_costs(blocks[k[0]], par, cluster, layout, precision) for key, k in where.alike.items()}
+    for key, alike in where.alike.items():  # the blocks of one shape at once
         c = memo[key]
-        i = index[block.experts_layer]
-        if lt.recompute_s[i] > 0:  # full recomputation re-runs the block's forward, communication included
-            arrays["recompute_s"][i] = c["forward_s"]
+        i, router, combine = where.experts[alike], where.routers[alike], where.combines[alike]
+        # Full recomputation re-runs the block's forward, communication included.
+        arrays["recompute_s"][i[lt.recompute_s[i] > 0]] = c["forward_s"]
         arrays["forward_s"][i], arrays["backward_s"][i] = c["forward_s"], c["backward_s"]
         # The router and the combine: their kernels as frameworks run them, in place of the group's generic op
         # costs (their edges and collectives, none under Megatron's splits but a replicated router's logits, stay).
-        for name, prefix in ((block.router, "router"), (block.combine, "combine")):
-            j = index[name]
-            if lt.recompute_s[j] > 0:
-                arrays["recompute_s"][j] = c[f"{prefix}_forward_s"]
+        for j, prefix in ((router, "router"), (combine, "combine")):
+            arrays["recompute_s"][j[lt.recompute_s[j] > 0]] = c[f"{prefix}_forward_s"]
             arrays["forward_s"][j], arrays["backward_s"][j] = c[f"{prefix}_forward_s"], c[f"{prefix}_backward_s"]
         arrays["gradient_s"][i] = 0.0  # no expert is replicated inside the group: its replicas are the expert-DP
         arrays["params"][i] = 0.0
         arrays["expert_params"][i] = c["params"]
         arrays["fp8_params"][i] = c["params"] if precision == "fp8" else 0.0
-        block_name = lt.block_of.get(block.experts_layer)
-        if block_name is not None:  # a checkpointed unit keeps its input; its activations are transient
-            transient[block_name] = transient.get(block_name, 0.0) + c["activations"] - float(lt.plain_activations[i])
-        elif moe_act:  # the activation's output is freed after fc2's forward and recomputed for its backward
-            arrays["activations"][i] = c["activations"] - c["act_bytes"]
-            arrays["recompute_s"][i] += c["act_forward_s"]
-            arrays["recompute_flops"][i] += c["act_flops"]
+        # A checkpointed unit keeps its input; its activations are transient.
+        units = [lt.block_of.get(blocks[k].experts_layer) for k in alike] if lt.block_of else [None] * len(alike)
+        for unit, k in zip(units, i):
+            if unit is not None:
+                transient[unit] = transient.get(unit, 0.0) + c["activations"] - float(lt.plain_activations[k])
+        free = i[[unit is None for unit in units]]
+        if moe_act:  # the activation's output is freed after fc2's forward and recomputed for its backward
+            arrays["activations"][free] = c["activations"] - c["act_bytes"]
+            arrays["recompute_s"][free] += c["act_forward_s"]
+            arrays["recompute_flops"][free] += c["act_flops"]
         else:
-            arrays["activations"][i] = c["activations"]
+            arrays["activations"][free] = c["activations"]
         arrays["plain_activations"][i] = c["activations"]
         # The combine un-permutes and sums its rows, already weighed by their gates in the experts' activation:
         # its backward needs none of its inputs (Megatron-Core's unpermute without probs).
-        j = index[block.combine]
-        unit = lt.block_of.get(block.combine)
-        if unit is not None:
-            transient[unit] = transient.get(unit, 0.0) - float(lt.plain_activations[j])
-        arrays["activations"][j] = arrays["plain_activations"][j] = 0.0
+        for k in alike:
+            unit = lt.block_of.get(blocks[k].combine) if lt.block_of else None
+            if unit is not None:
+                transient[unit] = transient.get(unit, 0.0) - float(lt.plain_activations[where.combines[k]])
+        arrays["activations"][combine] = arrays["plain_activations"][combine] = 0.0
         arrays["buffers"][i] = c["buffers"]
         arrays["dispatch_s"][i], arrays["expert_compute_s"][i] = c["dispatch_s"], c["compute_s"]
-    exposed = _overlap(graph, arrays, lt.weight_grad_s, [memo[_key(b)] for b in blocks],
+    exposed = _overlap(where, arrays, lt.weight_grad_s, [memo[key] for key in where.keys],
                        comm_sm_share(par.dispatcher, cluster)) if par.expert_overlap else None
-    summary = experts_summary(blocks[0], memo[_key(blocks[0])], layout, cluster.mesh, par,
+    summary = experts_summary(blocks[0], memo[where.keys[0]], layout, cluster.mesh, par,
                               None if exposed is None else float(exposed[0]))
     return replace(lt, **arrays, block_transient=transient, experts=summary, memo={})
 
 
-def _key(block: ExpertBlock) -> tuple:
-    """What :func:`block_costs` of ``block`` depends on beside the configuration."""
-    return block.b, block.s, block.d, block.f, block.experts, block.top_k, block.groups, block.group_topk
+@dataclass(frozen=True)
+class _BlockIndices:
+    """Where a graph's expert blocks (:func:`moe_blocks` order) are: the layer indices of their experts layers,
+    routers and combines; each block's shape (what :func:`block_costs` depends on beside the configuration) and
+    the blocks of each shape (``alike``); the experts layers' dimensions; and which layers of each block's
+    transformer block (:func:`pase.model.roofline.blocks`) come before its experts layer and which after (layer
+    indices, each with its block's position)."""
+
+    names: tuple[str, ...]  # the experts layers'
+    experts: np.ndarray
+    routers: np.ndarray
+    combines: np.ndarray
+    keys: tuple[tuple, ...]
+    alike: dict[tuple, np.ndarray]
+    dims: tuple[str, ...]
+    before: tuple[np.ndarray, np.ndarray]  # (layer indices, block positions)
+    after: tuple[np.ndarray, np.ndarray]
+
+    def sums(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per block, the sums of ``values`` (one per layer) over its layers before and after its experts layer."""
+        return tuple(np.bincount(label, weights=values[layer], minlength=len(self.names))
+                     for layer, label in (self.before, self.after))
+
+    def token_following(self, strategy: Mapping[str, Sequence[int]]) -> bool:
+        """Whether every experts layer's split only follows the tokens (``b`` and ``c``), as Megatron's rule splits
+        it."""
+        split = np.array([strategy[n] for n in self.names], dtype=float).reshape(len(self.names), -1)
+        others = [k for k, dim in enumerate(self.dims) if dim not in ("b", "c")]
+        return bool(np.all(split[:, others] == 1))
 
 
-def _layer_parts(graph: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per expert block (:func:`moe_blocks` order): its experts layer's index, and which layers of its transformer
-    block (:func:`pase.model.roofline.blocks`) come before the experts layer and which after, as 0/1 rows over the
-    graph's layers. Derived once per graph."""
+def _block_indices(graph: Graph) -> _BlockIndices:
+    """The graph's :class:`_BlockIndices`, derived once per graph."""
     def compute():
         names = [l.name for l in graph.layers]
+        index = {n: i for i, n in enumerate(names)}
         unit_of = transformer_blocks(graph)
         blocks = moe_blocks(graph)
-        experts = np.array([names.index(b.experts_layer) for b in blocks])
-        before, after = np.zeros((2, len(blocks), len(names)))
+        experts = np.array([index[b.experts_layer] for b in blocks])
+        keys = tuple((b.b, b.s, b.d, b.f, b.experts, b.top_k, b.groups, b.group_topk) for b in blocks)
+        alike: dict[tuple, list[int]] = {}
+        for k, key in enumerate(keys):
+            alike.setdefault(key, []).append(k)
+        members: dict[str, list[int]] = {}
+        for j, name in enumerate(names):
+            if name in unit_of:
+                members.setdefault(unit_of[name], []).append(j)
+        before, after = ([], []), ([], [])
         for k, (block, i) in enumerate(zip(blocks, experts)):
-            unit = unit_of.get(block.experts_layer)
-            for j, name in enumerate(names):
-                if unit is not None and j != i and unit_of.get(name) == unit:
-                    (before if j < i else after)[k, j] = 1.0
-        return experts, before, after
-    return graph.derived("expert layer parts", compute)
+            for j in members.get(unit_of.get(block.experts_layer), ()):
+                if j != i:
+                    side = before if j < i else after
+                    side[0].append(j)
+                    side[1].append(k)
+        dims = tuple(graph.layer(blocks[0].experts_layer).dims)
+        if any(tuple(graph.layer(b.experts_layer).dims) != dims for b in blocks):
+            raise ConfigurationError("the graph's experts layers do not share their dimensions")
+        return _BlockIndices(tuple(b.experts_layer for b in blocks), experts,
+                             np.array([index[b.router] for b in blocks]), np.array([index[b.combine] for b in blocks]),
+                             keys, {key: np.array(v) for key, v in alike.items()}, dims,
+                             *(tuple(np.array(v, dtype=int) for v in side) for side in (before, after)))
+    return graph.derived("expert block indices", compute)
 
 
-def _overlap(graph: Graph, arrays: dict, weight_grad_s: np.ndarray, costs: Sequence[Mapping[str, float]],
+def _overlap(where: _BlockIndices, arrays: dict, weight_grad_s: np.ndarray, costs: Sequence[Mapping[str, float]],
              held: float) -> np.ndarray:
     """Price the expert blocks' exchanges under Megatron-Core's 1F1B all-to-all overlap
     (:mod:`pase.model.expert_overlap`): each transformer layer's parts before its experts layer (norms, attention,
@@ -525,17 +557,18 @@ def _overlap(graph: Graph, arrays: dict, weight_grad_s: np.ndarray, costs: Seque
     the merged layer's time less its computation is what stays exposed, set on the experts layer (half forward,
     half backward) in ``arrays``. ``costs``: :func:`block_costs` of each block (:func:`moe_blocks` order). Returns
     the exposed seconds per block."""
-    experts, before, after = _layer_parts(graph)
+    experts = where.experts
     f, b, r = arrays["forward_s"], arrays["backward_s"], arrays["recompute_s"]
     column = lambda key: np.array([c[key] for c in costs])
     fwd, bwd, wgrad = column("forward_compute_s"), column("backward_compute_s"), column("wgrad_s")
-    grads = after @ weight_grad_s + wgrad
-    parts = np.column_stack([
-        before @ f, fwd + after @ f, np.maximum(bwd + r[experts] + after @ (b + r) - grads, 0.0), grads,
-        before @ (b + r), np.array([c["exchanges"] for c in costs])])
+    (f_before, f_after), (b_before, b_after) = where.sums(f), where.sums(b + r)
+    grads = where.sums(weight_grad_s)[1] + wgrad
+    parts = np.column_stack([f_before, fwd + f_after, np.maximum(bwd + r[experts] + b_after - grads, 0.0), grads,
+                             b_before, np.array([c["exchanges"] for c in costs])])
     # The blocks of a model are mostly alike: schedule each distinct layer once.
-    unique, which = np.unique(parts, axis=0, return_inverse=True)
-    merged = np.array([merged_layer_s(LayerParts(*map(float, row)), held) for row in unique])[which.ravel()]
+    seen: dict[tuple, float] = {}
+    merged = np.array([seen[row] if row in seen else seen.setdefault(row, merged_layer_s(LayerParts(*row), held))
+                       for row in map(tuple, parts.tolist())])
     exposed = np.maximum(merged - parts[:, :5].sum(axis=1), 0.0)
     f[experts] = fwd + column("tp_gather_s") + exposed / 2
     b[experts] = bwd + exposed / 2
