@@ -114,8 +114,9 @@ def expert_inputs(evaluate: bool) -> dict:
                                         "NVIDIA's benchmarks run)."))
         with rest[1]:
             overlap = kept(st.checkbox, "ep_overlap", False, "Overlap the all-to-all",
-                           help="Megatron-Core's 1F1B all-to-all overlap: each block's dispatch and combine hidden "
-                                "behind its experts' compute (off: exposed).")
+                           help="Megatron-Core's 1F1B all-to-all overlap: one microbatch's forward merged with "
+                                "another's backward, each dispatch and combine hidden behind part of the other's "
+                                "layer; DeepEP's 20 SMs slow the computation meanwhile (off: exposed).")
         out.update(expert_imbalance=imbalance, capacity_factor=capacity, expert_overlap=overlap)
         if evaluate:
             out["dispatcher"] = via
