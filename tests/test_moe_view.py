@@ -15,13 +15,18 @@ from ui.moe import moe_figure, moe_rows
 B, S, K, X = 2, 32, 2, 8  # microbatch, sequence, top-k, experts
 
 
-def moe_plan():
-    build = lambda b: moe_decoder("tiny-moe", layers=2, hidden=64, heads=4, kv_heads=2, experts=X, top_k=K,
-                                  expert_ffn=128, vocab=256, batch=b, seq=S)
-    cluster = Cluster(8, 100e12, 100e9, 2, 80e9, "test", 4, 10e9)
+def build(b):
+    return moe_decoder("tiny-moe", layers=2, hidden=64, heads=4, kv_heads=2, experts=X, top_k=K, expert_ffn=128,
+                       vocab=256, batch=b, seq=S)
+
+
+CLUSTER = Cluster(8, 100e12, 100e9, 2, 80e9, "test", 4, 10e9)
+
+
+def moe_plan(**change):
     par = Parallelism(tensor=2, pipeline=2, data=2, microbatch_size=B, global_batch=8, sequence_parallel=True,
-                      ep=4, etp=1)
-    return evaluate_training(build, cluster, par)
+                      ep=4, etp=1, **change)
+    return evaluate_training(build, CLUSTER, par)
 
 
 def test_the_table_reads_the_expert_layout_as_counted_by_hand():
@@ -46,6 +51,17 @@ def test_the_bars_are_each_stages_dispatch_and_compute_per_step():
     assert dispatch == [s.dispatch_s * m for s in plan.stages]
     assert compute == [s.expert_compute_s * m for s in plan.stages]
     assert all(x > 0 for x in dispatch + compute)
+
+
+def test_under_the_overlap_the_bars_show_what_of_the_dispatch_stays_exposed():
+    overlapped = moe_plan(expert_overlap=True)
+    names = [t.name for t in moe_figure(overlapped).data]
+    assert names == ["dispatch and combine", "of them exposed (overlap)", "experts' compute"]
+    dispatch, exposed, _ = (list(t.y) for t in moe_figure(overlapped).data)
+    # Hidden behind another microbatch's layer, less of each stage's exchanges is exposed than they take.
+    assert all(0 <= x < d for x, d in zip(exposed, dispatch))
+    rows = {r["quantity"]: r["value"] for r in moe_rows(overlapped)}
+    assert "overlapped with another microbatch's layer" in rows["dispatch and combine per step (busiest device)"]
 
 
 def test_a_dense_plan_has_no_expert_view():

@@ -64,14 +64,21 @@ def moe_rows(plan: TrainingPlan) -> list[dict]:
 
 def moe_figure(plan: TrainingPlan) -> go.Figure:
     """Per pipeline stage, seconds per step on one of its devices: dispatch and combine (every all-to-all and
-    expert-tensor collective, forward and backward, before any overlap) beside the experts' compute."""
+    expert-tensor collective, forward and backward, before any overlap), under the all-to-all overlap what of
+    them stays exposed, and the experts' compute."""
     m = plan.parallelism.microbatches
     stages = [f"stage {s.index}" for s in plan.stages]
+    e = plan.experts
+    series = [("dispatch and combine", [s.dispatch_s * m for s in plan.stages], DISPATCH_COLOR, None)]
+    if e["dispatch_overlap"]:
+        share = e["dispatch_exposed_s_per_block"] / e["dispatch_s_per_block"] if e["dispatch_s_per_block"] else 0.0
+        series.append(("of them exposed (overlap)", [s.dispatch_s * m * share for s in plan.stages], DISPATCH_COLOR,
+                       "/"))
+    series.append(("experts' compute", [s.expert_compute_s * m for s in plan.stages], COMPUTE_COLOR, None))
     fig = go.Figure()
-    for name, values, color in (
-            ("dispatch and combine", [s.dispatch_s * m for s in plan.stages], DISPATCH_COLOR),
-            ("experts' compute", [s.expert_compute_s * m for s in plan.stages], COMPUTE_COLOR)):
-        fig.add_bar(x=stages, y=values, name=name, marker_color=color,
+    for name, values, color, pattern in series:
+        fig.add_bar(x=stages, y=values, name=name, marker_color=color, marker_pattern_shape=pattern,
+                    opacity=0.6 if pattern else 1.0,
                     hovertemplate="%{x}: %{y:.3g} s<extra>" + plotly_text(name) + "</extra>")
     fig.update_layout(barmode="group", height=300, margin=dict(l=10, r=10, t=30, b=10),
                       yaxis_title="seconds per step", font_color=INK,
@@ -91,4 +98,5 @@ def show_moe(plan: TrainingPlan, prefix: str) -> None:
     st.caption("Expert parallelism as Megatron-Core lays it out (MoE parallel folding): the experts of each stage "
                "on the same devices as its attention, dealt over EP, each split over ETP, replicated over "
                "expert-DP. The bars: per step on one device of each stage, the tokens' dispatch and combine "
-               "(all-to-alls, before any overlap) against the experts' grouped products.")
+               "(all-to-alls, before any overlap; under the all-to-all overlap, hatched, what stays exposed) "
+               "against the experts' grouped products.")
