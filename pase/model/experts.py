@@ -410,10 +410,12 @@ def _router_combine_s(block: ExpertBlock, par: "Parallelism", cluster: Cluster) 
 
 
 def apply_experts(lt: "LayerTimes", cluster: Cluster, par: "Parallelism", strategy: Mapping[str, Sequence[int]],
-                  precision: str = "bf16") -> "LayerTimes":
+                  precision: str = "bf16", memo: dict | None = None) -> "LayerTimes":
     """``lt`` with every expert block's layer costed and held by :func:`block_costs` (the module docstring).
 
-    ``strategy`` is the layer splits ``lt`` was costed under. An experts layer split along anything but its
+    ``strategy`` is the layer splits ``lt`` was costed under. ``memo`` keeps :func:`block_costs` of each block
+    shape for the calls that share ``cluster``, ``par`` and ``precision`` (the recomputation modes of one
+    configuration). An experts layer split along anything but its
     tokens (a per-layer search's expert split inside the group) keeps the group's costs, and then expert
     parallelism across the group is refused.
 
@@ -440,7 +442,10 @@ def apply_experts(lt: "LayerTimes", cluster: Cluster, par: "Parallelism", strate
         "expert_params", "dispatch_s", "expert_compute_s", "plain_activations", "recompute_flops")}
     moe_act = par.recompute == "selective" and "moe_act" in par.modules
     transient = dict(lt.block_transient)
-    memo = {key: block_costs(blocks[k[0]], par, cluster, layout, precision) for key, k in where.alike.items()}
+    memo = {} if memo is None else memo
+    for key, alike in where.alike.items():
+        if key not in memo:
+            memo[key] = block_costs(blocks[alike[0]], par, cluster, layout, precision)
     for key, alike in where.alike.items():  # the blocks of one shape at once
         c = memo[key]
         i, router, combine = where.experts[alike], where.routers[alike], where.combines[alike]

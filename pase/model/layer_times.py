@@ -107,7 +107,8 @@ def layer_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
     """
     times = group_times(graph, cluster, strategy, par, options, memory,
                         recompute=(par.recompute,) if recompute is None else recompute)
-    out = {mode: apply_experts(lt, cluster, par, strategy, options.precision) for mode, lt in times.items()}
+    memo: dict = {}
+    out = {mode: apply_experts(lt, cluster, par, strategy, options.precision, memo) for mode, lt in times.items()}
     return out[par.recompute] if recompute is None else out
 
 
@@ -343,8 +344,9 @@ def cached_times(source: GraphSource, cluster: Cluster, par: Parallelism, option
         if isinstance(cache[base], str):
             raise ConfigurationError(cache[base])
         strategy, times = cache[base]
+        memo: dict = {}  # the blocks' costs, alike in every recomputation mode
         try:
-            cache[key] = {mode: apply_experts(lt, cluster, par, strategy, options.precision)
+            cache[key] = {mode: apply_experts(lt, cluster, par, strategy, options.precision, memo)
                           for mode, lt in times.items()}
         except ConfigurationError as exc:
             cache[key] = str(exc)
