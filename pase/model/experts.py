@@ -413,11 +413,10 @@ def apply_experts(lt: "LayerTimes", cluster: Cluster, par: "Parallelism", strate
                   precision: str = "bf16", memo: dict | None = None) -> "LayerTimes":
     """``lt`` with every expert block's layer costed and held by :func:`block_costs` (the module docstring).
 
-    ``strategy`` is the layer splits ``lt`` was costed under. ``memo`` keeps :func:`block_costs` of each block
-    shape for the calls that share ``cluster``, ``par`` and ``precision`` (the recomputation modes of one
-    configuration). An experts layer split along anything but its
+    ``strategy`` is the layer splits ``lt`` was costed under. An experts layer split along anything but its
     tokens (a per-layer search's expert split inside the group) keeps the group's costs, and then expert
-    parallelism across the group is refused.
+    parallelism across the group is refused. ``memo`` keeps :func:`block_costs` of each block shape for calls
+    that share ``cluster``, ``par`` and ``precision`` (the recomputation modes of one configuration).
 
     Raises ``ConfigurationError`` as :func:`expert_layout` and :func:`block_costs`, or when ``par`` asks for
     expert parallelism of a model without experts or with experts split inside the group.
@@ -443,10 +442,9 @@ def apply_experts(lt: "LayerTimes", cluster: Cluster, par: "Parallelism", strate
     moe_act = par.recompute == "selective" and "moe_act" in par.modules
     transient = dict(lt.block_transient)
     memo = {} if memo is None else memo
-    for key, alike in where.alike.items():
+    for key, alike in where.alike.items():  # the blocks of one shape at once
         if key not in memo:
             memo[key] = block_costs(blocks[alike[0]], par, cluster, layout, precision)
-    for key, alike in where.alike.items():  # the blocks of one shape at once
         c = memo[key]
         i, router, combine = where.experts[alike], where.routers[alike], where.combines[alike]
         # Full recomputation re-runs the block's forward, communication included.
