@@ -363,7 +363,7 @@ _H200 = _with(_H200, {name: (tuple((f, e * _CLOCK) for f, e in getattr(_H200, na
 
 _SAME_CHIP = ("the H200's (same GH100 chip, 132 SMs, the same clocks as the H100 SXM; H200 and H100 datasheets): "
               "{}")
-# Streaming multiprocessors, published (what DeepEP's 20 leave the computation, pase.model.experts).
+# Streaming multiprocessors, published (what DeepEP's 20 leave the computation, pase.model.expert_overlap).
 _GH100_SMS = {"sms": (132, "published: 132 SMs on the H100 SXM (H100 whitepaper, Table 3), the H200 SXM the same "
                            "GH100 configuration")}
 _B200_SMS = {"sms": (148, "published: 148 SMs on the B200 (NVIDIA's B200 specifications; CUDA's multiprocessor "

@@ -28,7 +28,7 @@ reach instead, in a few physically meaningful numbers, each with its source
   ``no_overlap`` processing mode prices kernels);
 * ``sms``, the device's streaming multiprocessors (where known): what a
   communication kernel that holds some of them (DeepEP's) leaves the
-  computation it overlaps (:mod:`pase.model.experts`);
+  computation it overlaps (:mod:`pase.model.expert_overlap`);
 * each link class reaches a fraction of its nominal bandwidth in a collective
   (``intra_efficiency`` inside a node, ``inter_efficiency`` between nodes)
   and pays a latency per collective step (``intra_latency_s``,
