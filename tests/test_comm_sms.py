@@ -11,18 +11,20 @@ import json
 import random
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from pase.errors import ClusterError
 from pase.hardware.calibration import Calibration, load_calibration
-from pase.hardware.cluster import preset
+from pase.hardware.cluster import Cluster, preset
 from pase.hardware.efficiency import Efficiency
 from pase.ir.configs import ConfigOptions
-from pase.model.expert_overlap import DEEPEP_SMS, LayerParts, comm_sm_share, merged_layer_s
+from pase.model.expert_overlap import DEEPEP_SMS, LayerParts, comm_sm_share, merged_layer_s, unmerged_share
 from pase.model.memory import MemoryOptions
-from pase.model.training import Parallelism, cached_times
+from pase.model.training import Parallelism, cached_times, evaluate_training
 from pase.models import sample
+from pase.models.moe import moe_decoder
 
 PROFILE = json.loads((Path(__file__).parent / "data" / "deepseek-v3-h800-profile.json").read_text())
 
@@ -150,3 +152,48 @@ def test_pase_calibrate_records_the_sm_count_it_measured():
     fitted = fit_efficiency({**rows, "sms": 132}, 989e12, 1979e12, source="a run").efficiency
     assert fitted.sms == 132 and fitted.sources["sms"].startswith("measured")
     assert fit_efficiency(rows, 989e12, 1979e12, source="a run").efficiency.sms is None
+
+
+class _Group:
+    def __init__(self, size, rank):
+        self._size, self._rank = size, rank
+
+    def size(self):
+        return self._size
+
+    def rank(self):
+        return self._rank
+
+
+@pytest.mark.parametrize("stages, virtual, microbatches", [(8, 4, 128), (4, 2, 8), (2, 3, 3), (8, 4, 4), (2, 2, 1)])
+def test_the_unmerged_passes_are_megatron_cores_own_warm_up(stages, virtual, microbatches):
+    schedules = pytest.importorskip("megatron.core.pipeline_parallel.schedules")
+    share = unmerged_share(stages, virtual, microbatches)
+    for rank in range(stages):
+        comm = SimpleNamespace(pp_group=_Group(stages, rank), virtual_pipeline_model_parallel_size=virtual)
+        total, _, warmup, _ = schedules.get_pp_rank_microbatches(
+            microbatches, virtual, stages, overlap_moe_expert_parallel_comm=True, p2p_communicator=comm)
+        assert share[rank] == pytest.approx(warmup / total)
+    # Without pipelining only the first forward and the last backward run alone.
+    assert unmerged_share(1, 1, 8).tolist() == [1 / 8]
+
+
+def _tiny_moe_plan(microbatches: int, overlap: bool):
+    build = lambda b: moe_decoder("tiny-moe", layers=4, hidden=64, heads=4, kv_heads=2, experts=8, top_k=2,
+                                  expert_ffn=128, vocab=256, batch=b, seq=32)
+    cluster = Cluster(8, 100e12, 100e9, 2, 80e9, "test", 4, 10e9)
+    par = Parallelism(tensor=1, pipeline=2, data=4, microbatch_size=1, global_batch=4 * microbatches, ep=4, etp=1,
+                      expert_overlap=overlap)
+    return evaluate_training(build, cluster, par)
+
+
+def test_a_pipeline_all_in_warm_up_exposes_every_exchange():
+    # Two stages and one microbatch: every pass is a warm-up forward or a cool-down backward, unmerged, so each
+    # stage's forward plus backward is that of the plan without the overlap.
+    for m, same in ((1, True), (32, False)):
+        merged, plain = _tiny_moe_plan(m, True), _tiny_moe_plan(m, False)
+        pairs = [(a.forward_s + a.backward_s, b.forward_s + b.backward_s) for a, b in zip(merged.stages, plain.stages)]
+        if same:
+            assert all(x == pytest.approx(y) for x, y in pairs)
+        else:  # most passes merged: the overlap hides some of the exchanges on every stage
+            assert all(x < y for x, y in pairs)

@@ -23,9 +23,9 @@ def build(b):
 CLUSTER = Cluster(8, 100e12, 100e9, 2, 80e9, "test", 4, 10e9)
 
 
-def moe_plan(**change):
-    par = Parallelism(tensor=2, pipeline=2, data=2, microbatch_size=B, global_batch=8, sequence_parallel=True,
-                      ep=4, etp=1, **change)
+def moe_plan(global_batch: int = 8, **change):
+    par = Parallelism(tensor=2, pipeline=2, data=2, microbatch_size=B, global_batch=global_batch,
+                      sequence_parallel=True, ep=4, etp=1, **change)
     return evaluate_training(build, CLUSTER, par)
 
 
@@ -54,7 +54,7 @@ def test_the_bars_are_each_stages_dispatch_and_compute_per_step():
 
 
 def test_under_the_overlap_the_bars_show_what_of_the_dispatch_stays_exposed():
-    overlapped = moe_plan(expert_overlap=True)
+    overlapped = moe_plan(global_batch=64, expert_overlap=True)  # 16 microbatches: most passes merged
     names = [t.name for t in moe_figure(overlapped).data]
     assert names == ["dispatch and combine", "of them exposed (overlap)", "experts' compute"]
     dispatch, exposed, _ = (list(t.y) for t in moe_figure(overlapped).data)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 import streamlit as st
 
+from pase.model.expert_overlap import unmerged_share
 from pase.model.training import TrainingPlan
 from ui.fmt import fmt_count, fmt_time, plotly_text
 from ui.palette import COST_COLORS, INK
@@ -71,9 +72,13 @@ def moe_figure(plan: TrainingPlan) -> go.Figure:
     e = plan.experts
     series = [("dispatch and combine", [s.dispatch_s * m for s in plan.stages], DISPATCH_COLOR, None)]
     if e["dispatch_overlap"]:
+        # The merged passes' exposed share, and all of it in each stage's unmerged warm-up and cool-down.
         share = e["dispatch_exposed_s_per_block"] / e["dispatch_s_per_block"] if e["dispatch_s_per_block"] else 0.0
-        series.append(("of them exposed (overlap)", [s.dispatch_s * m * share for s in plan.stages], DISPATCH_COLOR,
-                       "/"))
+        par = plan.parallelism
+        unmerged = unmerged_share(par.pipeline, par.virtual_stages, m)
+        series.append(("of them exposed (overlap)",
+                        [s.dispatch_s * m * (share + (1 - share) * unmerged[s.index % par.pipeline])
+                         for s in plan.stages], DISPATCH_COLOR, "/"))
     series.append(("experts' compute", [s.expert_compute_s * m for s in plan.stages], COMPUTE_COLOR, None))
     fig = go.Figure()
     for name, values, color, pattern in series:

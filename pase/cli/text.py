@@ -145,7 +145,8 @@ def _experts_lines(e: dict) -> str:
         f"{e['tokens_across_nodes_per_all_to_all']:,.0f} of them to other nodes; "
         f"{e['tokens_per_local_expert']:,.0f} tokens per local expert",
         f"  per step on the busiest device: dispatch and combine {e['dispatch_s_per_step']:.3f} s "
-        + (f"(overlapped with another microbatch's layer: {e['dispatch_exposed_s_per_step']:.3f} s stays exposed)"
+        + (f"(overlapped with another microbatch's layer: {e['dispatch_exposed_s_per_step']:.3f} s stays exposed, "
+           "the pipeline's unmerged warm-up and cool-down included)"
            if e["dispatch_overlap"] else "(exposed, not overlapped)")
         + f", experts' compute {e['expert_compute_s_per_step']:.3f} s"])
 

@@ -17,17 +17,20 @@ An exchange's kernels may hold some of the GPU's SMs while they run: DeepEP's ho
 computation beside them runs on the rest, at that share of its speed (:func:`comm_sm_share`). NCCL's all-to-all
 also runs on SMs, as many as its channels, which its tuning sets; that share is not modelled.
 
-Only the steady state is priced: the pipeline's warm-up forwards and cool-down backwards, which run unmerged,
-are priced as merged too (a few microbatches of the many a step runs).
+The pipeline's warm-up forwards and cool-down backwards run unmerged, their exchanges exposed: as many as
+Megatron-Core's warm-up (``get_pp_rank_microbatches``: one more under this overlap) on each pipeline rank, of the
+``m v`` a rank runs (:func:`unmerged_share`).
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
+
 from pase.hardware.cluster import Cluster
 
-__all__ = ["DEEPEP_SMS", "LayerParts", "comm_sm_share", "merged_layer_s"]
+__all__ = ["DEEPEP_SMS", "LayerParts", "comm_sm_share", "merged_layer_s", "unmerged_share"]
 
 # SMs DeepEP's kernels hold while they run: Megatron-Core's moe_deepep_num_sms default (TransformerConfig, 0.14) and
 # DeepEP's Buffer.num_sms; DeepSeek-V3's report (section 3.2.2) trains with 20, and DeepSeek's published profile
@@ -89,3 +92,21 @@ def merged_layer_s(parts: LayerParts, held: float = 0.0) -> float:
                 queues[stream].pop(0)
         t += step
     return t
+
+
+def unmerged_share(stages: int, virtual: int, microbatches: int) -> np.ndarray:
+    """Per pipeline rank, the share of its ``microbatches x virtual`` forward (and backward) passes that run unmerged
+    under the 1F1B all-to-all overlap: Megatron-Core's warm-up count (``get_pp_rank_microbatches``), ``2 (p - r - 1)
+    + (v - 1) p`` with the overlap's one extra, and as many cool-down backwards. Without pipelining, the first
+    forward and the last backward (``combined_1f1b_schedule_for_no_pipelining``). Megatron-Core runs the overlap
+    pipelined only with virtual stages; without them pase counts ``p - r`` (the plain 1F1B warm-up and the extra).
+    """
+    total = microbatches * virtual
+    rank = np.arange(stages)
+    if stages == 1:
+        warmup = np.ones(1)
+    elif virtual > 1:
+        warmup = 2 * (stages - rank - 1) + (virtual - 1) * stages + 1
+    else:
+        warmup = stages - rank
+    return np.minimum(warmup, total) / total

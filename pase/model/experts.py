@@ -481,11 +481,15 @@ def apply_experts(lt: "LayerTimes", cluster: Cluster, par: "Parallelism", strate
         arrays["activations"][combine] = arrays["plain_activations"][combine] = 0.0
         arrays["buffers"][i] = c["buffers"]
         arrays["dispatch_s"][i], arrays["expert_compute_s"][i] = c["dispatch_s"], c["compute_s"]
-    exposed = _overlap(where, arrays, lt.weight_grad_s, [memo[key] for key in where.keys],
-                       comm_sm_share(par.dispatcher, cluster)) if par.expert_overlap else None
-    summary = experts_summary(blocks[0], memo[where.keys[0]], layout, cluster.mesh, par,
+    costs = [memo[key] for key in where.keys]
+    exposed, hidden = None, None
+    if par.expert_overlap:
+        exposed = _overlap(where, arrays, lt.weight_grad_s, costs, comm_sm_share(par.dispatcher, cluster))
+        hidden = np.zeros(len(lt.layers))
+        hidden[where.experts] = np.maximum(np.array([sum(c["exchanges"]) for c in costs]) - exposed, 0.0)
+    summary = experts_summary(blocks[0], costs[0], layout, cluster.mesh, par,
                               None if exposed is None else float(exposed[0]))
-    return replace(lt, **arrays, block_transient=transient, experts=summary, memo={})
+    return replace(lt, **arrays, block_transient=transient, experts=summary, overlap_hidden_s=hidden, memo={})
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,9 @@ class LayerTimes:
     attention: str = "unfused"  # how the attention cores ran ("flash" or "unfused")
     precision: str = "bf16"
     experts: dict | None = None  # pase.model.experts.experts_summary of a model with experts
+    # Under the 1F1B all-to-all overlap, what of an expert block's exchanges the merged schedule hides (forward and
+    # backward): the microbatches the pipeline runs unmerged pay it (pase.model.expert_overlap.unmerged_share).
+    overlap_hidden_s: np.ndarray | None = None
     memo: dict = field(default_factory=dict, compare=False)  # what assemble derived, by what it depends on
 
 
@@ -405,7 +408,7 @@ def _spread_units(small: LayerTimes, graph: Graph, core: PeriodicCore) -> tuple[
     return block_of, units
 
 
-# What LayerTimes holds of the whole graph; every other field holds one value per layer.
+# What LayerTimes holds of the whole graph; every other field holds one value per layer (or None).
 _GRAPH_FIELDS = frozenset({"graph", "layers", "edges", "tensor_elements", "tied", "block_transient", "block_of",
                            "model_flops", "attention", "precision", "experts", "memo"})
 
@@ -450,7 +453,8 @@ def _spread(small: LayerTimes, graph: Graph, core: PeriodicCore, tied: tuple, op
     :func:`_tied` of the whole graph's splits)."""
     rep = core.representative
     layers = tuple(graph.layers)
-    per_layer = {f.name: getattr(small, f.name)[rep] for f in fields(LayerTimes) if f.name not in _GRAPH_FIELDS}
+    per_layer = {f.name: None if getattr(small, f.name) is None else getattr(small, f.name)[rep]
+                 for f in fields(LayerTimes) if f.name not in _GRAPH_FIELDS}
     block_of, units = graph.derived(("spread units", tuple(sorted(small.block_of.items()))),
                                     lambda: _spread_units(small, graph, core))
     transient = {unit: small.block_transient[of] for unit, of in units.items()}

@@ -111,6 +111,7 @@ from pase.hardware.cluster import Cluster
 from pase.hardware.mesh import DeviceMesh
 from pase.ir.configs import ConfigOptions
 from pase.model.attention import attention_core
+from pase.model.expert_overlap import unmerged_share
 from pase.model.experts import expert_layout, moe_blocks
 from pase.model.groups import group_extents
 from pase.model.layer_times import (
@@ -581,6 +582,13 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
             lt, cluster, data_k, par.zero, m, S, par.overlap, edp_k) >= bound_s:
         return None  # some device works at least the average load, whatever the cuts
     cuts, fq, bq = _stage_sums(lt, cluster, par, zero3, expert3)
+    if lt.overlap_hidden_s is not None:
+        # The passes the pipeline runs unmerged expose what the 1F1B all-to-all overlap hides in the others.
+        key = ("unmerged", cuts, S, v, m)
+        if key not in lt.memo:
+            lt.memo[key] = (unmerged_share(S, v, m)[np.arange(Q) % S]
+                            * np.add.reduceat(lt.overlap_hidden_s, [0, *cuts]) / 2)
+        fq, bq = fq + lt.memo[key], bq + lt.memo[key]
     pipe_axis = max((j for j, k in enumerate(pipe_k) if k > 1), default=len(pipe_k) - 1)
     placed = _placement(lt, cluster, cuts, S, pipe_axis, par.group)
     bounds, params, bpe, d = placed["bounds"], placed["params"], cluster.bytes_per_element, par.data

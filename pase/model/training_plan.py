@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from pase.hardware.cluster import Cluster
 from pase.model.cost import describe_model
+from pase.model.expert_overlap import unmerged_share
 from pase.model.parallelism import Parallelism, check_devices
 from pase.model.pipeline import ScheduleResult
 
@@ -173,13 +174,19 @@ class TrainingPlan:
         """An MoE plan as its user reads it (None without experts): :func:`pase.model.experts.experts_summary`,
         and per step on the busiest stage's device the seconds of token dispatch and combine (before overlap)
         and of the experts' compute, ``m`` microbatches of each, and of the dispatch what stays exposed (all of it
-        without the all-to-all overlap; under it, each block's exposed share of its exchanges)."""
+        without the all-to-all overlap; under it, each block's exposed share of its exchanges in the merged passes
+        and all of them in the pipeline's unmerged warm-up and cool-down,
+        :func:`pase.model.expert_overlap.unmerged_share`)."""
         if self.experts is None:
             return None
-        m = self.parallelism.microbatches
+        par = self.parallelism
+        m = par.microbatches
         busiest = max(self.stages, key=lambda s: s.dispatch_s + s.expert_compute_s)
         per_block = self.experts["dispatch_s_per_block"]
         share = self.experts["dispatch_exposed_s_per_block"] / per_block if per_block > 0 else 0.0
+        if self.experts["dispatch_overlap"]:
+            unmerged = float(unmerged_share(par.pipeline, par.virtual_stages, m)[busiest.index % par.pipeline])
+            share = share * (1 - unmerged) + unmerged
         return {**self.experts, "dispatch_s_per_step": busiest.dispatch_s * m,
                 "dispatch_exposed_s_per_step": busiest.dispatch_s * m * share,
                 "expert_compute_s_per_step": busiest.expert_compute_s * m,
