@@ -122,3 +122,21 @@ def test_calibrate_keeps_the_raw_timings_and_the_fit_quality():
     assert cal.measurements["gemm_bf16"]["rows"] == H200_ROWS["gemm_bf16"]["rows"]
     assert cal.fit["attention_fwd"]["rows"] == len(H200_ROWS["attention"]["rows"])
     assert "measured on one NVIDIA H200, 2026-12-04" in cal.efficiency.sources["matmul_curve"]
+
+
+def test_the_fit_prices_attention_by_cudnns_kernel_where_it_was_measured():
+    # The H200 file's flash rows, and cuDNN rows of the same shapes 20% faster (as pase calibrate now times both):
+    # the fitted attention is cuDNN's, which Transformer Engine runs, and its residuals are cuDNN's rows'.
+    flash = H200_ROWS["attention"]["rows"]
+    cudnn = [dict(r, backend="cudnn", fwd_s=0.8 * r["fwd_s"], fwd_bwd_s=0.8 * r["fwd_bwd_s"]) for r in flash]
+    both = {**H200_ROWS, "attention": {"rows": [*flash, *cudnn]}}
+    plain = fit_efficiency(H200_ROWS, 989e12, 1979e12, source="f").efficiency
+    fitted = fit_efficiency(both, 989e12, 1979e12, source="f")
+    e = fitted.efficiency
+    big = max(r["fwd_flops"] for r in flash)
+    assert curve_fraction(e.attention_curve, big) == pytest.approx(curve_fraction(plain.attention_curve, big) / 0.8,
+                                                                   rel=0.05)
+    assert "cuDNN" in e.sources["attention_curve"] and "cuDNN" in e.sources["attention_backward_curve"]
+    assert "FlashAttention" in plain.sources["attention_curve"]
+    assert len(fitted.errors("attention_fwd")) == len(cudnn)
+    assert np.median(np.abs(fitted.errors("attention_fwd"))) <= 0.02

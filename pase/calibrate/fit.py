@@ -62,7 +62,8 @@ from pase.hardware.efficiency import Efficiency, curve_fraction
 from pase.ops.norm import RMS_NORM_FLOPS_PER_ELEMENT, RMS_NORM_FORWARD_FLOPS
 
 __all__ = ["SECTIONS", "FitResult", "LinkFit", "anchors", "fit_curve", "fit_memory", "fit_vector_flops",
-           "fit_links", "fit_efficiency", "kernel_s", "launch_cases", "residuals", "summary", "calibrate"]
+           "fit_links", "fit_efficiency", "kernel_s", "launch_cases", "residuals", "summary", "calibrate",
+           "attention_rows", "ATTENTION_BACKENDS"]
 
 # The row sections a measurement file may hold, each with the columns the fit reads.
 SECTIONS = {
@@ -77,6 +78,10 @@ BF16_BYTES = 2
 FP8_BYTES = 1
 # A fused attention backward does 2.5 times its forward's FLOPs (the measurement files count fwd + bwd at 3.5x).
 ATTENTION_BACKWARD_FLOPS = 2.5
+# The fused attention the fit prices by: cuDNN's where measured (Transformer Engine, which Megatron-Core and NeMo
+# train with, runs cuDNN's fused attention on Hopper and Blackwell), else FlashAttention's (a row without a
+# "backend" is torch's flash backend, as the files before pase recorded one were timed).
+ATTENTION_BACKENDS = ("cudnn", "flash")
 # The memory overlap every fit assumes (the roofline); see the module docstring.
 MEMORY_OVERLAP = 1.0
 # Bytes a normalisation row's kernels touch, in units of one (m, h) BF16 tensor, and their kernel counts.
@@ -289,6 +294,16 @@ class FitResult:
         return np.array([fit / meas - 1 for _, meas, fit in self.rows.get(section, [])])
 
 
+def attention_rows(measurements: Mapping) -> tuple[list[dict], str | None]:
+    """The attention rows the fit uses and their backend: the first of :data:`ATTENTION_BACKENDS` measured."""
+    rows = _rows(measurements, "attention")
+    for backend in ATTENTION_BACKENDS:
+        chosen = [r for r in rows if r.get("backend", "flash") == backend]
+        if chosen:
+            return chosen, backend
+    return [], None
+
+
 def _rows(measurements: Mapping, section: str) -> list[dict]:
     """A section's rows, each checked to hold its columns (``ClusterError`` naming the section and column)."""
     part = measurements.get(section)
@@ -342,7 +357,7 @@ def fit_efficiency(measurements: Mapping, peak_flops: float, fp8_peak_flops: flo
         rows, FP8 rows without an FP8 peak, or a malformed row (named).
     """
     gemm, fp8 = _rows(measurements, "gemm_bf16"), _rows(measurements, "gemm_fp8")
-    attention, memory = _rows(measurements, "attention"), _rows(measurements, "memory_bound")
+    (attention, backend), memory = attention_rows(measurements), _rows(measurements, "memory_bound")
     collectives = _rows(measurements, "collectives")
     if not gemm:
         raise ClusterError("measurements: no gemm_bf16 rows; the matrix curve needs them")
@@ -379,9 +394,11 @@ def fit_efficiency(measurements: Mapping, peak_flops: float, fp8_peak_flops: flo
                                               memory_Bps, overhead_s)
         curves["attention_backward_curve"] = fit_curve(ATTENTION_BACKWARD_FLOPS * fwd_flops, bwd_b, bwd_s,
                                                        peak_flops, memory_Bps, overhead_s)
-        sources["attention_curve"] = f"fitted to the fused attention forwards of {source}: {how}"
-        sources["attention_backward_curve"] = (f"fitted to the fused attention backwards (fwd_bwd_s - fwd_s, "
-                                               f"{ATTENTION_BACKWARD_FLOPS:g}x the forward's FLOPs) of {source}: {how}")
+        kernel = {"cudnn": "cuDNN's fused attention (as Transformer Engine runs it)",
+                  "flash": "FlashAttention's fused attention (torch's flash backend)"}[backend]
+        sources["attention_curve"] = f"fitted to the forwards of {kernel} of {source}: {how}"
+        sources["attention_backward_curve"] = (f"fitted to the backwards (fwd_bwd_s - fwd_s, {ATTENTION_BACKWARD_FLOPS:g}x "
+                                               f"the forward's FLOPs) of {kernel} of {source}: {how}")
     sms = measurements.get("sms")
     if sms is not None:
         sources["sms"] = f"measured: the multiprocessor count CUDA reports, {source}"
@@ -467,7 +484,7 @@ def residuals(measurements: Mapping, efficiency: Efficiency, peak_flops: float,
                 kernel_s(r["flops"], _gemm_bytes(r, FP8_BYTES), rate, e.memory_Bps, e.kernel_overhead_s,
                          e.memory_overlap))
     if e.attention_curve is not None and e.attention_backward_curve is not None:
-        for r in _rows(measurements, "attention"):
+        for r in attention_rows(measurements)[0]:
             label = f"b={r['b']} hq={r['hq']} hkv={r['hkv']} s={r['s']} d={r['d']}"
             fwd_b, bwd_b = _attention_bytes(r)
             bwd_flops = ATTENTION_BACKWARD_FLOPS * r["fwd_flops"]

@@ -8,7 +8,8 @@ The only module of pase that imports torch (``pip install pase[torch]``), and on
   (input gradient) and ``dW = dy^T x`` (weight gradient); FP8 products (``torch._scaled_mm``, e4m3 with
   per-tensor scales, BF16 out) where the GPU has them;
 * causal fused attention (``scaled_dot_product_attention``, BF16), forward and forward plus backward, over
-  sequence lengths and head counts (grouped-query where the key heads are fewer);
+  sequence lengths and head counts (grouped-query where the key heads are fewer), on torch's flash and cuDNN
+  backends each (the fit prices by cuDNN's, which Transformer Engine runs: :data:`pase.calibrate.fit.ATTENTION_BACKENDS`);
 * memory-bound kernels: copy, add of two tensors into a third, RMSNorm forward and forward plus backward;
 * launch (:func:`profile_launch`): small square products, a small copy and the expert products of the
   mixture-of-experts runs of published-measurements.md (section 3b) as a loop over the local experts, each timed
@@ -278,7 +279,7 @@ def profile_kernels(quick: bool = False, say: Callable[[str], None] = print, has
     memory = _QUICK_MEMORY if quick else _MEMORY
     fp8 = has_fp8 and hasattr(torch, "_scaled_mm") and hasattr(torch, "float8_e4m3fn")
     fp8_shapes = tuple((s, s, s) for s in ((1024, 4096, 8192) if quick else (1024, 2048, 4096, 8192, 16384)))
-    step = _progress(say, len(gemms) + (len(fp8_shapes) if fp8 else 0) + len(attention) + len(memory))
+    step = _progress(say, len(gemms) + (len(fp8_shapes) if fp8 else 0) + 2 * len(attention) + len(memory))
     bf16 = torch.bfloat16
     out: dict = {}
 
@@ -310,27 +311,38 @@ def profile_kernels(quick: bool = False, say: Callable[[str], None] = print, has
             out["gemm_fp8"] = {"note": "torch._scaled_mm, e4m3 x e4m3 with per-tensor scales, bf16 out; "
                                        "flops = 2 m n k", "rows": rows}
 
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
     rows = []
-    for b, hq, hkv, s, d in attention:
-        step(f"attention b={b} hq={hq} hkv={hkv} s={s} d={d}")
-        q = torch.randn(b, hq, s, d, device=device, dtype=bf16, requires_grad=True)
-        k, v = (torch.randn(b, hkv, s, d, device=device, dtype=bf16, requires_grad=True) for _ in range(2))
-        gqa = {"enable_gqa": True} if hkv != hq else {}
-        dout = torch.randn(b, hq, s, d, device=device, dtype=bf16)
+    for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+        for b, hq, hkv, s, d in attention:
+            step(f"attention ({name}) b={b} hq={hq} hkv={hkv} s={s} d={d}")
+            q = torch.randn(b, hq, s, d, device=device, dtype=bf16, requires_grad=True)
+            k, v = (torch.randn(b, hkv, s, d, device=device, dtype=bf16, requires_grad=True) for _ in range(2))
+            gqa = {"enable_gqa": True} if hkv != hq else {}
+            dout = torch.randn(b, hq, s, d, device=device, dtype=bf16)
 
-        def forward():
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa)
+            def forward():
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa)
 
-        def forward_backward():
-            forward().backward(dout)
+            def forward_backward():
+                forward().backward(dout)
 
-        with torch.no_grad():
-            fwd = time_s(forward)
-        rows.append({"b": b, "hq": hq, "hkv": hkv, "s": s, "d": d, "fwd_flops": 4.0 * b * hq * s * s * d / 2,
-                     "fwd_s": fwd, "fwd_bwd_s": time_s(forward_backward)})
-        del q, k, v, dout
+            try:
+                with sdpa_kernel(backend):
+                    with torch.no_grad():
+                        fwd = time_s(forward)
+                    both = time_s(forward_backward)
+            except RuntimeError as exc:  # the backend does not run this shape (or at all) here
+                say(f"  {name} attention not available for this shape ({str(exc).splitlines()[0][:120]}); skipped")
+                continue
+            finally:
+                del q, k, v, dout
+            rows.append({"backend": name, "b": b, "hq": hq, "hkv": hkv, "s": s, "d": d,
+                         "fwd_flops": 4.0 * b * hq * s * s * d / 2, "fwd_s": fwd, "fwd_bwd_s": both})
     out["attention"] = {"note": "torch.nn.functional.scaled_dot_product_attention, causal, bf16, q (b, hq, s, d), k "
-                                "and v (b, hkv, s, d); fwd_flops = 4 b hq s^2 d / 2 (causal half)", "rows": rows}
+                                "and v (b, hkv, s, d), each shape on torch's flash and cuDNN backends (backend); "
+                                "fwd_flops = 4 b hq s^2 d / 2 (causal half)", "rows": rows}
 
     rows = []
     for m, h in memory:
