@@ -140,3 +140,14 @@ def test_the_fit_prices_attention_by_cudnns_kernel_where_it_was_measured():
     assert "FlashAttention" in plain.sources["attention_curve"]
     assert len(fitted.errors("attention_fwd")) == len(cudnn)
     assert np.median(np.abs(fitted.errors("attention_fwd"))) <= 0.02
+
+
+def test_an_mla_attention_row_counts_its_narrower_values_and_output_by_hand():
+    from pase.calibrate.fit import _attention_bytes
+
+    # DeepSeek-V3 at TP 1: 128 heads, 4,096 tokens, queries and keys 192 wide, values and the output 128, BF16.
+    row = {"b": 1, "hq": 128, "hkv": 128, "s": 4096, "d": 192, "dv": 128}
+    q = k = 128 * 4096 * 192 * 2
+    v = o = 128 * 4096 * 128 * 2
+    assert _attention_bytes(row) == (q + k + v + o, 2 * (q + k + v + o))
+    assert _attention_bytes({**row, "dv": 192}) == _attention_bytes({k: x for k, x in row.items() if k != "dv"})

@@ -333,10 +333,14 @@ def _gemm_bytes(r: Mapping, element_bytes: int) -> float:
 
 def _attention_bytes(r: Mapping) -> tuple[float, float]:
     """Forward and backward bytes of a fused attention kernel: q, k, v and o once forward; those and the output's,
-    q's, k's and v's gradients backward (BF16)."""
-    q = float(r["b"]) * float(r["hq"]) * float(r["s"]) * float(r["d"]) * BF16_BYTES
-    kv = float(r["b"]) * float(r["hkv"]) * float(r["s"]) * float(r["d"]) * BF16_BYTES
-    return 2 * q + 2 * kv, 4 * q + 4 * kv
+    q's, k's and v's gradients backward (BF16). v and o have ``dv`` elements a head where a row gives one (MLA's
+    192-wide queries and keys, 128-wide values), else ``d``."""
+    b, s, d = float(r["b"]), float(r["s"]), float(r["d"])
+    dv = float(r.get("dv", d))
+    q, o = b * float(r["hq"]) * s * d * BF16_BYTES, b * float(r["hq"]) * s * dv * BF16_BYTES
+    k, v = b * float(r["hkv"]) * s * d * BF16_BYTES, b * float(r["hkv"]) * s * dv * BF16_BYTES
+    forward = q + k + v + o
+    return forward, 2 * forward
 
 
 def fit_efficiency(measurements: Mapping, peak_flops: float, fp8_peak_flops: float | None = None, *,

@@ -8,7 +8,8 @@ The only module of pase that imports torch (``pip install pase[torch]``), and on
   (input gradient) and ``dW = dy^T x`` (weight gradient); FP8 products (``torch._scaled_mm``, e4m3 with
   per-tensor scales, BF16 out) where the GPU has them;
 * causal fused attention (``scaled_dot_product_attention``, BF16), forward and forward plus backward, over
-  sequence lengths and head counts (grouped-query where the key heads are fewer), on torch's flash and cuDNN
+  sequence lengths and head counts (grouped-query where the key heads are fewer) and at DeepSeek-V3's MLA shapes
+  (queries and keys 192 wide, values 128), on torch's flash and cuDNN
   backends each (the fit prices by cuDNN's, which Transformer Engine runs: :data:`pase.calibrate.fit.ATTENTION_BACKENDS`);
 * memory-bound kernels: copy, add of two tensors into a third, RMSNorm forward and forward plus backward;
 * launch (:func:`profile_launch`): small square products, a small copy and the expert products of the
@@ -68,6 +69,9 @@ _ATTENTION = ((1, 32, 8, 2048, 128), (1, 32, 8, 4096, 128), (1, 32, 8, 8192, 128
               (1, 64, 8, 8192, 128), (1, 8, 2, 8192, 128), (4, 16, 16, 2048, 128), (1, 12, 12, 2048, 128),
               (1, 32, 32, 1024, 128))
 _QUICK_ATTENTION = ((1, 32, 8, 2048, 128), (1, 32, 8, 8192, 128), (1, 12, 12, 2048, 128))
+# DeepSeek-V3's multi-head latent attention as a device runs it at TP 1 and 2 (128 and 64 heads, queries and keys 192
+# wide, values 128), 4,096 tokens: (b, hq, hkv, s, d, dv).
+_MLA_ATTENTION = ((1, 128, 128, 4096, 192, 128), (1, 64, 64, 4096, 192, 128))
 _MEMORY = ((8192, 4096), (16384, 8192), (8192, 12288))
 _QUICK_MEMORY = ((8192, 4096), (16384, 8192))
 _COLLECTIVE_MB = (1, 4, 16, 64, 256, 1024)
@@ -275,7 +279,7 @@ def profile_kernels(quick: bool = False, say: Callable[[str], None] = print, has
     torch.cuda.set_device(device)
     time_s = Timer(torch, 3 if quick else 4, 7 if quick else 15).alone
     gemms = _QUICK_GEMMS if quick else tuple((s, s, s) for s in _SQUARES) + _LAYERS
-    attention = _QUICK_ATTENTION if quick else _ATTENTION
+    attention = tuple((*shape, shape[-1]) for shape in (_QUICK_ATTENTION if quick else _ATTENTION)) + _MLA_ATTENTION
     memory = _QUICK_MEMORY if quick else _MEMORY
     fp8 = has_fp8 and hasattr(torch, "_scaled_mm") and hasattr(torch, "float8_e4m3fn")
     fp8_shapes = tuple((s, s, s) for s in ((1024, 4096, 8192) if quick else (1024, 2048, 4096, 8192, 16384)))
@@ -315,12 +319,13 @@ def profile_kernels(quick: bool = False, say: Callable[[str], None] = print, has
 
     rows = []
     for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
-        for b, hq, hkv, s, d in attention:
-            step(f"attention ({name}) b={b} hq={hq} hkv={hkv} s={s} d={d}")
+        for b, hq, hkv, s, d, dv in attention:
+            step(f"attention ({name}) b={b} hq={hq} hkv={hkv} s={s} d={d}" + (f" dv={dv}" if dv != d else ""))
             q = torch.randn(b, hq, s, d, device=device, dtype=bf16, requires_grad=True)
-            k, v = (torch.randn(b, hkv, s, d, device=device, dtype=bf16, requires_grad=True) for _ in range(2))
+            k = torch.randn(b, hkv, s, d, device=device, dtype=bf16, requires_grad=True)
+            v = torch.randn(b, hkv, s, dv, device=device, dtype=bf16, requires_grad=True)
             gqa = {"enable_gqa": True} if hkv != hq else {}
-            dout = torch.randn(b, hq, s, d, device=device, dtype=bf16)
+            dout = torch.randn(b, hq, s, dv, device=device, dtype=bf16)
 
             def forward():
                 return F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa)
@@ -338,11 +343,12 @@ def profile_kernels(quick: bool = False, say: Callable[[str], None] = print, has
                 continue
             finally:
                 del q, k, v, dout
-            rows.append({"backend": name, "b": b, "hq": hq, "hkv": hkv, "s": s, "d": d,
-                         "fwd_flops": 4.0 * b * hq * s * s * d / 2, "fwd_s": fwd, "fwd_bwd_s": both})
+            rows.append({"backend": name, "b": b, "hq": hq, "hkv": hkv, "s": s, "d": d, **({"dv": dv} if dv != d else {}),
+                         "fwd_flops": 2.0 * b * hq * s * s * (d + dv) / 2, "fwd_s": fwd, "fwd_bwd_s": both})
     out["attention"] = {"note": "torch.nn.functional.scaled_dot_product_attention, causal, bf16, q (b, hq, s, d), k "
-                                "and v (b, hkv, s, d), each shape on torch's flash and cuDNN backends (backend); "
-                                "fwd_flops = 4 b hq s^2 d / 2 (causal half)", "rows": rows}
+                                "and v (b, hkv, s, d; v's dv wide where given, MLA's shapes), each shape on torch's "
+                                "flash and cuDNN backends (backend); fwd_flops = 2 b hq s^2 (d + dv) / 2 (causal "
+                                "half)", "rows": rows}
 
     rows = []
     for m, h in memory:
