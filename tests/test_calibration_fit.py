@@ -150,4 +150,4 @@ def test_an_mla_attention_row_counts_its_narrower_values_and_output_by_hand():
     q = k = 128 * 4096 * 192 * 2
     v = o = 128 * 4096 * 128 * 2
     assert _attention_bytes(row) == (q + k + v + o, 2 * (q + k + v + o))
-    assert _attention_bytes({**row, "dv": 192}) == _attention_bytes({k: x for k, x in row.items() if k != "dv"})
+    assert _attention_bytes({**row, "dv": 192}) == _attention_bytes({key: x for key, x in row.items() if key != "dv"})
