@@ -218,7 +218,9 @@ def run() -> tuple[str, float]:
               "(pase's assumed 5 us latency per peer step); the grouped expert products are the largest class and, each kernel priced alone, "
               "agree with the kernel file's times; the B200 Qwen3-30B-A3B row's 96 expert products a layer and "
               "microbatch sit on the measured floor of a kernel timed alone (26-30 us), which its recipe's CUDA "
-              "graphs would shorten by an amount nothing here measures."]
+              "graphs would shorten by an amount nothing here measures. The B200 DeepSeek-V3 row's exposed "
+              "all-to-all is what its shared experts leave of it (its recipe runs them beside the exchange, "
+              "Megatron-Core's moe_shared_expert_overlap); the hand estimate is the whole exchange."]
     return "\n".join(lines), time.perf_counter() - start
 
 

@@ -197,3 +197,29 @@ def test_a_pipeline_all_in_warm_up_exposes_every_exchange():
             assert all(x == pytest.approx(y) for x, y in pairs)
         else:  # most passes merged: the overlap hides some of the exchanges on every stage
             assert all(x < y for x, y in pairs)
+
+
+def test_the_shared_experts_beside_the_all_to_all_hide_no_more_than_either():
+    # DeepSeek-V3's shared expert (gate, up, SwiGLU, down) beside each block's dispatch and combine on B200s, EP 8.
+    cluster = preset("dgx-b200", 64, calibrated=True)
+    build = lambda b: sample("deepseek-v3", batch=b, seq=4096)
+    times = {}
+    for shared in (False, True):
+        par = Parallelism(tensor=1, pipeline=1, data=64, microbatch_size=1, global_batch=64, ep=8, etp=1,
+                          capacity_factor=1.0, shared_expert_overlap=shared)
+        times[shared] = cached_times(build, cluster, par, ConfigOptions(attention="flash", precision="fp8"),
+                                     MemoryOptions(), {})["none"]
+    plain, beside = times[False], times[True]
+    names = [l.name for l in plain.graph.layers]
+    i = names.index("layers.10.moe.experts")
+    shared = [k for k, n in enumerate(names) if n.startswith("layers.10.shared.")]
+    assert len(shared) == 4
+    exchanges = float(plain.dispatch_s[i])
+    for direction in ("forward_s", "backward_s"):
+        hidden = float(getattr(plain, direction)[i] - getattr(beside, direction)[i])
+        shared_s = float(sum(getattr(plain, direction)[k] for k in shared))
+        assert 0 < hidden <= min(shared_s, exchanges) + 1e-12
+        # Every layer but the experts layers is priced as before.
+        assert all(getattr(plain, direction)[k] == getattr(beside, direction)[k] for k, l in
+                   enumerate(plain.graph.layers) if l.op != "MoEExperts")
+    assert beside.experts["dispatch_exposed_s_per_block"] < plain.experts["dispatch_exposed_s_per_block"] == exchanges

@@ -729,3 +729,29 @@ def test_a_framework_that_runs_nothing_says_so():
     cluster = preset("dgx-a100", 16, calibrated=False)  # the paper's model: unfused attention, which torchtitan lacks
     with pytest.raises(ConfigurationError, match="torchtitan runs none"):
         search_training(batch_builder(MODEL), cluster, 64, framework="torchtitan")
+
+
+def test_the_shared_expert_overlap_reaches_megatron_core_and_reads_back(capsys, monkeypatch):
+    # DeepSeek-V3 as the B200 row of section 3b runs it: the all-to-all with the shared experts beside it.
+    from packaging.version import Version
+    import megatron.core.utils as core_utils
+
+    monkeypatch.setattr(core_utils, "get_te_version", lambda: Version("2.10.0"))
+    code, out, err = run(capsys, "evaluate", "deepseek-v3", "--devices", "256", "--cluster", "dgx-b200", "--pp", "16",
+                         "--ep", "8", "--etp", "1", "--global-batch", "2048", "--microbatch-size", "1", "--seq", "4096",
+                         "--precision", "fp8", "--capacity-factor", "1", "--shared-expert-overlap",
+                         "--framework", "megatron", "--json")
+    assert code == 0, err
+    plan = json.loads(out)
+    assert plan["experts"]["shared_expert_overlap"]
+    _, flags, config, _ = megatron_config(export_plan(plan, "megatron"), model="deepseek-v3")
+    assert config.moe_shared_expert_overlap and config.moe_token_dispatcher_type == "alltoall"
+    from pase.frameworks.megatron import read_script
+
+    back = read_script(export_plan(plan, "megatron"))[0].parallelism
+    assert back.shared_expert_overlap and not back.expert_overlap
+    # DeepSpeed runs no such overlap: said in one line.
+    code, _, err = run(capsys, "evaluate", "deepseek-v3", "--devices", "256", "--cluster", "dgx-b200", "--pp", "16",
+                       "--ep", "8", "--etp", "1", "--global-batch", "2048", "--microbatch-size", "1", "--seq", "4096",
+                       "--capacity-factor", "1", "--shared-expert-overlap", "--framework", "deepspeed")
+    assert code == 2 and "moe_shared_expert_overlap" in err and "Traceback" not in err

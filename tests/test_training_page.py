@@ -405,3 +405,21 @@ def test_a_mixture_of_experts_offers_its_expert_inputs_and_evaluates_with_deepep
     assert not at.exception, [e.value for e in at.exception]
     assert any("DeepEP keeps every token" in e.value for e in at.error), [e.value for e in at.error]
     assert at.number_input(key="tr_ep").value == 8
+
+
+def test_the_shared_expert_overlap_is_evaluated_and_a_refused_pair_is_said_in_words():
+    at = page(model="deepseek-v3", preset="dgx-h100", devices=64, batch=64)
+    at.radio(key="tr_mode").set_value("Evaluate a configuration").run()
+    for name, value in (("t", 1), ("p", 4), ("ep", 8)):
+        at.number_input(key=f"tr_{name}").set_value(value).run()
+    at.checkbox(key="tr_shared_overlap").check().run()
+    at.button(key="tr_evaluate").click().run()
+    assert not at.exception and not at.error, [e.value for e in [*at.exception, *at.error]]
+    (table,) = [df.value for df in at.dataframe if "quantity" in df.value.columns]
+    assert "the shared experts run beside it" in dict(zip(table["quantity"], table["value"]))[
+        "dispatch and combine per step (busiest device)"]
+    # With the 1F1B overlap too: refused on the page, in one sentence; the inputs stay.
+    at.checkbox(key="tr_ep_overlap").check().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("one or the other" in e.value for e in at.error), [e.value for e in at.error]
+    assert at.checkbox(key="tr_shared_overlap").value and at.number_input(key="tr_ep").value == 8

@@ -87,6 +87,7 @@ def _evaluate_training(args) -> int:
                                   expert_imbalance=args.expert_imbalance or 1.0,
                                   capacity_factor=args.capacity_factor, expert_overlap=args.ep_overlap,
                                   fp8_dispatch=args.fp8_dispatch, dispatcher=args.dispatcher or "alltoall",
+                                  shared_expert_overlap=args.shared_expert_overlap,
                                   overlap=cluster.efficiency is not None if args.overlap is None else args.overlap)
                 if args.framework is not None:
                     par = replace(par, stage_cuts=framework_cuts(fw, build, cluster, par, options_of(args), cache))

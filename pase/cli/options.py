@@ -336,6 +336,10 @@ def add_routing_options(e, searched: bool = False) -> None:
                    help="hide each microbatch's token dispatch and combine behind another microbatch's layer "
                         "(Megatron-Core's 1F1B all-to-all overlap, its merged forward and backward; DeepEP's SMs "
                         "slow the computation meanwhile; default: exposed)")
+    if not searched:
+        e.add_argument("--shared-expert-overlap", action="store_true",
+                       help="run each block's shared experts beside its dispatch and combine (Megatron-Core's "
+                            "moe_shared_expert_overlap; all-to-all dispatcher, not with --ep-overlap; default: off)")
     e.add_argument("--fp8-dispatch", action="store_true", help="send dispatched tokens in FP8 (DeepEP)")
     e.add_argument("--dispatcher", choices=DISPATCHERS,
                    help="how tokens reach their experts: alltoall (Megatron-Core's default) or deepep (once per "

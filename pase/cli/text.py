@@ -146,8 +146,9 @@ def _experts_lines(e: dict) -> str:
         f"{e['tokens_per_local_expert']:,.0f} tokens per local expert",
         f"  per step on the busiest device: dispatch and combine {e['dispatch_s_per_step']:.3f} s "
         + (f"(overlapped with another microbatch's layer: {e['dispatch_exposed_s_per_step']:.3f} s stays exposed, "
-           "the pipeline's unmerged warm-up and cool-down included)"
-           if e["dispatch_overlap"] else "(exposed, not overlapped)")
+           "the pipeline's unmerged warm-up and cool-down included)" if e["dispatch_overlap"] else
+           f"(the shared experts run beside it: {e['dispatch_exposed_s_per_step']:.3f} s stays exposed)"
+           if e.get("shared_expert_overlap") else "(exposed, not overlapped)")
         + f", experts' compute {e['expert_compute_s_per_step']:.3f} s"])
 
 

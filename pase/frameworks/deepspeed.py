@@ -58,6 +58,9 @@ class DeepSpeed(Framework):
         if par.expert_overlap:
             out.append("the all-to-all overlap (Megatron-Core's overlap_moe_expert_parallel_comm): DeepSpeed-MoE runs no "
                        "such schedule; re-cost without --ep-overlap")
+        if par.shared_expert_overlap:
+            out.append("the shared experts beside the all-to-all (Megatron-Core's moe_shared_expert_overlap): "
+                       "DeepSpeed-MoE runs no such overlap; re-cost without --shared-expert-overlap")
         if experts or par.ep > 1:
             if par.zero == 3 and par.data > 1:
                 out.append("ZeRO stage 3 with a mixture of experts: DeepSpeed's engine does not run native "

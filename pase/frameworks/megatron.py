@@ -252,14 +252,16 @@ class Megatron(Framework):
 
 def _moe_settings(p: Parallelism) -> dict:
     """TransformerConfig fields of the token dispatch pase priced: the dispatcher (Megatron-Core defaults to
-    ``allgather``; pase prices ``alltoall`` or DeepEP's flex dispatcher), token drop padded to capacity, and the
-    1F1B all-to-all overlap."""
+    ``allgather``; pase prices ``alltoall`` or DeepEP's flex dispatcher), token drop padded to capacity, the
+    1F1B all-to-all overlap and the shared experts beside the all-to-all."""
     out: dict = ({"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "deepep"}
                  if p.dispatcher == "deepep" else {"moe_token_dispatcher_type": "alltoall"})
     if p.capacity_factor is not None:
         out.update(moe_expert_capacity_factor=p.capacity_factor, moe_pad_expert_input_to_capacity=True)
     if p.expert_overlap:
         out["overlap_moe_expert_parallel_comm"] = True
+    if p.shared_expert_overlap:
+        out["moe_shared_expert_overlap"] = True
     return out
 
 
@@ -367,7 +369,9 @@ def read_script(text: str) -> tuple[TrainingSettings, tuple[int, ...]]:
                           etp=whole(flags, "--expert-tensor-parallel-size") if "--expert-tensor-parallel-size" in flags
                           else None,
                           capacity_factor=capacity,
-                          dispatcher="deepep" if flags.get("--moe-token-dispatcher-type") == "flex" else "alltoall")
+                          dispatcher="deepep" if flags.get("--moe-token-dispatcher-type") == "flex" else "alltoall",
+                          expert_overlap="--overlap-moe-expert-parallel-comm" in flags,
+                          shared_expert_overlap="--moe-shared-expert-overlap" in flags)
     except ConfigurationError as exc:
         raise FormatError(f"the Megatron-LM export is not a valid configuration: {exc}") from None
     attention = str(flags.get("--attention-backend") or "")

@@ -70,6 +70,9 @@ class Torchtitan(Framework):
         if par.expert_overlap:
             out.append("the all-to-all overlap (Megatron-Core's overlap_moe_expert_parallel_comm): torchtitan runs no "
                        "such schedule; re-cost without --ep-overlap")
+        if par.shared_expert_overlap:
+            out.append("the shared experts beside the all-to-all (Megatron-Core's moe_shared_expert_overlap): "
+                       "torchtitan runs no such overlap; re-cost without --shared-expert-overlap")
         if experts or par.ep > 1:
             etp, ep = par.expert_tensor, par.ep
             if ep > 1 and etp not in (1, par.tensor):

@@ -185,7 +185,8 @@ def _expert_settings(experts) -> dict:
     return dict(ep=_count(experts, "ep", 1), etp=_count(experts, "etp", 1),
                 expert_imbalance=experts.get("imbalance", 1.0), capacity_factor=experts.get("capacity_factor"),
                 expert_overlap=experts.get("dispatch_overlap", False), fp8_dispatch=experts.get("fp8_dispatch", False),
-                dispatcher=experts.get("dispatcher", "alltoall"))
+                dispatcher=experts.get("dispatcher", "alltoall"),
+                shared_expert_overlap=experts.get("shared_expert_overlap", False))
 
 
 def training_from_dict(data: Mapping) -> TrainingSettings:

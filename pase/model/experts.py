@@ -55,7 +55,8 @@ experts layer costs and holds by this module's model, per device and microbatch 
 * overlap: the dispatch and combine are exposed unless ``expert_overlap`` is asked for (off by
   default): then Megatron-Core's 1F1B all-to-all overlap hides each exchange of one microbatch behind a
   part of another's transformer layer, as :mod:`pase.model.expert_overlap` schedules it (DeepEP's
-  kernels holding some of the SMs meanwhile); the layer's exposed time is the experts layer's;
+  kernels holding some of the SMs meanwhile); the layer's exposed time is the experts layer's. With
+  ``shared_expert_overlap`` instead, the block's shared experts run beside its exchanges, each way;
 * memory: each device holds ``E / ep`` experts at ``1 / etp`` of their width (weights, and
   gradients and optimizer state sharded over the expert-data-parallel group by ZeRO / the
   distributed optimizer, :func:`pase.model.training.assemble`); it keeps, per microbatch, the
@@ -83,6 +84,7 @@ from pase.hardware.cluster import Cluster
 from pase.hardware.mesh import DeviceMesh
 from pase.ir.graph import Graph
 from pase.model.expert_overlap import LayerParts, comm_sm_share, merged_layer_s
+from pase.model.recompute import shared_expert_layers
 from pase.model.roofline import FP8_CAST_BYTES, blocks as transformer_blocks, matrix_kernel_s, vector_kernel_s
 from pase.ops.norm import SOFTMAX_FLOPS_PER_ELEMENT, SOFTMAX_FORWARD_FLOPS
 from pase.model.groups import group_extents
@@ -487,6 +489,8 @@ def apply_experts(lt: "LayerTimes", cluster: Cluster, par: "Parallelism", strate
         exposed = _overlap(where, arrays, lt.weight_grad_s, costs, comm_sm_share(par.dispatcher, cluster))
         hidden = np.zeros(len(lt.layers))
         hidden[where.experts] = np.maximum(np.array([sum(c["exchanges"]) for c in costs]) - exposed, 0.0)
+    elif par.shared_expert_overlap:
+        exposed = _beside_shared_experts(where, arrays, costs)
     summary = experts_summary(blocks[0], costs[0], layout, cluster.mesh, par,
                               None if exposed is None else float(exposed[0]))
     return replace(lt, **arrays, block_transient=transient, experts=summary, overlap_hidden_s=hidden, memo={})
@@ -510,10 +514,13 @@ class _BlockIndices:
     before: tuple[np.ndarray, np.ndarray]  # (layer indices, block positions)
     after: tuple[np.ndarray, np.ndarray]
 
-    def sums(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per block, the sums of ``values`` (one per layer) over its layers before and after its experts layer."""
+    shared: tuple[np.ndarray, np.ndarray]  # its shared experts' layers (recompute.shared_expert_layers)
+
+    def sums(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per block, the sums of ``values`` (one per layer) over its layers before its experts layer, after it,
+        and over its shared experts' layers."""
         return tuple(np.bincount(label, weights=values[layer], minlength=len(self.names))
-                     for layer, label in (self.before, self.after))
+                     for layer, label in (self.before, self.after, self.shared))
 
     def token_following(self, strategy: Mapping[str, Sequence[int]]) -> bool:
         """Whether every experts layer's split only follows the tokens (``b`` and ``c``), as Megatron's rule splits
@@ -546,13 +553,16 @@ def _block_indices(graph: Graph) -> _BlockIndices:
                     side = before if j < i else after
                     side[0].append(j)
                     side[1].append(k)
+        shared_of = shared_expert_layers(graph)
+        shared = ([index[n] for b in blocks for n in shared_of.get(unit_of.get(b.experts_layer), ())],
+                  [k for k, b in enumerate(blocks) for _ in shared_of.get(unit_of.get(b.experts_layer), ())])
         dims = tuple(graph.layer(blocks[0].experts_layer).dims)
         if any(tuple(graph.layer(b.experts_layer).dims) != dims for b in blocks):
             raise ConfigurationError("the graph's experts layers do not share their dimensions")
         return _BlockIndices(tuple(b.experts_layer for b in blocks), experts,
                              np.array([index[b.router] for b in blocks]), np.array([index[b.combine] for b in blocks]),
                              keys, {key: np.array(v) for key, v in alike.items()}, dims,
-                             *(tuple(np.array(v, dtype=int) for v in side) for side in (before, after)))
+                             *(tuple(np.array(v, dtype=int) for v in side) for side in (before, after, shared)))
     return graph.derived("expert block indices", compute)
 
 
@@ -568,7 +578,7 @@ def _overlap(where: _BlockIndices, arrays: dict, weight_grad_s: np.ndarray, cost
     f, b, r = arrays["forward_s"], arrays["backward_s"], arrays["recompute_s"]
     column = lambda key: np.array([c[key] for c in costs])
     fwd, bwd, wgrad = column("forward_compute_s"), column("backward_compute_s"), column("wgrad_s")
-    (f_before, f_after), (b_before, b_after) = where.sums(f), where.sums(b + r)
+    (f_before, f_after, _), (b_before, b_after, _) = where.sums(f), where.sums(b + r)
     grads = where.sums(weight_grad_s)[1] + wgrad
     parts = np.column_stack([f_before, fwd + f_after, np.maximum(bwd + r[experts] + b_after - grads, 0.0), grads,
                              b_before, np.array([c["exchanges"] for c in costs])])
@@ -582,13 +592,27 @@ def _overlap(where: _BlockIndices, arrays: dict, weight_grad_s: np.ndarray, cost
     return exposed
 
 
+def _beside_shared_experts(where: _BlockIndices, arrays: dict, costs: Sequence[Mapping[str, float]]) -> np.ndarray:
+    """Price the expert blocks' exchanges under Megatron-Core's shared-expert overlap: each block's shared experts run
+    beside its dispatch and combine, forward and backward, so the experts layer keeps, each way, only what of the
+    exchanges outlasts the shared experts (set in ``arrays``). ``costs``: :func:`block_costs` of each block.
+    Returns the exchanges' exposed seconds per block."""
+    f, b, r = arrays["forward_s"], arrays["backward_s"], arrays["recompute_s"]
+    exchanges = np.array([c["exchanges"] for c in costs])
+    hidden_f = np.minimum(where.sums(f)[2], exchanges[:, 0] + exchanges[:, 1])
+    hidden_b = np.minimum(where.sums(b + r)[2], exchanges[:, 2] + exchanges[:, 3])
+    f[where.experts] -= hidden_f
+    b[where.experts] -= hidden_b
+    return exchanges.sum(axis=1) - hidden_f - hidden_b
+
+
 def experts_summary(block: ExpertBlock, costs: Mapping[str, float], layout: ExpertLayout, mesh: DeviceMesh,
                     par: "Parallelism", exposed_s: float | None = None) -> dict:
     """An MoE plan as its user reads it: group sizes and the axes they span, experts and their parameters per
     device (one block), tokens per all-to-all and over which link, dispatch against expert compute (per
-    block and microbatch, forward and backward) and what the dispatch adds to the step: all of it, or under the
-    all-to-all overlap ``exposed_s`` (the exchanges' exposed part and the computation's slowdown beside DeepEP)
-    and the tokens' gather, which no overlap hides."""
+    block and microbatch, forward and backward) and what the dispatch adds to the step: all of it, or under an
+    overlap ``exposed_s`` (the exchanges' exposed part, and under the 1F1B all-to-all overlap the computation's
+    slowdown beside DeepEP) and the tokens' gather, which no overlap hides."""
     ep_axes = layout.axes(mesh, "ep")
     link = next(iter(ep_axes), None)  # the outermost axis the all-to-all crosses: its slowest link
     return {
@@ -603,5 +627,6 @@ def experts_summary(block: ExpertBlock, costs: Mapping[str, float], layout: Expe
         "dispatch_s_per_block": costs["dispatch_s"], "expert_compute_s_per_block": costs["compute_s"],
         "imbalance": par.expert_imbalance, "capacity_factor": par.capacity_factor,
         "dispatch_overlap": par.expert_overlap, "fp8_dispatch": par.fp8_dispatch,
+        "shared_expert_overlap": par.shared_expert_overlap,
         "dispatch_exposed_s_per_block": costs["dispatch_s"] if exposed_s is None else exposed_s + costs["tp_gather_s"],
     }

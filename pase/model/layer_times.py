@@ -340,7 +340,7 @@ def cached_times(source: GraphSource, cluster: Cluster, par: Parallelism, option
             par.modules)
     # The expert blocks' costs depend on these too; the rest of the layers' times are shared by every expert layout.
     key = base + (par.ep, par.expert_tensor, par.etp is not None, par.expert_imbalance, par.capacity_factor,
-                  par.expert_overlap, par.fp8_dispatch, par.dispatcher)
+                  par.expert_overlap, par.fp8_dispatch, par.dispatcher, par.shared_expert_overlap)
     if key not in cache:
         if base not in cache:
             _group_cache(source, cluster, par, options, memory, cache, base)

@@ -95,6 +95,10 @@ class Parallelism:
         ``"alltoall"``, Megatron-Core's all-to-all (its default), or
         ``"deepep"``, DeepEP (Megatron-Core's flex dispatcher), which sends a
         token across the network once per node and forwards it over NVLink.
+    shared_expert_overlap : bool
+        Run each block's shared experts beside its dispatch and combine
+        (Megatron-Core's ``moe_shared_expert_overlap``, with the all-to-all
+        dispatcher and without ``expert_overlap``); off by default.
 
     Raises
     ------
@@ -129,6 +133,7 @@ class Parallelism:
     expert_overlap: bool = False
     fp8_dispatch: bool = False
     dispatcher: str = "alltoall"
+    shared_expert_overlap: bool = False
 
     def __post_init__(self):
         for name in ("tensor", "pipeline", "data", "context", "virtual_stages", "microbatch_size", "global_batch"):
@@ -151,6 +156,13 @@ class Parallelism:
             raise ConfigurationError("DeepEP keeps every token: it does not drop tokens past a capacity and pad up "
                                      "to it (Megatron-Core refuses the pair); drop --capacity-factor or use "
                                      "--dispatcher alltoall")
+        if self.shared_expert_overlap and self.expert_overlap:
+            raise ConfigurationError("the shared-expert overlap and the 1F1B all-to-all overlap hide the same exchanges "
+                                     "(Megatron-Core runs one or the other); drop --shared-expert-overlap or "
+                                     "--ep-overlap")
+        if self.shared_expert_overlap and self.dispatcher != "alltoall":
+            raise ConfigurationError("the shared-expert overlap runs with the all-to-all dispatcher only "
+                                     "(Megatron-Core's rule); drop --shared-expert-overlap or use --dispatcher alltoall")
         stage = self.tensor * self.context * self.data
         if stage % (self.expert_tensor * self.ep):
             raise ConfigurationError(
@@ -239,7 +251,8 @@ class Parallelism:
         parts += ([f"imbalance {self.expert_imbalance:g}"] if self.expert_imbalance != 1 else []) + (
             [f"capacity {self.capacity_factor:g}"] if self.capacity_factor is not None else []) + (
             ["ep-overlap"] if self.expert_overlap else []) + (["fp8-dispatch"] if self.fp8_dispatch else []) + (
-            ["deepep"] if self.dispatcher == "deepep" else [])
+            ["deepep"] if self.dispatcher == "deepep" else []) + (
+            ["shared-overlap"] if self.shared_expert_overlap else [])
         return " ".join(parts)
 
 

@@ -46,7 +46,8 @@ from pase.ir.graph import Graph
 from pase.model.attention import attention_core
 from pase.model.roofline import blocks
 
-__all__ = ["MODULES", "DEFAULT_MODULES", "ModulePlan", "module_plan", "check_modules", "search_sets"]
+__all__ = ["MODULES", "DEFAULT_MODULES", "ModulePlan", "module_plan", "check_modules", "search_sets",
+           "shared_expert_layers"]
 
 # Megatron-Core 0.16's choices (TransformerConfig.recompute_modules), in its order.
 MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
@@ -125,6 +126,20 @@ def _parts(graph: Graph) -> dict[str, dict]:
     return graph.derived("recompute module parts", compute)
 
 
+def _ffn(part: Mapping) -> list[str]:
+    """A block's MLP layers (:func:`_parts`' entry): after its second layer norm, before the residual add that
+    closes it."""
+    layers, norms = part["layers"], part["norms"]
+    return layers[layers.index(norms[1]) + 1:-1] if len(norms) >= 2 else []
+
+
+def shared_expert_layers(graph: Graph) -> dict[str, tuple[str, ...]]:
+    """Per transformer block with experts (:func:`pase.model.roofline.blocks`' name), its shared experts' layers:
+    the MLP's layers that are not the router, the experts or the combine."""
+    return {block: tuple(n for n in _ffn(p) if n not in p["moe"])
+            for block, p in _parts(graph).items() if p["moe"]}
+
+
 def module_plan(graph: Graph, modules: Iterable[str]) -> ModulePlan:
     """The layers of ``graph`` that Megatron-Core's ``modules`` recompute (the module docstring).
 
@@ -141,10 +156,7 @@ def module_plan(graph: Graph, modules: Iterable[str]) -> ModulePlan:
     has = {"mla_up_proj": False, "moe": False, "shared_experts": False}
     for block, p in parts.items():
         layers, norms, moe = p["layers"], p["norms"], p["moe"]
-        ffn = []
-        if len(norms) >= 2:
-            start = layers.index(norms[1])
-            ffn = layers[start + 1:-1]  # the MLP's layers, before the residual add that closes the block
+        ffn = _ffn(p)
         if "layernorm" in modules:
             if p["up"] and norms:
                 discarded.add(norms[0])  # MLA's attention norm is a kernel of its own
