@@ -155,7 +155,7 @@ def module_plan(graph: Graph, modules: Iterable[str]) -> ModulePlan:
         discarded |= attention_core(graph)
     has = {"mla_up_proj": False, "moe": False, "shared_experts": False}
     for block, p in parts.items():
-        layers, norms, moe = p["layers"], p["norms"], p["moe"]
+        norms, moe = p["norms"], p["moe"]
         ffn = _ffn(p)
         if "layernorm" in modules:
             if p["up"] and norms:
