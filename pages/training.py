@@ -117,11 +117,11 @@ def expert_inputs(evaluate: bool) -> dict:
                            help="Megatron-Core's 1F1B all-to-all overlap: one microbatch's forward merged with "
                                 "another's backward, each dispatch and combine hidden behind part of the other's "
                                 "layer; DeepEP's 20 SMs slow the computation meanwhile (off: exposed).")
-            if evaluate:
-                out["shared_expert_overlap"] = kept(
-                    st.checkbox, "shared_overlap", False, "Shared experts beside it",
-                    help="Megatron-Core's shared-expert overlap: each block's shared experts run beside its "
-                         "dispatch and combine (the all-to-all dispatcher, without the 1F1B overlap).")
+            out["shared_expert_overlap"] = kept(
+                st.checkbox, "shared_overlap", False, "Shared experts beside it",
+                help="Megatron-Core's shared-expert overlap: each block's shared experts run beside its dispatch "
+                     "and combine (the all-to-all dispatcher, without the 1F1B overlap; the search plans it "
+                     "where those hold).")
         out.update(expert_imbalance=imbalance, capacity_factor=capacity, expert_overlap=overlap)
         if evaluate:
             out["dispatcher"] = via

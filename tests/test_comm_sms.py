@@ -223,3 +223,21 @@ def test_the_shared_experts_beside_the_all_to_all_hide_no_more_than_either():
         assert all(getattr(plain, direction)[k] == getattr(beside, direction)[k] for k, l in
                    enumerate(plain.graph.layers) if l.op != "MoEExperts")
     assert beside.experts["dispatch_exposed_s_per_block"] < plain.experts["dispatch_exposed_s_per_block"] == exchanges
+
+
+def test_the_search_plans_the_shared_experts_beside_the_all_to_all_where_megatron_core_runs_it():
+    from pase.search.stages import search_training
+
+    build = lambda b: moe_decoder("tiny-moe", layers=4, hidden=64, heads=4, kv_heads=2, experts=8, top_k=2,
+                                  expert_ffn=128, shared_ffn=256, vocab=256, batch=b, seq=32)
+    cluster = Cluster(8, 100e12, 100e9, 2, 80e9, "test", 4, 10e9)
+    plain = search_training(build, cluster, 16, dispatchers=("alltoall",))
+    beside = search_training(build, cluster, 16, dispatchers=("alltoall",), shared_expert_overlap=True)
+    assert beside.best.parallelism.shared_expert_overlap  # all-to-all, no 1F1B overlap: every plan runs it
+    assert beside.best.step_time_s <= plain.best.step_time_s
+    # With the 1F1B overlap asked for too, plans with expert parallelism take that one and not the shared experts'.
+    both = search_training(build, cluster, 16, dispatchers=("alltoall",), expert_overlap=True,
+                           shared_expert_overlap=True)
+    par = both.best.parallelism
+    assert not (par.expert_overlap and par.shared_expert_overlap)
+    assert par.shared_expert_overlap == (par.ep == 1)

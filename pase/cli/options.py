@@ -336,10 +336,10 @@ def add_routing_options(e, searched: bool = False) -> None:
                    help="hide each microbatch's token dispatch and combine behind another microbatch's layer "
                         "(Megatron-Core's 1F1B all-to-all overlap, its merged forward and backward; DeepEP's SMs "
                         "slow the computation meanwhile; default: exposed)")
-    if not searched:
-        e.add_argument("--shared-expert-overlap", action="store_true",
-                       help="run each block's shared experts beside its dispatch and combine (Megatron-Core's "
-                            "moe_shared_expert_overlap; all-to-all dispatcher, not with --ep-overlap; default: off)")
+    e.add_argument("--shared-expert-overlap", action="store_true",
+                   help="run each block's shared experts beside its dispatch and combine (Megatron-Core's "
+                        "moe_shared_expert_overlap; all-to-all dispatcher, not with --ep-overlap"
+                        + ("; the search plans it where those hold" if searched else "") + "; default: off)")
     e.add_argument("--fp8-dispatch", action="store_true", help="send dispatched tokens in FP8 (DeepEP)")
     e.add_argument("--dispatcher", choices=DISPATCHERS,
                    help="how tokens reach their experts: alltoall (Megatron-Core's default) or deepep (once per "
@@ -349,10 +349,12 @@ def add_routing_options(e, searched: bool = False) -> None:
 
 def expert_search_options(args) -> dict:
     """The expert options of ``pase solve``'s 3-D search (:func:`pase.search.stages.search_training`'s keywords):
-    the routing, the dispatcher (both tried unless one is named), the all-to-all overlap and FP8 dispatch."""
+    the routing, the dispatcher (both tried unless one is named), the all-to-all overlap, FP8 dispatch and the
+    shared experts beside the all-to-all."""
     return {"expert_imbalance": args.expert_imbalance or 1.0, "capacity_factor": args.capacity_factor,
             "dispatchers": (args.dispatcher,) if args.dispatcher else DISPATCHERS,
-            "expert_overlap": args.ep_overlap, "fp8_dispatch": args.fp8_dispatch}
+            "expert_overlap": args.ep_overlap, "fp8_dispatch": args.fp8_dispatch,
+            "shared_expert_overlap": args.shared_expert_overlap}
 
 
 TRAINING_FLAGS = ("tp", "pp", "dp", "cp", "vp", "microbatch_size", "global_batch", "seq", "recompute",

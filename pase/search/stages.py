@@ -158,6 +158,13 @@ def _groups(cluster: Cluster, devices: int, sequence: int | None, contexts: Sequ
                 yield group // c, c, d, p, data_k
 
 
+def _beside(shared: bool, expert_overlap: bool, ep: int, dispatcher: str) -> bool:
+    """Whether a searched plan runs the shared experts beside the all-to-all: asked for (``shared``), with the
+    all-to-all dispatcher, and where the 1F1B all-to-all overlap (asked for, with expert parallelism) does not
+    hide the same exchanges (Megatron-Core runs one or the other)."""
+    return shared and dispatcher == "alltoall" and not (expert_overlap and ep > 1)
+
+
 def search_training(
     build: Callable[[int], Graph],
     cluster: Cluster,
@@ -186,6 +193,7 @@ def search_training(
     dispatchers: Sequence[str] = DISPATCHERS,
     expert_overlap: bool = False,
     fp8_dispatch: bool = False,
+    shared_expert_overlap: bool = False,
     runners_up: int = 5,
     progress: Callable[[int, int], None] | None = None,
     cache: dict | None = None,
@@ -203,7 +211,9 @@ def search_training(
     dispatchers to try (DeepEP only with EP and dropless routing);
     ``expert_overlap`` and ``fp8_dispatch`` plan for Megatron-Core's 1F1B
     all-to-all overlap and FP8 dispatch wherever expert parallelism is on (a
-    framework asked for keeps only the plans it runs them in). ``tp_overlap``
+    framework asked for keeps only the plans it runs them in);
+    ``shared_expert_overlap`` for the shared experts beside the all-to-all
+    wherever the all-to-all dispatcher runs without the 1F1B overlap. ``tp_overlap``
     plans for Megatron-LM's asynchronous tensor-parallel backward,
     ``tp_comm_overlap`` for Transformer Engine's forward overlap
     (:class:`~pase.model.training.Parallelism`). ``memory_limit_bytes``
@@ -289,7 +299,9 @@ def search_training(
                             try:
                                 times = cached_times(build, cluster, replace(
                                     base, sequence_parallel=sp, ep=ep, etp=etp, dispatcher=via,
-                                    expert_overlap=expert_overlap and ep > 1, **recomputing), options, memory, cache)
+                                    expert_overlap=expert_overlap and ep > 1,
+                                    shared_expert_overlap=_beside(shared_expert_overlap, expert_overlap, ep, via),
+                                    **recomputing), options, memory, cache)
                             except ConfigurationError:
                                 continue
                             got.append((via, times if modules is None else {"selective": times["selective"]}))
@@ -332,6 +344,7 @@ def search_training(
                             rules = _rules(targets, framework, lambda: replace(
                                 base, sequence_parallel=sp[0], ep=sp[1], etp=sp[2], recompute=rc,
                                 recompute_modules=sp[3], dispatcher=sp[4], expert_overlap=expert_overlap and sp[1] > 1,
+                                shared_expert_overlap=_beside(shared_expert_overlap, expert_overlap, sp[1], sp[4]),
                                 zero=z, schedule=schedule, virtual_stages=v),
                                 options.precision, lt.attention, lt.experts is not None)
                             if not rules:
@@ -388,7 +401,8 @@ def search_training(
             continue
         sp, ep, etp, modules, via = sp
         par = replace(base, sequence_parallel=sp, recompute=rc, zero=z, schedule=schedule, virtual_stages=v, ep=ep,
-                      etp=etp, recompute_modules=modules, dispatcher=via, expert_overlap=expert_overlap and ep > 1)
+                      etp=etp, recompute_modules=modules, dispatcher=via, expert_overlap=expert_overlap and ep > 1,
+                      shared_expert_overlap=_beside(shared_expert_overlap, expert_overlap, ep, via))
         if rule is not None:
             try:
                 par = replace(par, stage_cuts=_block_cuts(lt, cluster, par, data_k, targets[rule] if rule in targets
