@@ -110,7 +110,8 @@ def run() -> tuple[str, float]:
     lines.append(f"| compute streams busy | {busy:,.0f} |  | {pase[CLASSES[3]] * sms:,.0f} | "
                  f"{(pase[CLASSES[3]] * sms / busy - 1) * 100:+.0f}% |")
     comm = profile["communication_busy_us"]
-    lines.append(f"| {EXCHANGES} | {comm:,.0f} | {pase[EXCHANGES]:,.0f} |  | {(pase[EXCHANGES] / comm - 1) * 100:+.0f}% |")
+    lines.append(f"| {EXCHANGES} | {comm:,.0f} | {pase[EXCHANGES]:,.0f} |  | "
+                 f"{(pase[EXCHANGES] / comm - 1) * 100:+.0f}% |")
     lines += ["", f"Source: {profile['source']}; {profile['what']} The exchanges' kernels were busy "
               f"{comm:,.0f} us of the layer's {profile['span_us']:,.0f} us span, alongside the computation; "
               "pase prices the four exchanges alone at the links' published rates (about DeepEP's own published "

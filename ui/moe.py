@@ -12,11 +12,9 @@ Every number comes from the plan (:meth:`~pase.model.training.TrainingPlan.exper
 
 from __future__ import annotations
 
-import numpy as np
 import plotly.graph_objects as go
 import streamlit as st
 
-from pase.model.expert_overlap import unmerged_share
 from pase.model.training import TrainingPlan
 from ui.fmt import fmt_count, fmt_time, plotly_text
 from ui.palette import COST_COLORS, INK
@@ -59,7 +57,7 @@ def moe_rows(plan: TrainingPlan) -> list[dict]:
          + (f" (overlapped with another microbatch's layer: {fmt_time(e['dispatch_exposed_s_per_step'])} exposed)"
             if e["dispatch_overlap"] else
             f" (the shared experts run beside it: {fmt_time(e['dispatch_exposed_s_per_step'])} exposed)"
-            if e.get("shared_expert_overlap") else " (exposed: not overlapped)")
+            if e["shared_expert_overlap"] else " (exposed: not overlapped)")
          + (", FP8 dispatch" if e["fp8_dispatch"] else "")),
         ("experts' compute per step (busiest device)", fmt_time(e["expert_compute_s_per_step"])),
     ]
@@ -74,15 +72,9 @@ def moe_figure(plan: TrainingPlan) -> go.Figure:
     stages = [f"stage {s.index}" for s in plan.stages]
     e = plan.experts
     series = [("dispatch and combine", [s.dispatch_s * m for s in plan.stages], DISPATCH_COLOR, None)]
-    if e["dispatch_overlap"] or e.get("shared_expert_overlap"):
-        # The exposed share, and under the 1F1B overlap all of it in each stage's unmerged warm-up and cool-down.
-        share = e["dispatch_exposed_s_per_block"] / e["dispatch_s_per_block"] if e["dispatch_s_per_block"] else 0.0
-        par = plan.parallelism
-        unmerged = unmerged_share(par.pipeline, par.virtual_stages, m) if e["dispatch_overlap"] else np.zeros(
-            par.pipeline)
-        series.append(("of them exposed (overlap)",
-                        [s.dispatch_s * m * (share + (1 - share) * unmerged[s.index % par.pipeline])
-                         for s in plan.stages], DISPATCH_COLOR, "/"))
+    if e["dispatch_overlap"] or e["shared_expert_overlap"]:
+        series.append(("of them exposed (overlap)", [plan.exposed_dispatch_s(s) for s in plan.stages],
+                       DISPATCH_COLOR, "/"))
     series.append(("experts' compute", [s.expert_compute_s * m for s in plan.stages], COMPUTE_COLOR, None))
     fig = go.Figure()
     for name, values, color, pattern in series:

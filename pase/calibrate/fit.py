@@ -401,8 +401,9 @@ def fit_efficiency(measurements: Mapping, peak_flops: float, fp8_peak_flops: flo
         kernel = {"cudnn": "cuDNN's fused attention (as Transformer Engine runs it)",
                   "flash": "FlashAttention's fused attention (torch's flash backend)"}[backend]
         sources["attention_curve"] = f"fitted to the forwards of {kernel} of {source}: {how}"
-        sources["attention_backward_curve"] = (f"fitted to the backwards (fwd_bwd_s - fwd_s, {ATTENTION_BACKWARD_FLOPS:g}x "
-                                               f"the forward's FLOPs) of {kernel} of {source}: {how}")
+        sources["attention_backward_curve"] = (f"fitted to the backwards (fwd_bwd_s - fwd_s, "
+                                               f"{ATTENTION_BACKWARD_FLOPS:g}x the forward's FLOPs) of {kernel} of "
+                                               f"{source}: {how}")
     sms = measurements.get("sms")
     if sms is not None:
         sources["sms"] = f"measured: the multiprocessor count CUDA reports, {source}"

@@ -10,7 +10,8 @@ The only module of pase that imports torch (``pip install pase[torch]``), and on
 * causal fused attention (``scaled_dot_product_attention``, BF16), forward and forward plus backward, over
   sequence lengths and head counts (grouped-query where the key heads are fewer) and at DeepSeek-V3's MLA shapes
   (queries and keys 192 wide, values 128), on torch's flash and cuDNN
-  backends each (the fit prices by cuDNN's, which Transformer Engine runs: :data:`pase.calibrate.fit.ATTENTION_BACKENDS`);
+  backends each (the fit prices by cuDNN's, which Transformer Engine runs:
+  :data:`pase.calibrate.fit.ATTENTION_BACKENDS`);
 * memory-bound kernels: copy, add of two tensors into a third, RMSNorm forward and forward plus backward;
 * launch (:func:`profile_launch`): small square products, a small copy and the expert products of the
   mixture-of-experts runs of published-measurements.md (section 3b) as a loop over the local experts, each timed
@@ -343,8 +344,9 @@ def profile_kernels(quick: bool = False, say: Callable[[str], None] = print, has
                 continue
             finally:
                 del q, k, v, dout
-            rows.append({"backend": name, "b": b, "hq": hq, "hkv": hkv, "s": s, "d": d, **({"dv": dv} if dv != d else {}),
-                         "fwd_flops": 2.0 * b * hq * s * s * (d + dv) / 2, "fwd_s": fwd, "fwd_bwd_s": both})
+            rows.append({"backend": name, "b": b, "hq": hq, "hkv": hkv, "s": s, "d": d,
+                         **({"dv": dv} if dv != d else {}), "fwd_flops": 2.0 * b * hq * s * s * (d + dv) / 2,
+                         "fwd_s": fwd, "fwd_bwd_s": both})
     out["attention"] = {"note": "torch.nn.functional.scaled_dot_product_attention, causal, bf16, q (b, hq, s, d), k "
                                 "and v (b, hkv, s, d; v's dv wide where given, MLA's shapes), each shape on torch's "
                                 "flash and cuDNN backends (backend); fwd_flops = 2 b hq s^2 (d + dv) / 2 (causal "

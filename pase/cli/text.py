@@ -148,7 +148,7 @@ def _experts_lines(e: dict) -> str:
         + (f"(overlapped with another microbatch's layer: {e['dispatch_exposed_s_per_step']:.3f} s stays exposed, "
            "the pipeline's unmerged warm-up and cool-down included)" if e["dispatch_overlap"] else
            f"(the shared experts run beside it: {e['dispatch_exposed_s_per_step']:.3f} s stays exposed)"
-           if e.get("shared_expert_overlap") else "(exposed, not overlapped)")
+           if e["shared_expert_overlap"] else "(exposed, not overlapped)")
         + f", experts' compute {e['expert_compute_s_per_step']:.3f} s"])
 
 

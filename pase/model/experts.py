@@ -299,11 +299,13 @@ def block_costs(block: ExpertBlock, par: "Parallelism", cluster: Cluster, layout
         combine = float(mesh.all_to_all_s(copies * d * bpe, layout.ep_k))
         sent = copies * (layout.ep - 1) / layout.ep
         across = copies * (1 - layout.ep_k[-1] / layout.ep) if len(layout.ep_k) > 1 else 0.0
-    etp_half = float(mesh.allgather_s(rows * d * bpe, layout.etp_k))  # gathered with the dispatch, reduced with the combine
+    # Expert tensor parallelism gathers the rows with the dispatch and reduce-scatters them with the combine.
+    etp_half = float(mesh.allgather_s(rows * d * bpe, layout.etp_k))
     tp_gather = 0.0
     if par.tensor > 1 and not par.sequence_parallel:
         tp_gather = float(mesh.allgather_s(T * par.tensor * d * bpe, layout.tp_k))
-    # Dispatch and combine forward, and their gradients' ways back (the same bytes; the tensor-parallel slice is free).
+    # Dispatch and combine forward, and their gradients' ways back (the same bytes; the tensor-parallel slice is
+    # free).
     exchanges = (dispatch + etp_half, combine + etp_half, dispatch + etp_half, combine + etp_half)
 
     products = ((2 * width, "fc1"), (width, "fc2"))
@@ -484,13 +486,14 @@ def apply_experts(lt: "LayerTimes", cluster: Cluster, par: "Parallelism", strate
         arrays["buffers"][i] = c["buffers"]
         arrays["dispatch_s"][i], arrays["expert_compute_s"][i] = c["dispatch_s"], c["compute_s"]
     costs = [memo[key] for key in where.keys]
+    exchanges = np.array([c["exchanges"] for c in costs])  # per block: dispatch, combine; their backwards
     exposed, hidden = None, None
     if par.expert_overlap:
-        exposed = _overlap(where, arrays, lt.weight_grad_s, costs, comm_sm_share(par.dispatcher, cluster))
+        exposed = _overlap(where, arrays, lt.weight_grad_s, costs, exchanges, comm_sm_share(par.dispatcher, cluster))
         hidden = np.zeros(len(lt.layers))
-        hidden[where.experts] = np.maximum(np.array([sum(c["exchanges"]) for c in costs]) - exposed, 0.0)
+        hidden[where.experts] = np.maximum(exchanges.sum(axis=1) - exposed, 0.0)
     elif par.shared_expert_overlap:
-        exposed = _beside_shared_experts(where, arrays, costs)
+        exposed = _beside_shared_experts(where, arrays, exchanges)
     summary = experts_summary(blocks[0], costs[0], layout, cluster.mesh, par,
                               None if exposed is None else float(exposed[0]))
     return replace(lt, **arrays, block_transient=transient, experts=summary, overlap_hidden_s=hidden, memo={})
@@ -513,7 +516,6 @@ class _BlockIndices:
     dims: tuple[str, ...]
     before: tuple[np.ndarray, np.ndarray]  # (layer indices, block positions)
     after: tuple[np.ndarray, np.ndarray]
-
     shared: tuple[np.ndarray, np.ndarray]  # its shared experts' layers (recompute.shared_expert_layers)
 
     def sums(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -560,20 +562,21 @@ def _block_indices(graph: Graph) -> _BlockIndices:
         if any(tuple(graph.layer(b.experts_layer).dims) != dims for b in blocks):
             raise ConfigurationError("the graph's experts layers do not share their dimensions")
         return _BlockIndices(tuple(b.experts_layer for b in blocks), experts,
-                             np.array([index[b.router] for b in blocks]), np.array([index[b.combine] for b in blocks]),
+                             np.array([index[b.router] for b in blocks]),
+                             np.array([index[b.combine] for b in blocks]),
                              keys, {key: np.array(v) for key, v in alike.items()}, dims,
                              *(tuple(np.array(v, dtype=int) for v in side) for side in (before, after, shared)))
     return graph.derived("expert block indices", compute)
 
 
 def _overlap(where: _BlockIndices, arrays: dict, weight_grad_s: np.ndarray, costs: Sequence[Mapping[str, float]],
-             held: float) -> np.ndarray:
+             exchanges: np.ndarray, held: float) -> np.ndarray:
     """Price the expert blocks' exchanges under Megatron-Core's 1F1B all-to-all overlap
     (:mod:`pase.model.expert_overlap`): each transformer layer's parts before its experts layer (norms, attention,
     router) are the attention part, the experts layer and those after it (combine, shared experts) the MLP part;
     the merged layer's time less its computation is what stays exposed, set on the experts layer (half forward,
-    half backward) in ``arrays``. ``costs``: :func:`block_costs` of each block (:func:`moe_blocks` order). Returns
-    the exposed seconds per block."""
+    half backward) in ``arrays``. ``costs``: :func:`block_costs` of each block (:func:`moe_blocks` order),
+    ``exchanges`` their ``exchanges`` as rows. Returns the exposed seconds per block."""
     experts = where.experts
     f, b, r = arrays["forward_s"], arrays["backward_s"], arrays["recompute_s"]
     column = lambda key: np.array([c[key] for c in costs])
@@ -581,7 +584,7 @@ def _overlap(where: _BlockIndices, arrays: dict, weight_grad_s: np.ndarray, cost
     (f_before, f_after, _), (b_before, b_after, _) = where.sums(f), where.sums(b + r)
     grads = where.sums(weight_grad_s)[1] + wgrad
     parts = np.column_stack([f_before, fwd + f_after, np.maximum(bwd + r[experts] + b_after - grads, 0.0), grads,
-                             b_before, np.array([c["exchanges"] for c in costs])])
+                             b_before, exchanges])
     # The blocks of a model are mostly alike: schedule each distinct layer once.
     seen: dict[tuple, float] = {}
     merged = np.array([seen[row] if row in seen else seen.setdefault(row, merged_layer_s(LayerParts(*row), held))
@@ -592,13 +595,12 @@ def _overlap(where: _BlockIndices, arrays: dict, weight_grad_s: np.ndarray, cost
     return exposed
 
 
-def _beside_shared_experts(where: _BlockIndices, arrays: dict, costs: Sequence[Mapping[str, float]]) -> np.ndarray:
-    """Price the expert blocks' exchanges under Megatron-Core's shared-expert overlap: each block's shared experts run
-    beside its dispatch and combine, forward and backward, so the experts layer keeps, each way, only what of the
-    exchanges outlasts the shared experts (set in ``arrays``). ``costs``: :func:`block_costs` of each block.
-    Returns the exchanges' exposed seconds per block."""
+def _beside_shared_experts(where: _BlockIndices, arrays: dict, exchanges: np.ndarray) -> np.ndarray:
+    """Price the expert blocks' exchanges under Megatron-Core's shared-expert overlap: each block's shared experts
+    run beside its dispatch and combine, forward and backward, so the experts layer keeps, each way, only what of the
+    exchanges outlasts the shared experts (set in ``arrays``). ``exchanges``: per block, :func:`block_costs`'
+    ``exchanges``. Returns the exchanges' exposed seconds per block."""
     f, b, r = arrays["forward_s"], arrays["backward_s"], arrays["recompute_s"]
-    exchanges = np.array([c["exchanges"] for c in costs])
     hidden_f = np.minimum(where.sums(f)[2], exchanges[:, 0] + exchanges[:, 1])
     hidden_b = np.minimum(where.sums(b + r)[2], exchanges[:, 2] + exchanges[:, 3])
     f[where.experts] -= hidden_f
@@ -628,5 +630,6 @@ def experts_summary(block: ExpertBlock, costs: Mapping[str, float], layout: Expe
         "imbalance": par.expert_imbalance, "capacity_factor": par.capacity_factor,
         "dispatch_overlap": par.expert_overlap, "fp8_dispatch": par.fp8_dispatch,
         "shared_expert_overlap": par.shared_expert_overlap,
-        "dispatch_exposed_s_per_block": costs["dispatch_s"] if exposed_s is None else exposed_s + costs["tp_gather_s"],
+        "dispatch_exposed_s_per_block": (costs["dispatch_s"] if exposed_s is None
+                                         else exposed_s + costs["tp_gather_s"]),
     }

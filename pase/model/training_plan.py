@@ -170,25 +170,31 @@ class TrainingPlan:
             "transformer_blocks": self.transformer_blocks,
         }
 
+    def exposed_dispatch_s(self, stage: StageReport) -> float:
+        """Seconds a step of ``stage``'s device spends on token dispatch and combine that no overlap hides: all of
+        them without one; under an overlap each block's exposed share, and under the 1F1B all-to-all overlap all of
+        them in the stage's unmerged warm-up and cool-down (:func:`pase.model.expert_overlap.unmerged_share`).
+        0 for a plan without experts."""
+        if self.experts is None:
+            return 0.0
+        par, e = self.parallelism, self.experts
+        m, whole = par.microbatches, e["dispatch_s_per_block"]
+        share = e["dispatch_exposed_s_per_block"] / whole if whole > 0 else 0.0
+        if e["dispatch_overlap"]:
+            share += (1 - share) * float(unmerged_share(par.pipeline, par.virtual_stages, m)[stage.index % par.pipeline])
+        return stage.dispatch_s * m * share
+
     def experts_dict(self) -> dict | None:
         """An MoE plan as its user reads it (None without experts): :func:`pase.model.experts.experts_summary`,
         and per step on the busiest stage's device the seconds of token dispatch and combine (before overlap)
-        and of the experts' compute, ``m`` microbatches of each, and of the dispatch what stays exposed (all of it
-        without the all-to-all overlap; under it, each block's exposed share of its exchanges in the merged passes
-        and all of them in the pipeline's unmerged warm-up and cool-down,
-        :func:`pase.model.expert_overlap.unmerged_share`)."""
+        and of the experts' compute, ``m`` microbatches of each, and of the dispatch what stays exposed
+        (:meth:`exposed_dispatch_s`)."""
         if self.experts is None:
             return None
-        par = self.parallelism
-        m = par.microbatches
+        m = self.parallelism.microbatches
         busiest = max(self.stages, key=lambda s: s.dispatch_s + s.expert_compute_s)
-        per_block = self.experts["dispatch_s_per_block"]
-        share = self.experts["dispatch_exposed_s_per_block"] / per_block if per_block > 0 else 0.0
-        if self.experts["dispatch_overlap"]:
-            unmerged = float(unmerged_share(par.pipeline, par.virtual_stages, m)[busiest.index % par.pipeline])
-            share = share * (1 - unmerged) + unmerged
         return {**self.experts, "dispatch_s_per_step": busiest.dispatch_s * m,
-                "dispatch_exposed_s_per_step": busiest.dispatch_s * m * share,
+                "dispatch_exposed_s_per_step": self.exposed_dispatch_s(busiest),
                 "expert_compute_s_per_step": busiest.expert_compute_s * m,
                 "expert_parameters_per_device": max(s.expert_params for s in self.stages)}
 
