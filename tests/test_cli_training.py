@@ -45,6 +45,20 @@ def test_evaluate_prints_stages_as_text(capsys):
     assert out.count(" .. ") == 4  # two stages of two chunks each
 
 
+def test_many_chunks_a_stage_print_the_first_two_and_the_last(capsys):
+    code, out, _ = run(capsys, "evaluate", "megatron-1.7b", "--devices", "16", "--cluster", "dgx-a100", "--peak-rates",
+                       "--tp", "4", "--pp", "2", "--vp", "6", "--microbatch-size", "2", "--global-batch", "64")
+    assert code == 0
+    stages = [line for line in out.splitlines() if line[:1] in "01" and " .. " in line]
+    assert len(stages) == 2 and all(line.count(" .. ") == 3 and "(6 chunks)" in line for line in stages)
+
+
+def test_one_virtual_stage_is_the_1f1b_schedule(capsys):
+    code, out, _ = run(capsys, "evaluate", "megatron-1.7b", "--devices", "16", "--cluster", "dgx-a100", "--peak-rates",
+                       "--tp", "4", "--pp", "2", "--vp", "1", "--microbatch-size", "2", "--global-batch", "64", "--json")
+    assert code == 0 and json.loads(out)["pipeline"]["schedule"] == "1f1b"
+
+
 @pytest.mark.parametrize("args,message", [
     (["--tp", "16"], "tensor-parallel size 16 does not divide dimension 'h'"),
     (["--tp", "8", "--pp", "2", "--dp", "3"], "devices, but the cluster has 32"),

@@ -11,7 +11,7 @@ from pase.errors import ConfigurationError
 from pase.hardware.cluster import Cluster
 from pase.hardware.mesh import MeshAxis
 from pase.model.pipeline import simulate
-from pase.model.training import Parallelism, attention_core, balanced_cuts, blocks, evaluate_training, group_extents
+from pase.model.training import Parallelism, attention_core, blocks, evaluate_training, group_extents
 from pase.models import batch_builder, sample
 from pase.search.stages import search_training
 
@@ -126,39 +126,6 @@ def test_groups_that_do_not_follow_the_nodes_are_refused():
     assert group_extents(mesh, (2, 4, 3), ("t", "d", "p")) == [(1, 2), (1, 4), (3, 1)]
     with pytest.raises(ConfigurationError, match="the t size 3 does not fit"):
         group_extents(mesh, (3, 8, 1), ("t", "d", "p"))
-
-
-def test_balanced_cuts_are_optimal_against_brute_force():
-    rng = np.random.default_rng(3)
-    for _ in range(30):
-        n, k = int(rng.integers(2, 9)), int(rng.integers(1, 5))
-        if k > n:
-            continue
-        times = rng.uniform(0.1, 5, n)
-        cuts = balanced_cuts(times, k)
-        best = min(max(times[a:b].sum() for a, b in zip((0, *c), (*c, n)))
-                   for c in itertools.combinations(range(1, n), k - 1))
-        got = max(times[a:b].sum() for a, b in zip((0, *cuts), (*cuts, n)))
-        assert got == pytest.approx(best)
-
-
-def test_balanced_cuts_equal_the_dynamic_program_on_long_sequences():
-    rng = np.random.default_rng(4)
-    for _ in range(40):
-        n = int(rng.integers(2, 80))
-        k = int(rng.integers(1, min(n, 24) + 1))
-        times = rng.choice([rng.uniform(0, 3, n), np.tile(rng.uniform(0.5, 2, 4), n)[:n]], axis=0)
-        prefix = np.concatenate(([0.0], np.cumsum(times)))
-        # best[j][i]: the least largest run of the first i layers cut into j runs.
-        best = np.full((k + 1, n + 1), np.inf)
-        best[0][0] = 0.0
-        for j in range(1, k + 1):
-            for i in range(j, n + 1):
-                best[j][i] = min(max(best[j - 1][a], prefix[i] - prefix[a]) for a in range(j - 1, i))
-        cuts = balanced_cuts(times, k)
-        assert len(cuts) == k - 1 and list(cuts) == sorted(set(cuts)) and all(0 < c < n for c in cuts)
-        got = max(prefix[b] - prefix[a] for a, b in zip((0, *cuts), (*cuts, n)))
-        assert got == pytest.approx(best[k][n], rel=1e-11)
 
 
 def test_attention_core_and_blocks_of_gpt():
@@ -349,8 +316,8 @@ def test_overlapped_zero3_stages_lie_between_their_streams_and_the_serial_sum():
         zero3 = tuple(check_devices(par, cluster)[1])
         g = cluster.mesh.allgather_s(lt.params * cluster.bytes_per_element, np.tile(zero3, (len(lt.params), 1)))
         assert np.any(g > 0)
-        cuts, f_serial, b_serial = _stage_sums(lt, cluster, par, zero3)
-        _, fq, bq = _stage_sums(lt, cluster, replace(par, overlap=True, stage_cuts=cuts), zero3)
+        cuts, f_serial, b_serial = _stage_sums(lt, cluster, par, zero3, None, 0)
+        _, fq, bq = _stage_sums(lt, cluster, replace(par, overlap=True, stage_cuts=cuts), zero3, None, 0)
         bounds = [0, *cuts, len(lt.params)]
         for q in range(len(fq)):
             lo, hi = bounds[q], bounds[q + 1]

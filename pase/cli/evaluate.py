@@ -62,7 +62,7 @@ def _evaluate_training(args) -> int:
     chosen = [] if args.microbatch_size is not None else ["microbatch size"]
     microbatches = [args.microbatch_size] if args.microbatch_size is not None else [
         b for b in (1, 2, 4, 8) if batch % (dp * b) == 0]
-    schedule = args.schedule or ("interleaved" if args.vp else "1f1b")
+    schedule = args.schedule or ("interleaved" if args.vp and args.vp > 1 else "1f1b")
     if schedule == "interleaved" and args.vp is None:
         chosen.append("virtual stages")
     virtual = [args.vp] if args.vp is not None else ([2, 3, 4] if schedule == "interleaved" else [1])

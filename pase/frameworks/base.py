@@ -25,7 +25,8 @@ from typing import Sequence
 import numpy as np
 
 from pase.errors import ConfigurationError, PaseError
-from pase.model.training import Parallelism, balanced_cuts
+from pase.model.stage_cuts import balanced_cuts
+from pase.model.training import Parallelism
 
 __all__ = ["NotExpressibleError", "TrainingSettings", "Framework", "BlockLayout", "block_layout", "block_index",
            "balanced_block_cuts", "uniform_block_cuts", "stage_blocks", "launch_line"]
@@ -193,7 +194,8 @@ def block_layout(names: Sequence[str]) -> BlockLayout:
 
 
 def balanced_block_cuts(weights: Sequence[float], pieces: int, layout: BlockLayout) -> tuple[int, ...]:
-    """Cut the blocks into ``pieces`` runs of whole blocks minimising the slowest run's weight.
+    """Cut the blocks into ``pieces`` runs of whole blocks minimising the slowest run's weight, the slack
+    spread evenly (:func:`pase.model.stage_cuts.balanced_cuts` with ``even``).
 
     ``weights`` are per layer (seconds); returns layer positions of the cuts.
     Raises ``ConfigurationError`` when there are fewer blocks than pieces.
@@ -203,7 +205,7 @@ def balanced_block_cuts(weights: Sequence[float], pieces: int, layout: BlockLayo
                                  f"blocks; the model has {layout.blocks}")
     if pieces == 1:
         return ()
-    units = balanced_cuts(layout.units(weights), pieces)
+    units = balanced_cuts(layout.units(weights), pieces, even=True)
     return tuple(layout.starts[u - 1] for u in units)
 
 

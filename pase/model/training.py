@@ -24,8 +24,9 @@ the attention core (the score product and the softmax and dropout between it
 and the context product).
 
 Stages: unless the cuts are given, the layer order is cut into ``p v``
-contiguous pieces minimising the slowest piece's ``f + b`` (any cut of the
-topological order). Every tensor crossing a cut is sent once (however many
+contiguous pieces minimising the slowest piece's ``f + b``, the slack spread
+evenly, where the least crosses (between blocks) when there are places enough,
+never inside an expert block (:mod:`pase.model.stage_cuts`). Every tensor crossing a cut is sent once (however many
 layers read it), ``1/(t c)`` of it per device (Megatron's scatter-gather),
 across the mesh axis the pipeline's neighbours differ in, at every boundary
 between its producer and its last consumer. The schedule's step time
@@ -128,109 +129,17 @@ from pase.model.parallelism import RECOMPUTE, Parallelism, check_devices, group_
 from pase.model.pipeline import ZERO_BUBBLE, ScheduleResult, in_flight, simulate
 from pase.model.roofline import blocks, fp8_weight_cast_s
 from pase.model.schedule_levels import simulate_levels, worth_levels
+from pase.model.stage_cuts import allowed_cuts, balanced_cuts, crossing_elements
 from pase.model.training_plan import StageReport, TrainingPlan
 
 __all__ = ["RECOMPUTE", "Parallelism", "StageReport", "TrainingPlan", "LayerTimes", "evaluate_training",
            "cached_graph", "cached_times", "layer_times", "group_times", "assemble", "average_load_s", "check_devices",
-           "group_extents", "group_cluster", "balanced_cuts", "attention_core", "blocks", "zero3_ring_s",
+           "group_extents", "group_cluster", "attention_core", "blocks", "zero3_ring_s",
            "cut_weights_s"]
 
 # Mixed-precision Adam's update touches, per parameter: fp32 master, first and second moments read and
 # written (24 bytes), the fp16 gradient read and the fp16 weight written (4).
 OPTIMIZER_BYTES_PER_PARAMETER = 28
-
-
-
-
-
-
-
-
-
-def balanced_cuts(times: Sequence[float], pieces: int) -> tuple[int, ...]:
-    """Cut ``times`` (per layer, in order) into ``pieces`` non-empty runs minimising the largest run's sum.
-
-    Returns the start index of runs 1 .. pieces - 1. Optimal to a relative
-    1e-12. A limit (at least the largest time) is feasible exactly when runs
-    that each go as far as the limit allows reach the end in ``pieces`` runs
-    or fewer. The search keeps the interval [lo, hi] holding the optimum,
-    between the lower bound max(largest time, mean run) and the upper bound
-    mean run + largest time, and tries its middle: if feasible, hi becomes
-    the largest run found (a sum the optimum cannot exceed); if not, lo
-    becomes the least sum by which any run could grow (below it the runs,
-    and the failure, stay the same). The cuts are those of the furthest-end
-    runs at hi, each leaving a layer for every later run: run ``k`` starts
-    at the smaller of the ``k``-th furthest-end start and ``n - (pieces -
-    k)`` (once a run is held back to leave a layer for each later one, so is
-    every later run, each a layer long).
-
-    Raises ``ConfigurationError`` when there are fewer layers than pieces.
-    """
-    n = len(times)
-    if pieces > n:
-        raise ConfigurationError(f"{pieces} pipeline stages need at least {pieces} layers; the graph has {n}")
-    times = np.asarray(times, dtype=float)
-    prefix = np.concatenate(([0.0], np.cumsum(times)))
-    total, largest = float(prefix[n]), float(times.max(initial=0.0))
-    after = np.arange(1, n + 2)
-
-    def furthest(slack: float) -> np.ndarray:
-        # Per start, the end of the furthest run from it within slack, at least one layer on (bisect_right
-        # from start + 1, for every start at once); the end n is its own.
-        return np.maximum(np.searchsorted(prefix, prefix + slack, side="right"), after) - 1
-
-    def starts(end: np.ndarray) -> np.ndarray:
-        # The starts of runs 0 .. pieces (at least), by doubling: the ends 2^j runs on from each start, applied
-        # to every start found so far.
-        chain, jump = np.zeros(1, dtype=np.int64), end
-        while len(chain) <= pieces:
-            chain = np.concatenate((chain, jump[chain]))
-            jump = jump[jump]
-        return chain
-
-    def runs(limit: float) -> tuple[bool, float, float]:
-        # Furthest-end runs within limit: whether they reach the end in `pieces`, their largest sum,
-        # and the least sum one of them would have with the next layer added.
-        chain = starts(furthest(limit * (1 + 1e-12)))
-        done = np.flatnonzero(chain[:pieces + 1] == n)
-        k = min(pieces, int(done[0])) if done.size else pieces  # runs until the end is reached, at most pieces
-        first, start = chain[:k], int(chain[k])
-        last = chain[1:k + 1]  # each run ends where the next starts
-        biggest = float((prefix[last] - prefix[first]).max())
-        short = last < n
-        grow = float((prefix[last[short] + 1] - prefix[first[short]]).min()) if short.any() else math.inf
-        return start == n, biggest, grow
-
-    lo, hi = max(largest, total / pieces), min(total, total / pieces + largest)
-    while hi - lo > 1e-12 * max(hi, 1e-30):
-        mid = lo if lo > (lo + hi) / 2 * (1 - 1e-3) else (lo + hi) / 2
-        ok, biggest, grow = runs(mid)
-        if ok:
-            hi = min(hi, biggest)
-        else:
-            lo = max(mid, min(grow, hi))
-    chain = starts(furthest(hi * (1 + 1e-12)))[1:pieces]
-    return tuple(np.minimum(chain, np.arange(n - pieces + 1, n)).tolist())
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def evaluate_training(
@@ -278,20 +187,6 @@ def evaluate_training(
     return assemble(lt, cluster, par, memory, capacity, label=label, record=record)
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 def _step_lower_bound(fq: Sequence[float], bq: Sequence[float], send: Sequence[float], S: int, m: int,
                       reduce: Sequence[float] | None, overlap: bool,
                       deferred: bool = False) -> float:
@@ -335,8 +230,6 @@ def zero3_ring_s(mesh: DeviceMesh, data_k: Sequence[int], nbytes) -> np.ndarray:
     """
     nbytes = np.asarray(nbytes, dtype=float)
     return np.where(nbytes > 0, mesh.flat_ring_s(nbytes, data_k), 0.0)
-
-
 
 
 def _loads(lt: "LayerTimes", cluster: Cluster, zero3: tuple[int, ...] | None, overlap: bool,
@@ -389,7 +282,7 @@ def average_load_s(lt: "LayerTimes", cluster: Cluster, data_k: Sequence[int], ze
 
 
 def cut_weights_s(lt: "LayerTimes", cluster: Cluster, data_k: Sequence[int], zero: int, overlap: bool) -> np.ndarray:
-    """Per layer, the seconds the balanced cuts even out (:func:`balanced_cuts`) under ZeRO stage ``zero`` over
+    """Per layer, the seconds the balanced cuts even out (:func:`~pase.model.stage_cuts.balanced_cuts`) under ZeRO stage ``zero`` over
     the data-parallel extents ``data_k``: a layer's forward and backward, or under ``overlap`` with ZeRO 3 the
     larger of its compute and its gathers. For searches that cut elsewhere than between any two layers (whole
     transformer blocks, :mod:`pase.frameworks`)."""
@@ -398,9 +291,9 @@ def cut_weights_s(lt: "LayerTimes", cluster: Cluster, data_k: Sequence[int], zer
 
 
 def _stage_sums(lt: "LayerTimes", cluster: Cluster, par: Parallelism, zero3: tuple[int, ...] | None,
-                expert3: tuple[int, ...] | None = None):
-    """The cuts of ``par``'s ``p v`` virtual stages (given, or balanced) and, per virtual stage, one
-    microbatch's forward and backward seconds; memoised on ``lt``.
+                expert3: tuple[int, ...] | None, pipe_axis: int):
+    """The cuts of ``par``'s ``p v`` virtual stages (given, or balanced: :func:`_balanced`) and, per virtual
+    stage, one microbatch's forward and backward seconds; memoised on ``lt``.
 
     A stage's time is its layers' sum, except under overlapped ZeRO-3 (``par.overlap``), where the gathers
     run one layer ahead of the compute (:func:`_prefetched`).
@@ -408,10 +301,11 @@ def _stage_sums(lt: "LayerTimes", cluster: Cluster, par: Parallelism, zero3: tup
     Raises ``ConfigurationError`` when given cuts are not increasing positions inside the layer order.
     """
     n, Q = len(lt.layers), par.pipeline * par.virtual_stages
-    key = ("stages", Q, zero3, par.overlap, par.stage_cuts, expert3)
+    key = ("stages", Q, zero3, par.overlap, par.stage_cuts, expert3, pipe_axis, par.group)
     if key not in lt.memo:
         loads = _loads(lt, cluster, zero3, par.overlap, expert3)
-        cuts = _expert_whole_cuts(lt, loads["weight"], Q) if par.stage_cuts is None else par.stage_cuts
+        cuts = (_balanced(lt, cluster, loads["weight"], Q, pipe_axis, par.group) if par.stage_cuts is None
+                else par.stage_cuts)
         if par.stage_cuts is not None and (len(cuts) != Q - 1 or any(not 0 < c < n for c in cuts)
                                            or list(cuts) != sorted(set(cuts))):
             raise ConfigurationError(
@@ -426,24 +320,56 @@ def _stage_sums(lt: "LayerTimes", cluster: Cluster, par: Parallelism, zero3: tup
     return lt.memo[key]
 
 
-def _expert_whole_cuts(lt: "LayerTimes", weight: np.ndarray, pieces: int) -> tuple[int, ...]:
-    """:func:`balanced_cuts` of ``weight`` that never cut inside an expert block (between its router and its
-    combine): Megatron-Core's MoE layer is one module of a transformer layer, and the pipeline passes only
-    what leaves it, never its ``k`` dispatched copies of every token."""
-    if lt.experts is None:
-        return balanced_cuts(weight, pieces)
+def _balanced(lt: "LayerTimes", cluster: Cluster, weight: np.ndarray, pieces: int, pipe_axis: int,
+              group: int) -> tuple[int, ...]:
+    """The even balanced cuts (:func:`pase.model.stage_cuts.balanced_cuts`) of ``pieces`` virtual stages
+    weighing ``weight`` per layer, never inside an expert block: of those made anywhere allowed and, in a model
+    of transformer blocks, those made only where no more crosses than between two blocks (the residual stream:
+    there and after a residual add), the ones whose slowest stage is faster, a stage's time counting what its
+    cut's sends forward and back across mesh axis ``pipe_axis`` (``1/group`` of each tensor a device) take
+    beyond a cut between blocks."""
+    n = len(weight)
 
-    def positions() -> np.ndarray:
+    def inside() -> np.ndarray:
         index = {l.name: i for i, l in enumerate(lt.graph.layers)}
-        inside = np.zeros(len(index) + 1, dtype=bool)
+        out = np.zeros(len(index) + 1, dtype=bool)
         for block in moe_blocks(lt.graph):
-            inside[index[block.router] + 1:index[block.combine] + 1] = True
-        return np.flatnonzero(~inside[1:len(index)]) + 1
-    allowed = lt.graph.derived("expert-whole cut positions", positions)
+            out[index[block.router] + 1:index[block.combine] + 1] = True
+        return out
+
+    def starts() -> np.ndarray:
+        of = lt.graph.derived("blocks", lambda: blocks(lt.graph))
+        names = [of.get(l.name) for l in lt.graph.layers]
+        return np.array([i for i in range(1, n) if names[i] is not None and names[i] != names[i - 1]], dtype=int)
+    allowed = np.arange(1, n) if lt.experts is None else (
+        np.flatnonzero(~lt.graph.derived("expert-block positions", inside)[1:n]) + 1)
     if len(allowed) < pieces - 1:
-        return balanced_cuts(weight, pieces)
-    atoms = balanced_cuts(np.add.reduceat(weight, np.concatenate(([0], allowed))), pieces)
-    return tuple(int(allowed[a - 1]) for a in atoms)
+        return balanced_cuts(weight, pieces, even=True)
+    crossing = _crossing(lt)
+    between = crossing[lt.graph.derived("block starts", starts)]
+    if not between.size:
+        return allowed_cuts(allowed, weight, pieces, even=True)
+    floor = np.median(between)
+    cheap = allowed[crossing[allowed] <= floor]
+    if len(cheap) < pieces - 1:
+        return allowed_cuts(allowed, weight, pieces, even=True)
+    sends = 2 * cluster.mesh.send_recv_s(np.maximum(crossing - floor, 0.0) * cluster.bytes_per_element / group,
+                                         pipe_axis)
+    extra = np.where(crossing > floor, sends - 2 * cluster.mesh.send_recv_s(0.0, pipe_axis), 0.0)
+    prefix = np.concatenate(([0.0], np.cumsum(weight)))
+
+    def slowest(cuts: tuple[int, ...]) -> float:
+        ends = np.array([*cuts, n])
+        return float((prefix[ends] - prefix[np.array([0, *cuts])] + extra[ends] * (ends < n)).max())
+    return min(allowed_cuts(cheap, weight, pieces, even=True), allowed_cuts(allowed, weight, pieces, even=True),
+               key=slowest)
+
+
+def _crossing(lt: "LayerTimes") -> np.ndarray:
+    """Per position of ``lt``'s layer order, the elements a cut there sends (memoised on ``lt``)."""
+    if "crossing" not in lt.memo:
+        lt.memo["crossing"] = crossing_elements(len(lt.layers), lt.edges, lt.tensor_elements)
+    return lt.memo["crossing"]
 
 
 def _prefetched(gather: np.ndarray, forward: np.ndarray, backward: np.ndarray, lo: np.ndarray,
@@ -485,14 +411,7 @@ def _placement(lt: "LayerTimes", cluster: Cluster, cuts: tuple[int, ...], S: int
     bounds = [0, *cuts, n]
     stage_of = np.repeat(np.arange(Q), np.diff(bounds))
     # Sends: each tensor crossing a boundary, 1/(t c) of it per device, across the pipeline's innermost axis.
-    first = np.zeros(len(lt.tensor_elements), dtype=np.int64)
-    last = np.zeros(len(lt.tensor_elements), dtype=np.int64)
-    first[lt.edges[:, 2]] = stage_of[lt.edges[:, 0]]
-    np.maximum.at(last, lt.edges[:, 2], stage_of[lt.edges[:, 1]])
-    change = np.zeros(Q + 1)
-    np.add.at(change, first, lt.tensor_elements)
-    np.add.at(change, last, -lt.tensor_elements)
-    crossing = np.cumsum(change)[:Q - 1] * cluster.bytes_per_element / group
+    crossing = _crossing(lt)[list(cuts)] * cluster.bytes_per_element / group
     send = np.where(crossing > 0, mesh.send_recv_s(crossing, pipe_axis), 0.0)
 
     # Per device position s: its chunks q = s, s + S, ... and their layers.
@@ -581,7 +500,8 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
     if bound_s is not None and par.stage_cuts is None and average_load_s(
             lt, cluster, data_k, par.zero, m, S, par.overlap, edp_k) >= bound_s:
         return None  # some device works at least the average load, whatever the cuts
-    cuts, fq, bq = _stage_sums(lt, cluster, par, zero3, expert3)
+    pipe_axis = max((j for j, k in enumerate(pipe_k) if k > 1), default=len(pipe_k) - 1)
+    cuts, fq, bq = _stage_sums(lt, cluster, par, zero3, expert3, pipe_axis)
     if lt.overlap_hidden_s is not None:
         # The passes the pipeline runs unmerged expose what the 1F1B all-to-all overlap hides in the others.
         key = ("unmerged", cuts, S, v, m)
@@ -589,7 +509,6 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
             lt.memo[key] = (unmerged_share(S, v, m)[np.arange(Q) % S]
                             * np.add.reduceat(lt.overlap_hidden_s, [0, *cuts]) / 2)
         fq, bq = fq + lt.memo[key], bq + lt.memo[key]
-    pipe_axis = max((j for j, k in enumerate(pipe_k) if k > 1), default=len(pipe_k) - 1)
     placed = _placement(lt, cluster, cuts, S, pipe_axis, par.group)
     bounds, params, bpe, d = placed["bounds"], placed["params"], cluster.bytes_per_element, par.data
     reduce = placed["reduce"]
