@@ -17,7 +17,7 @@ import time
 from dataclasses import replace
 
 from _report import machine, publish
-from validate_today import ROWS, parallelism
+from validate_today import ROWS, parallelism, recipe_cuts
 
 from pase.hardware.cluster import preset
 from pase.ir.configs import ConfigOptions
@@ -32,9 +32,11 @@ CASES = (("deepseek-v3", 1024, 8192, "DeepSeek-V3 (dropless)"), ("qwen3-235b-a22
 
 def recipe(label: str, build, cluster, options):
     """The published row's configuration in pase's model as ``validate_today`` evaluates it (its recipe's
-    recomputation modules and all-to-all overlap), dropless (the searches' routing)."""
+    recomputation modules, all-to-all overlap and stage cuts), dropless (the searches' routing)."""
     row = next(r for r in ROWS if r.label == label)
-    return evaluate_training(build, cluster, replace(parallelism(row), capacity_factor=None), options=options)
+    par, cache = replace(parallelism(row), capacity_factor=None), {}
+    par = replace(par, stage_cuts=recipe_cuts(row, build, cluster, par, options, cache))
+    return evaluate_training(build, cluster, par, options=options, cache=cache)
 
 
 def run() -> str:

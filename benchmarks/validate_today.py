@@ -171,12 +171,20 @@ def predict(row: Row, precision: str = "fp8", adjust=None) -> TrainingPlan:
         cluster = adjust(cluster)
     build, par = batch_builder(row.sample, seq=row.seq, **({"mtp": row.mtp} if row.mtp else {})), parallelism(row)
     options, cache = ConfigOptions(attention="flash", precision=precision), {}
-    layout = block_layout([layer.name for layer in build(par.microbatch_size).layers])
-    counts = row.layout or megatron_split(layout.blocks, row.pp * row.vp)
-    cuts = (framework_cuts(MEGATRON, build, cluster, par, options, cache) if counts is None
-            else layout.cuts_of(counts))
-    par = replace(par, stage_cuts=cuts)
+    par = replace(par, stage_cuts=recipe_cuts(row, build, cluster, par, options, cache))
     return evaluate_training(build, cluster, par, options=options, cache=cache)
+
+
+def recipe_cuts(row: Row, build, cluster, par: Parallelism, options, cache: dict) -> tuple[int, ...] | None:
+    """The stage cuts ``row``'s recipe runs for configuration ``par`` of ``build``: its own layout (where it
+    covers ``build``'s blocks: a model built without the recipe's prediction module has fewer), or as
+    Megatron-Core splits the blocks without one (:func:`megatron_split`), or where neither applies
+    ``pase.frameworks.MEGATRON``'s balanced whole-block cuts."""
+    layout = block_layout([layer.name for layer in build(par.microbatch_size).layers])
+    own = row.layout if row.layout is not None and sum(row.layout) == layout.blocks else None
+    counts = own or megatron_split(layout.blocks, row.pp * row.vp)
+    return (framework_cuts(MEGATRON, build, cluster, par, options, cache) if counts is None
+            else layout.cuts_of(counts))
 
 
 def run() -> tuple[str, str, float]:
