@@ -55,7 +55,8 @@ def test_many_chunks_a_stage_print_the_first_two_and_the_last(capsys):
 
 def test_one_virtual_stage_is_the_1f1b_schedule(capsys):
     code, out, _ = run(capsys, "evaluate", "megatron-1.7b", "--devices", "16", "--cluster", "dgx-a100", "--peak-rates",
-                       "--tp", "4", "--pp", "2", "--vp", "1", "--microbatch-size", "2", "--global-batch", "64", "--json")
+                       "--tp", "4", "--pp", "2", "--vp", "1", "--microbatch-size", "2", "--global-batch", "64",
+                       "--json")
     assert code == 0 and json.loads(out)["pipeline"]["schedule"] == "1f1b"
 
 

@@ -25,9 +25,10 @@ and the context product).
 
 Stages: unless the cuts are given, the layer order is cut into ``p v``
 contiguous pieces minimising the slowest piece's ``f + b``, the slack spread
-evenly, where the least crosses (between blocks) when there are places enough,
-never inside an expert block (:mod:`pase.model.stage_cuts`). Every tensor crossing a cut is sent once (however many
-layers read it), ``1/(t c)`` of it per device (Megatron's scatter-gather),
+evenly, where the least crosses (between blocks) when that makes the slowest
+piece with its sends faster, never inside an expert block
+(:mod:`pase.model.stage_cuts`). Every tensor crossing a cut is sent once
+(however many layers read it), ``1/(t c)`` of it per device (Megatron's scatter-gather),
 across the mesh axis the pipeline's neighbours differ in, at every boundary
 between its producer and its last consumer. The schedule's step time
 is :func:`pase.model.pipeline.simulate`'s.
@@ -282,10 +283,10 @@ def average_load_s(lt: "LayerTimes", cluster: Cluster, data_k: Sequence[int], ze
 
 
 def cut_weights_s(lt: "LayerTimes", cluster: Cluster, data_k: Sequence[int], zero: int, overlap: bool) -> np.ndarray:
-    """Per layer, the seconds the balanced cuts even out (:func:`~pase.model.stage_cuts.balanced_cuts`) under ZeRO stage ``zero`` over
-    the data-parallel extents ``data_k``: a layer's forward and backward, or under ``overlap`` with ZeRO 3 the
-    larger of its compute and its gathers. For searches that cut elsewhere than between any two layers (whole
-    transformer blocks, :mod:`pase.frameworks`)."""
+    """Per layer, the seconds the balanced cuts even out (:func:`~pase.model.stage_cuts.balanced_cuts`) under
+    ZeRO stage ``zero`` over the data-parallel extents ``data_k``: a layer's forward and backward, or under
+    ``overlap`` with ZeRO 3 the larger of its compute and its gathers. For searches that cut elsewhere than
+    between any two layers (whole transformer blocks, :mod:`pase.frameworks`)."""
     zero3 = tuple(data_k) if zero == 3 and math.prod(data_k) > 1 else None
     return _loads(lt, cluster, zero3, overlap)["weight"]
 
@@ -353,9 +354,9 @@ def _balanced(lt: "LayerTimes", cluster: Cluster, weight: np.ndarray, pieces: in
     cheap = allowed[crossing[allowed] <= floor]
     if len(cheap) < pieces - 1:
         return allowed_cuts(allowed, weight, pieces, even=True)
-    sends = 2 * cluster.mesh.send_recv_s(np.maximum(crossing - floor, 0.0) * cluster.bytes_per_element / group,
-                                         pipe_axis)
-    extra = np.where(crossing > floor, sends - 2 * cluster.mesh.send_recv_s(0.0, pipe_axis), 0.0)
+    # What a cut's sends, forward and back, take beyond a cut between blocks: its excess bytes' time.
+    excess = np.maximum(crossing - floor, 0.0) * cluster.bytes_per_element / group
+    extra = 2 * (cluster.mesh.send_recv_s(excess, pipe_axis) - cluster.mesh.send_recv_s(0.0, pipe_axis))
     prefix = np.concatenate(([0.0], np.cumsum(weight)))
 
     def slowest(cuts: tuple[int, ...]) -> float:
