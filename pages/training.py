@@ -192,7 +192,8 @@ framework_name = kept(st.selectbox, "framework", "any", "Framework", [NO_FRAMEWO
                       help="Keep only what that framework runs, stages cut between whole transformer blocks "
                            "(pase.frameworks: Megatron-LM main 2026 with megatron-core 0.16, torchtitan 0.2.2, "
                            "DeepSpeed 0.16-0.19); any: every configuration cut between blocks, and the best each "
-                           "framework runs; none: cuts anywhere, as no framework runs them.")
+                           "framework runs; none: cuts anywhere between layers (where only the residual "
+                           "crosses when that is faster), as no framework runs them.")
 chosen_framework = None if framework_name == NO_FRAMEWORK else framework_name
 cap = cluster.memory_bytes
 st.markdown(f"**{md(model)}**, global batch {global_batch:,} · **{md(cluster)}**, "
