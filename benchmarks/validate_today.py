@@ -40,12 +40,18 @@ DeepSeek-V3 on H100 dispatches with DeepEP (``run_script.py``'s ``enable_deepep`
 drop: Megatron-Core's flex dispatcher, ``recipes/deepseek/deepseek_v3.py``), with its router's node-limited
 routing (8 groups, 4 chosen: the provider's ``moe_router_num_groups`` and ``moe_router_group_topk``, applied to
 the forced-balance random logits); the other rows drop tokens, which DeepEP does not, and use the all-to-all.
+
+Writes its section of BENCHMARKS.md and the rows' measured and predicted steps into
+``pase/hardware/data/validation.json``, which ``pase`` quotes beside a plan's step (:mod:`pase.hardware.accuracy`;
+``tests/test_accuracy.py`` keeps it equal to today's predictions). ``--no-write``: print the section only.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import json
+import subprocess
 import time
 from dataclasses import dataclass, replace
 
@@ -54,6 +60,7 @@ from _report import machine, publish
 from pase.errors import PaseError
 from pase.frameworks import block_layout, framework_cuts
 from pase.frameworks.megatron import MEGATRON
+from pase.hardware.accuracy import VALIDATION
 from pase.hardware.cluster import preset
 from pase.ir.configs import ConfigOptions
 from pase.model.training import Parallelism, TrainingPlan, evaluate_training
@@ -187,9 +194,11 @@ def recipe_cuts(row: Row, build, cluster, par: Parallelism, options, cache: dict
             else layout.cuts_of(counts))
 
 
-def run() -> tuple[str, str, float]:
-    """The per-row table, the summary lines and the seconds it took."""
+def run() -> tuple[str, str, float, list[dict]]:
+    """The per-row table, the summary lines, the seconds it took and the rows as
+    ``pase/hardware/data/validation.json`` keeps them (:mod:`pase.hardware.accuracy`)."""
     start = time.perf_counter()
+    records = []
     lines = ["| source | run | GPUs | TP PP CP VP EP | measured step (s) | model step (s) | error | memory per GPU "
              "(GB of) | model TFLOP/s per GPU |", "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
     errors, missing, moe, dense = [], [], [], []
@@ -201,6 +210,9 @@ def run() -> tuple[str, str, float]:
             continue
         error = plan.step_time_s / row.measured_step_s - 1
         errors.append(error)
+        records.append({"run": row.label, "source": row.source, "sample": row.sample, "cluster": row.cluster,
+                        "gpus": row.gpus, "experts": row.ep > 1, "measured_step_s": round(row.measured_step_s, 6),
+                        "model_step_s": round(plan.step_time_s, 6)})
         (moe if row.ep > 1 else dense).append(error)
         cap = plan.memory_capacity_bytes or 0.0
         lines.append(
@@ -221,14 +233,30 @@ def run() -> tuple[str, str, float]:
                        f"{sum(map(abs, moe)) / len(moe) * 100:.1f}%, largest {max(map(abs, moe)) * 100:.1f}%.")
     if missing:
         summary.append(f"* Not evaluated: {'; '.join(missing)}.")
-    return "\n".join(lines), "\n".join(summary), time.perf_counter() - start
+    return "\n".join(lines), "\n".join(summary), time.perf_counter() - start, records
+
+
+def write_records(records: list[dict]) -> None:
+    """Keep the rows where ``pase`` reads them (:mod:`pase.hardware.accuracy`), with where they come from."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=VALIDATION.parents[3], capture_output=True,
+                            text=True).stdout.strip()
+    VALIDATION.write_text(json.dumps({
+        "generated_by": f"python benchmarks/validate_today.py on {datetime.date.today().isoformat()} (at commit "
+                        f"{commit or 'unknown'})",
+        "source": "../shared/design/published-measurements.md, section 3: NeMo 24.07's and Megatron-Bridge 25.09's "
+                  "published performance tables, each run's step from its tokens/s/GPU; predicted out of sample "
+                  "(BENCHMARKS.md, \"Today's runs against the model\")",
+        "rows": records}, indent=1) + "\n")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--no-write", action="store_true", help="print the section instead of writing BENCHMARKS.md")
+    parser.add_argument("--no-write", action="store_true",
+                        help="print the section instead of writing BENCHMARKS.md and pase/hardware/data/validation.json")
     args = parser.parse_args()
-    table, summary, elapsed = run()
+    table, summary, elapsed, records = run()
+    if not args.no_write:
+        write_records(records)
     text = "\n".join([
         SECTION, "",
         f"`python benchmarks/validate_today.py` on {datetime.date.today().isoformat()} ({elapsed:.0f} s); "

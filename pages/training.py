@@ -236,6 +236,9 @@ def headline(plan) -> None:
                + f"Bubble: {fmt_percent(plan.schedule.bubble_fraction)} of the busiest device's step. "
                + f"{md(plan.label)}. Attention {plan.attention}, precision {plan.precision}: "
                + md(plan.step_time_model()["mfu_counting"]) + ".")
+    accuracy = plan.step_time_model().get("accuracy")
+    if accuracy is not None:
+        st.caption(f"How far to trust the step: {md(accuracy['text'])}.")
     if fits is False:
         st.warning(f"This plan needs {mem / 1e9:.3g} GB on a device of its largest stage, more than the "
                    f"{cap_text(plan)} it has: it would not run.", icon=":material/warning:")

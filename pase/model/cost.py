@@ -52,6 +52,7 @@ from typing import Mapping
 import numpy as np
 
 from pase.errors import ConfigurationError, SearchTooLargeError
+from pase.hardware.accuracy import accuracy
 from pase.hardware.cluster import PRESETS, Cluster
 from pase.hardware.mesh import DeviceMesh
 from pase.ir.configs import ConfigOptions, check_config, layer_configs
@@ -347,11 +348,14 @@ def attention_kind(options: ConfigOptions, cluster: Cluster) -> str:
     return "flash" if cluster.efficiency is not None and options.cost_model != "paper" else "unfused"
 
 
-def describe_model(cluster: Cluster, attention: str, precision: str) -> dict:
+def describe_model(cluster: Cluster, attention: str, precision: str, experts: bool | None = None) -> dict:
     """Which step-time model prices ``cluster``, in words, for outputs to name: ``model`` (calibrated, or the
     paper's peak rates), ``calibration`` (where its figures come from), ``attention`` (``"flash"`` or
-    ``"unfused"``, as :func:`attention_kind` resolved it), ``precision`` and how model FLOPs and MFU count."""
+    ``"unfused"``, as :func:`attention_kind` resolved it), ``precision`` and how model FLOPs and MFU count;
+    for a training plan (``experts``: whether its model has them) also ``accuracy``, how far the model was
+    from the published runs of its kind on its preset (:func:`pase.hardware.accuracy.accuracy`), where any."""
     e = cluster.efficiency
+    found = None if experts is None else accuracy(cluster, experts)
     flops = ("model FLOPs count a causal attention kernel's half of the square (as NVIDIA's model TFLOP/s)"
              if attention == "flash" else "model FLOPs count every attention score pair (Megatron-LM's formula)")
     return {
@@ -361,6 +365,7 @@ def describe_model(cluster: Cluster, attention: str, precision: str) -> dict:
         "attention": attention, "precision": precision,
         "mfu_counting": f"{flops}; MFU against the BF16 dense peak of {cluster.peak_flops / 1e12:,.0f} TFLOP/s "
                         "whatever the precision",
+        **({} if found is None else {"accuracy": found}),
     }
 
 

@@ -96,8 +96,9 @@ class TrainingPlan:
     transformer_blocks: int | None = None  # blocks of the graph (frameworks stack and cut whole blocks)
 
     def step_time_model(self) -> dict:
-        """Which step-time model priced the plan, in words (:func:`pase.model.cost.describe_model`)."""
-        return describe_model(self.cluster, self.attention, self.precision)
+        """Which step-time model priced the plan, in words, and how far it was from published runs of the
+        plan's kind on its preset (:func:`pase.model.cost.describe_model`)."""
+        return describe_model(self.cluster, self.attention, self.precision, experts=self.experts is not None)
 
     @property
     def memory_per_device_bytes(self) -> float:
