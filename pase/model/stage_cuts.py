@@ -11,7 +11,7 @@ values and residual all cross, between blocks only the residual. So in a model
 of transformer blocks pase also balances the cuts made only where no more
 crosses than between blocks, and keeps whichever of the two has the faster
 slowest stage with what its cut sends beyond that counted in
-(:func:`pase.model.training`'s ``_balanced``). A framework cuts only between
+(:func:`default_cuts`). A framework cuts only between
 whole blocks (the same balance over blocks,
 :func:`pase.frameworks.base.balanced_block_cuts`), and Megatron-Core's MoE
 layer is one module, never cut inside (:func:`allowed_cuts`).
@@ -20,13 +20,19 @@ layer is one module, never cut inside (:func:`allowed_cuts`).
 from __future__ import annotations
 
 import bisect
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from pase.errors import ConfigurationError
+from pase.hardware.cluster import Cluster
+from pase.model.experts import moe_blocks
+from pase.model.roofline import blocks
 
-__all__ = ["balanced_cuts", "crossing_elements", "allowed_cuts"]
+if TYPE_CHECKING:
+    from pase.model.layer_times import LayerTimes
+
+__all__ = ["balanced_cuts", "crossing_elements", "crossings", "allowed_cuts", "default_cuts"]
 
 
 def balanced_cuts(times: Sequence[float], pieces: int, even: bool = False) -> tuple[int, ...]:
@@ -146,3 +152,56 @@ def allowed_cuts(allowed: np.ndarray, weight: np.ndarray, pieces: int, even: boo
         raise ConfigurationError(f"{pieces} pipeline stages need {pieces - 1} cuts; {len(allowed)} places allow one")
     atoms = balanced_cuts(np.add.reduceat(weight, np.concatenate(([0], allowed))), pieces, even)
     return tuple(allowed[np.array(atoms, dtype=int) - 1].tolist())
+
+
+def crossings(lt: "LayerTimes") -> np.ndarray:
+    """Per position of ``lt``'s layer order, the elements a cut there sends (:func:`crossing_elements`;
+    memoised on ``lt``)."""
+    if "crossing" not in lt.memo:
+        lt.memo["crossing"] = crossing_elements(len(lt.layers), lt.edges, lt.tensor_elements)
+    return lt.memo["crossing"]
+
+
+def default_cuts(lt: "LayerTimes", cluster: Cluster, weight: np.ndarray, pieces: int, pipe_axis: int,
+                 group: int) -> tuple[int, ...]:
+    """The cuts of ``pieces`` virtual stages a plan without its own gets: the even balanced cuts
+    (:func:`balanced_cuts`) of ``weight`` (seconds per layer of ``lt``), never inside an expert block; of those
+    made anywhere allowed and, in a model of transformer blocks, those made only where no more crosses than
+    between two blocks (the residual stream: there and after a residual add), the ones whose slowest stage is
+    faster, a stage's time counting what its cut's sends forward and back across mesh axis ``pipe_axis`` of
+    ``cluster`` (``1/group`` of each tensor a device) take beyond a cut between blocks."""
+    n = len(weight)
+
+    def inside() -> np.ndarray:
+        index = {l.name: i for i, l in enumerate(lt.graph.layers)}
+        out = np.zeros(len(index) + 1, dtype=bool)
+        for block in moe_blocks(lt.graph):
+            out[index[block.router] + 1:index[block.combine] + 1] = True
+        return out
+
+    def starts() -> np.ndarray:
+        of = lt.graph.derived("blocks", lambda: blocks(lt.graph))
+        names = [of.get(l.name) for l in lt.graph.layers]
+        return np.array([i for i in range(1, n) if names[i] is not None and names[i] != names[i - 1]], dtype=int)
+    allowed = np.arange(1, n) if lt.experts is None else (
+        np.flatnonzero(~lt.graph.derived("expert-block positions", inside)[1:n]) + 1)
+    if len(allowed) < pieces - 1:
+        return balanced_cuts(weight, pieces, even=True)
+    crossing = crossings(lt)
+    between = crossing[lt.graph.derived("block starts", starts)]
+    if not between.size:
+        return allowed_cuts(allowed, weight, pieces, even=True)
+    floor = np.median(between)
+    cheap = allowed[crossing[allowed] <= floor]
+    if len(cheap) < pieces - 1:
+        return allowed_cuts(allowed, weight, pieces, even=True)
+    # What a cut's sends, forward and back, take beyond a cut between blocks: its excess bytes' time.
+    excess = np.maximum(crossing - floor, 0.0) * cluster.bytes_per_element / group
+    extra = 2 * (cluster.mesh.send_recv_s(excess, pipe_axis) - cluster.mesh.send_recv_s(0.0, pipe_axis))
+    prefix = np.concatenate(([0.0], np.cumsum(weight)))
+
+    def slowest(cuts: tuple[int, ...]) -> float:
+        ends = np.array([*cuts, n])
+        return float((prefix[ends] - prefix[np.array([0, *cuts])] + extra[ends] * (ends < n)).max())
+    return min(allowed_cuts(cheap, weight, pieces, even=True), allowed_cuts(allowed, weight, pieces, even=True),
+               key=slowest)

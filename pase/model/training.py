@@ -114,7 +114,7 @@ from pase.hardware.mesh import DeviceMesh
 from pase.ir.configs import ConfigOptions
 from pase.model.attention import attention_core
 from pase.model.expert_overlap import unmerged_share
-from pase.model.experts import expert_layout, moe_blocks
+from pase.model.experts import expert_layout
 from pase.model.groups import group_extents
 from pase.model.layer_times import (
     GraphSource,
@@ -130,7 +130,7 @@ from pase.model.parallelism import RECOMPUTE, Parallelism, check_devices, group_
 from pase.model.pipeline import ZERO_BUBBLE, ScheduleResult, in_flight, simulate
 from pase.model.roofline import blocks, fp8_weight_cast_s
 from pase.model.schedule_levels import simulate_levels, worth_levels
-from pase.model.stage_cuts import allowed_cuts, balanced_cuts, crossing_elements
+from pase.model.stage_cuts import crossings, default_cuts
 from pase.model.training_plan import StageReport, TrainingPlan
 
 __all__ = ["RECOMPUTE", "Parallelism", "StageReport", "TrainingPlan", "LayerTimes", "evaluate_training",
@@ -293,8 +293,8 @@ def cut_weights_s(lt: "LayerTimes", cluster: Cluster, data_k: Sequence[int], zer
 
 def _stage_sums(lt: "LayerTimes", cluster: Cluster, par: Parallelism, zero3: tuple[int, ...] | None,
                 expert3: tuple[int, ...] | None, pipe_axis: int):
-    """The cuts of ``par``'s ``p v`` virtual stages (given, or balanced: :func:`_balanced`) and, per virtual
-    stage, one microbatch's forward and backward seconds; memoised on ``lt``.
+    """The cuts of ``par``'s ``p v`` virtual stages (given, or :func:`~pase.model.stage_cuts.default_cuts`)
+    and, per virtual stage, one microbatch's forward and backward seconds; memoised on ``lt``.
 
     A stage's time is its layers' sum, except under overlapped ZeRO-3 (``par.overlap``), where the gathers
     run one layer ahead of the compute (:func:`_prefetched`).
@@ -305,7 +305,7 @@ def _stage_sums(lt: "LayerTimes", cluster: Cluster, par: Parallelism, zero3: tup
     key = ("stages", Q, zero3, par.overlap, par.stage_cuts, expert3, pipe_axis, par.group)
     if key not in lt.memo:
         loads = _loads(lt, cluster, zero3, par.overlap, expert3)
-        cuts = (_balanced(lt, cluster, loads["weight"], Q, pipe_axis, par.group) if par.stage_cuts is None
+        cuts = (default_cuts(lt, cluster, loads["weight"], Q, pipe_axis, par.group) if par.stage_cuts is None
                 else par.stage_cuts)
         if par.stage_cuts is not None and (len(cuts) != Q - 1 or any(not 0 < c < n for c in cuts)
                                            or list(cuts) != sorted(set(cuts))):
@@ -319,58 +319,6 @@ def _stage_sums(lt: "LayerTimes", cluster: Cluster, par: Parallelism, zero3: tup
             fq, bq = _prefetched(g, f, b, np.array([0, *cuts]), np.array([*cuts, n]))
         lt.memo[key] = (tuple(cuts), fq, bq)
     return lt.memo[key]
-
-
-def _balanced(lt: "LayerTimes", cluster: Cluster, weight: np.ndarray, pieces: int, pipe_axis: int,
-              group: int) -> tuple[int, ...]:
-    """The even balanced cuts (:func:`pase.model.stage_cuts.balanced_cuts`) of ``pieces`` virtual stages
-    weighing ``weight`` per layer, never inside an expert block: of those made anywhere allowed and, in a model
-    of transformer blocks, those made only where no more crosses than between two blocks (the residual stream:
-    there and after a residual add), the ones whose slowest stage is faster, a stage's time counting what its
-    cut's sends forward and back across mesh axis ``pipe_axis`` (``1/group`` of each tensor a device) take
-    beyond a cut between blocks."""
-    n = len(weight)
-
-    def inside() -> np.ndarray:
-        index = {l.name: i for i, l in enumerate(lt.graph.layers)}
-        out = np.zeros(len(index) + 1, dtype=bool)
-        for block in moe_blocks(lt.graph):
-            out[index[block.router] + 1:index[block.combine] + 1] = True
-        return out
-
-    def starts() -> np.ndarray:
-        of = lt.graph.derived("blocks", lambda: blocks(lt.graph))
-        names = [of.get(l.name) for l in lt.graph.layers]
-        return np.array([i for i in range(1, n) if names[i] is not None and names[i] != names[i - 1]], dtype=int)
-    allowed = np.arange(1, n) if lt.experts is None else (
-        np.flatnonzero(~lt.graph.derived("expert-block positions", inside)[1:n]) + 1)
-    if len(allowed) < pieces - 1:
-        return balanced_cuts(weight, pieces, even=True)
-    crossing = _crossing(lt)
-    between = crossing[lt.graph.derived("block starts", starts)]
-    if not between.size:
-        return allowed_cuts(allowed, weight, pieces, even=True)
-    floor = np.median(between)
-    cheap = allowed[crossing[allowed] <= floor]
-    if len(cheap) < pieces - 1:
-        return allowed_cuts(allowed, weight, pieces, even=True)
-    # What a cut's sends, forward and back, take beyond a cut between blocks: its excess bytes' time.
-    excess = np.maximum(crossing - floor, 0.0) * cluster.bytes_per_element / group
-    extra = 2 * (cluster.mesh.send_recv_s(excess, pipe_axis) - cluster.mesh.send_recv_s(0.0, pipe_axis))
-    prefix = np.concatenate(([0.0], np.cumsum(weight)))
-
-    def slowest(cuts: tuple[int, ...]) -> float:
-        ends = np.array([*cuts, n])
-        return float((prefix[ends] - prefix[np.array([0, *cuts])] + extra[ends] * (ends < n)).max())
-    return min(allowed_cuts(cheap, weight, pieces, even=True), allowed_cuts(allowed, weight, pieces, even=True),
-               key=slowest)
-
-
-def _crossing(lt: "LayerTimes") -> np.ndarray:
-    """Per position of ``lt``'s layer order, the elements a cut there sends (memoised on ``lt``)."""
-    if "crossing" not in lt.memo:
-        lt.memo["crossing"] = crossing_elements(len(lt.layers), lt.edges, lt.tensor_elements)
-    return lt.memo["crossing"]
 
 
 def _prefetched(gather: np.ndarray, forward: np.ndarray, backward: np.ndarray, lo: np.ndarray,
@@ -412,7 +360,7 @@ def _placement(lt: "LayerTimes", cluster: Cluster, cuts: tuple[int, ...], S: int
     bounds = [0, *cuts, n]
     stage_of = np.repeat(np.arange(Q), np.diff(bounds))
     # Sends: each tensor crossing a boundary, 1/(t c) of it per device, across the pipeline's innermost axis.
-    crossing = _crossing(lt)[list(cuts)] * cluster.bytes_per_element / group
+    crossing = crossings(lt)[list(cuts)] * cluster.bytes_per_element / group
     send = np.where(crossing > 0, mesh.send_recv_s(crossing, pipe_axis), 0.0)
 
     # Per device position s: its chunks q = s, s + S, ... and their layers.
