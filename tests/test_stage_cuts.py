@@ -25,11 +25,10 @@ def test_balanced_cuts_are_optimal_against_brute_force():
         times = rng.choice([rng.uniform(0.1, 5, n), np.round(rng.uniform(0, 3, n)), np.ones(n)])
         best = min(max(times[a:b].sum() for a, b in zip((0, *c), (*c, n)))
                    for c in itertools.combinations(range(1, n), k - 1))
-        for even in (False, True):
-            cuts = balanced_cuts(times, k, even)
-            assert len(cuts) == k - 1 and list(cuts) == sorted(set(cuts)) and all(0 < c < n for c in cuts)
-            got = max(times[a:b].sum() for a, b in zip((0, *cuts), (*cuts, n)))
-            assert got == pytest.approx(best, abs=1e-12)
+        cuts = balanced_cuts(times, k)
+        assert len(cuts) == k - 1 and list(cuts) == sorted(set(cuts)) and all(0 < c < n for c in cuts)
+        got = max(times[a:b].sum() for a, b in zip((0, *cuts), (*cuts, n)))
+        assert got == pytest.approx(best, abs=1e-12)
 
 
 def test_balanced_cuts_equal_the_dynamic_program_on_long_sequences():
@@ -45,18 +44,16 @@ def test_balanced_cuts_equal_the_dynamic_program_on_long_sequences():
         for j in range(1, k + 1):
             for i in range(j, n + 1):
                 best[j][i] = min(max(best[j - 1][a], prefix[i] - prefix[a]) for a in range(j - 1, i))
-        for even in (False, True):
-            cuts = balanced_cuts(times, k, even)
-            assert len(cuts) == k - 1 and list(cuts) == sorted(set(cuts)) and all(0 < c < n for c in cuts)
-            got = max(prefix[b] - prefix[a] for a, b in zip((0, *cuts), (*cuts, n)))
-            assert got == pytest.approx(best[k][n], rel=1e-11)
+        cuts = balanced_cuts(times, k)
+        assert len(cuts) == k - 1 and list(cuts) == sorted(set(cuts)) and all(0 < c < n for c in cuts)
+        got = max(prefix[b] - prefix[a] for a, b in zip((0, *cuts), (*cuts, n)))
+        assert got == pytest.approx(best[k][n], rel=1e-11)
 
 
 def test_one_heavy_last_layer_leaves_the_other_runs_even():
     # The heavy layer sets the optimum (10); the 20 light layers left for 5 runs go 4 a run, by hand. The runs
-    # as long as the limit allows are 10, 7 and three of a layer each.
-    assert balanced_cuts([1.0] * 20 + [10.0], 6, even=True) == (4, 8, 12, 16, 20)
-    assert balanced_cuts([1.0] * 20 + [10.0], 6) == (10, 17, 18, 19, 20)
+    # as long as the limit allows would have been 10, 7 and three of a layer each.
+    assert balanced_cuts([1.0] * 20 + [10.0], 6) == (4, 8, 12, 16, 20)
 
 
 def test_crossing_elements_by_hand():
@@ -71,10 +68,10 @@ def test_allowed_cuts_cut_only_where_allowed():
     # Allowed: 1, 2, 7, 8, 9 (not inside a block from 3 to 6). Two runs: (7,) leaves 7 and 3, (2,) 2 and 8;
     # three: (2, 7) leaves 2, 5 and 3.
     allowed = np.array([1, 2, 7, 8, 9])
-    assert allowed_cuts(allowed, np.ones(10), 2, even=True) == (7,)
-    assert allowed_cuts(allowed, np.ones(10), 3, even=True) == (2, 7)
+    assert allowed_cuts(allowed, np.ones(10), 2) == (7,)
+    assert allowed_cuts(allowed, np.ones(10), 3) == (2, 7)
     with pytest.raises(ConfigurationError, match="7 pipeline stages need 6 cuts; 5 places allow one"):
-        allowed_cuts(allowed, np.ones(10), 7, even=True)
+        allowed_cuts(allowed, np.ones(10), 7)
 
 
 def _moe(batch: int):

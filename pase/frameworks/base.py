@@ -195,7 +195,7 @@ def block_layout(names: Sequence[str]) -> BlockLayout:
 
 def balanced_block_cuts(weights: Sequence[float], pieces: int, layout: BlockLayout) -> tuple[int, ...]:
     """Cut the blocks into ``pieces`` runs of whole blocks minimising the slowest run's weight, the slack
-    spread evenly (:func:`pase.model.stage_cuts.balanced_cuts` with ``even``).
+    spread evenly (:func:`pase.model.stage_cuts.balanced_cuts`).
 
     ``weights`` are per layer (seconds); returns layer positions of the cuts.
     Raises ``ConfigurationError`` when there are fewer blocks than pieces.
@@ -205,7 +205,7 @@ def balanced_block_cuts(weights: Sequence[float], pieces: int, layout: BlockLayo
                                  f"blocks; the model has {layout.blocks}")
     if pieces == 1:
         return ()
-    units = balanced_cuts(layout.units(weights), pieces, even=True)
+    units = balanced_cuts(layout.units(weights), pieces)
     return tuple(layout.starts[u - 1] for u in units)
 
 

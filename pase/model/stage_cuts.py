@@ -5,16 +5,16 @@ slowest virtual stage's forward and backward is as short as any cut makes it.
 Many cuts often achieve that (one heavy layer, the output layer, can set it):
 the runs that each go as far as the limit allows leave the slack to the last
 stages, a layer each, which the interleaved schedule pays for in its bubble,
-so pase spreads it (``even``). And a cut sends every tensor made before it and
+so pase spreads it evenly. And a cut sends every tensor made before it and
 read after it (:func:`crossing_elements`): inside attention the queries, keys,
 values and residual all cross, between blocks only the residual. So in a model
 of transformer blocks pase also balances the cuts made only where no more
 crosses than between blocks, and keeps whichever of the two has the faster
 slowest stage with what its cut sends beyond that counted in
-(:func:`default_cuts`). A framework cuts only between
-whole blocks (the same balance over blocks,
-:func:`pase.frameworks.base.balanced_block_cuts`), and Megatron-Core's MoE
-layer is one module, never cut inside (:func:`allowed_cuts`).
+(:func:`default_cuts`). A framework cuts only between whole blocks (the same
+balance over blocks, :func:`pase.frameworks.base.balanced_block_cuts`), and
+Megatron-Core's MoE layer is one module, never cut inside
+(:func:`allowed_cuts`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["balanced_cuts", "crossing_elements", "crossings", "allowed_cuts", "default_cuts"]
 
 
-def balanced_cuts(times: Sequence[float], pieces: int, even: bool = False) -> tuple[int, ...]:
+def balanced_cuts(times: Sequence[float], pieces: int) -> tuple[int, ...]:
     """Cut ``times`` (per layer, in order) into ``pieces`` non-empty runs minimising the largest run's sum.
 
     Returns the start index of runs 1 .. pieces - 1. Optimal to a relative
@@ -48,11 +48,10 @@ def balanced_cuts(times: Sequence[float], pieces: int, even: bool = False) -> tu
     becomes the least sum by which any run could grow (below it the runs,
     and the failure, stay the same).
 
-    The cuts, of all within hi: without ``even``, those of the furthest-end
-    runs, each leaving a layer for every later run (run ``k`` starts at the
-    smaller of the ``k``-th furthest-end start and ``n - (pieces - k)``);
-    with ``even``, from the last, each the nearest where an even split of
-    the time before it into the runs left would put it (:func:`_even`).
+    The cuts, of all within hi: from the last, each the nearest where an
+    even split of the time before it into the runs left would put it
+    (:func:`_even`), not those of the furthest-end runs, which leave the
+    slack to the last runs.
 
     Raises ``ConfigurationError`` when there are fewer layers than pieces.
     """
@@ -99,9 +98,9 @@ def balanced_cuts(times: Sequence[float], pieces: int, even: bool = False) -> tu
             hi = min(hi, biggest)
         else:
             lo = max(mid, min(grow, hi))
+    if pieces == 1:
+        return ()
     chain = np.minimum(starts(furthest(hi * (1 + 1e-12)))[:pieces], np.arange(n - pieces, n))
-    if not even or pieces == 1:
-        return tuple(chain[1:].tolist())
     return _even(prefix.tolist(), chain.tolist(), hi * (1 + 1e-12))
 
 
@@ -144,13 +143,13 @@ def crossing_elements(layers: int, edges: np.ndarray, tensor_elements: np.ndarra
     return np.cumsum(change)[:layers + 1]
 
 
-def allowed_cuts(allowed: np.ndarray, weight: np.ndarray, pieces: int, even: bool) -> tuple[int, ...]:
+def allowed_cuts(allowed: np.ndarray, weight: np.ndarray, pieces: int) -> tuple[int, ...]:
     """:func:`balanced_cuts` of ``weight`` at the positions ``allowed`` only (increasing, inside ``1 .. n -
     1``): each run between two allowed positions an atom. Raises ``ConfigurationError`` when fewer than
     ``pieces - 1`` positions are allowed."""
     if len(allowed) < pieces - 1:
         raise ConfigurationError(f"{pieces} pipeline stages need {pieces - 1} cuts; {len(allowed)} places allow one")
-    atoms = balanced_cuts(np.add.reduceat(weight, np.concatenate(([0], allowed))), pieces, even)
+    atoms = balanced_cuts(np.add.reduceat(weight, np.concatenate(([0], allowed))), pieces)
     return tuple(allowed[np.array(atoms, dtype=int) - 1].tolist())
 
 
@@ -164,7 +163,7 @@ def crossings(lt: "LayerTimes") -> np.ndarray:
 
 def default_cuts(lt: "LayerTimes", cluster: Cluster, weight: np.ndarray, pieces: int, pipe_axis: int,
                  group: int) -> tuple[int, ...]:
-    """The cuts of ``pieces`` virtual stages a plan without its own gets: the even balanced cuts
+    """The cuts of ``pieces`` virtual stages a plan without its own gets: the balanced cuts
     (:func:`balanced_cuts`) of ``weight`` (seconds per layer of ``lt``), never inside an expert block; of those
     made anywhere allowed and, in a model of transformer blocks, those made only where no more crosses than
     between two blocks (the residual stream: there and after a residual add), the ones whose slowest stage is
@@ -186,15 +185,15 @@ def default_cuts(lt: "LayerTimes", cluster: Cluster, weight: np.ndarray, pieces:
     allowed = np.arange(1, n) if lt.experts is None else (
         np.flatnonzero(~lt.graph.derived("expert-block positions", inside)[1:n]) + 1)
     if len(allowed) < pieces - 1:
-        return balanced_cuts(weight, pieces, even=True)
+        return balanced_cuts(weight, pieces)
     crossing = crossings(lt)
     between = crossing[lt.graph.derived("block starts", starts)]
     if not between.size:
-        return allowed_cuts(allowed, weight, pieces, even=True)
+        return allowed_cuts(allowed, weight, pieces)
     floor = np.median(between)
     cheap = allowed[crossing[allowed] <= floor]
     if len(cheap) < pieces - 1:
-        return allowed_cuts(allowed, weight, pieces, even=True)
+        return allowed_cuts(allowed, weight, pieces)
     # What a cut's sends, forward and back, take beyond a cut between blocks: its excess bytes' time.
     excess = np.maximum(crossing - floor, 0.0) * cluster.bytes_per_element / group
     extra = 2 * (cluster.mesh.send_recv_s(excess, pipe_axis) - cluster.mesh.send_recv_s(0.0, pipe_axis))
@@ -203,5 +202,5 @@ def default_cuts(lt: "LayerTimes", cluster: Cluster, weight: np.ndarray, pieces:
     def slowest(cuts: tuple[int, ...]) -> float:
         ends = np.array([*cuts, n])
         return float((prefix[ends] - prefix[np.array([0, *cuts])] + extra[ends] * (ends < n)).max())
-    return min(allowed_cuts(cheap, weight, pieces, even=True), allowed_cuts(allowed, weight, pieces, even=True),
+    return min(allowed_cuts(cheap, weight, pieces), allowed_cuts(allowed, weight, pieces),
                key=slowest)
