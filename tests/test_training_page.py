@@ -181,6 +181,10 @@ def test_the_stage_table_lists_every_stage():
     assert sum(r["layer count"] for r in rows) == len(BUILD(1))
     assert rows[0]["forward ms"] == pytest.approx(plan.stages[0].forward_s * 1e3, rel=1e-3)
     assert rows[0]["layers"].count(";") == 1  # two chunks
+    # Many chunks a stage (2 stages of 6 chunks each): the first two, "...", the last and how many.
+    many = stage_rows(evaluate_training(BUILD, CLUSTER, replace(CONFIGS["interleaved"], virtual_stages=6)))
+    assert all(r["layers"].count(";") == 3 and r["layers"].endswith("(6 chunks)") and "; ...; " in r["layers"]
+               for r in many)
 
 
 # -- the page ----------------------------------------------------------------------------------------

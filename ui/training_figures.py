@@ -471,11 +471,12 @@ def _span(values: list[int]) -> str:
 
 
 def stage_rows(plan: TrainingPlan) -> list[dict]:
-    """The stage table: per stage its layers (first to last layer of each chunk), layer count, forward, backward,
-    send and reduction ms (per microbatch; the reduction once a step), microbatches in flight, memory (GB)."""
+    """The stage table: per stage its layers (first to last layer of each chunk, the first two and the last of
+    many: ``StageReport.chunks_text``), layer count, forward, backward, send and reduction ms (per microbatch; the
+    reduction once a step), microbatches in flight, memory (GB)."""
     return [{
         "stage": s.index,
-        "layers": "; ".join(first if first == last else f"{first} … {last}" for first, last in s.layers),
+        "layers": s.chunks_text(" … "),
         "layer count": s.layer_count,
         "forward ms": _sig(s.forward_s * 1e3),
         "backward ms": _sig(s.backward_s * 1e3),

@@ -110,11 +110,7 @@ def print_training(result) -> None:
           + (f" (chosen: {', '.join(result.chosen)})" if result.chosen else ""))
     rows = [["stage", "layers", "forward (ms)", "backward (ms)", "in flight", "memory (GB)"]]
     for s in result.stages:
-        runs = [f"{a} .. {b}" for a, b in s.layers]
-        if len(runs) > 3:  # interleaved: the first two chunks, the last, and how many
-            runs = [*runs[:2], "...", f"{runs[-1]} ({len(runs)} chunks)"]
-        runs = "; ".join(runs)
-        rows.append([str(s.index), runs, f"{s.forward_s * 1e3:.2f}", f"{s.backward_s * 1e3:.2f}",
+        rows.append([str(s.index), s.chunks_text(), f"{s.forward_s * 1e3:.2f}", f"{s.backward_s * 1e3:.2f}",
                      f"{s.in_flight:g}", f"{s.memory_bytes / 1e9:.2f}"])
     print(table(rows))
     p = d["pipeline"]

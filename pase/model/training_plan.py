@@ -42,6 +42,14 @@ class StageReport:
     dispatch_s: float = 0.0
     expert_compute_s: float = 0.0
 
+    def chunks_text(self, to: str = " .. ") -> str:
+        """Its chunks' runs as text, ``first .. last`` each (``to`` between): all of them up to three, else the
+        first two, "...", and the last with how many there are (an interleaved stage of 24 chunks)."""
+        runs = [first if first == last else f"{first}{to}{last}" for first, last in self.layers]
+        if len(runs) > 3:
+            runs = [*runs[:2], "...", f"{runs[-1]} ({len(runs)} chunks)"]
+        return "; ".join(runs)
+
     def to_dict(self) -> dict:
         """Plain types for JSON."""
         return {"index": self.index, "layers": [list(r) for r in self.layers], "layer_count": self.layer_count,
