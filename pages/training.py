@@ -207,7 +207,7 @@ show_model([cluster])
 def headline(plan) -> None:
     """Step time, tokens/s, MFU and HFU of the peak, and the largest stage's memory against the capacity."""
     d = plan.to_dict()
-    peak = plan.cluster.peak_flops
+    model, peak = d["step_time_model"], plan.cluster.peak_flops
     m1, m2, m3, m4, m5 = st.columns(5)
     m1.metric("Step time", fmt_time(plan.step_time_s),
               help=f"{plan.parallelism.microbatches} microbatches through the {plan.parallelism.schedule} schedule, "
@@ -235,8 +235,8 @@ def headline(plan) -> None:
                                                           "sources). ")
                + f"Bubble: {fmt_percent(plan.schedule.bubble_fraction)} of the busiest device's step. "
                + f"{md(plan.label)}. Attention {plan.attention}, precision {plan.precision}: "
-               + md(plan.step_time_model()["mfu_counting"]) + ".")
-    accuracy = plan.step_time_model().get("accuracy")
+               + md(model["mfu_counting"]) + ".")
+    accuracy = model.get("accuracy")
     if accuracy is not None:
         st.caption(f"How far to trust the step: {md(accuracy['text'])}.")
     if fits is False:

@@ -9,7 +9,8 @@ layer order a block is the run of layers whose names share a numbered prefix
 (``h.3`` for ``h.3.attn.q``, :func:`pase.model.roofline.blocks`); a stage cut
 a framework can run falls where one block ends and the next begins.
 
-:class:`BlockLayout` holds those positions for a graph; :func:`balanced_block_cuts`
+:class:`~pase.model.stage_cuts.BlockLayout` holds those positions for a graph (pase's own default cuts use
+it too, :mod:`pase.model.stage_cuts`); :func:`balanced_block_cuts`
 cuts the blocks into the virtual stages with the smallest slowest one (what
 pase's search does for Megatron-LM and torchtitan, which take any count per
 stage), and :func:`uniform_block_cuts` as DeepSpeed's pipeline splits them
@@ -22,10 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-import numpy as np
-
 from pase.errors import ConfigurationError, PaseError
-from pase.model.stage_cuts import balanced_cuts
+from pase.model.stage_cuts import BlockLayout, balanced_cuts, block_index, block_layout
 from pase.model.training import Parallelism
 
 __all__ = ["NotExpressibleError", "TrainingSettings", "Framework", "BlockLayout", "block_layout", "block_index",
@@ -114,83 +113,6 @@ class Framework:
 
     def __repr__(self) -> str:
         return f"{self.title} ({self.version})"
-
-
-@dataclass(frozen=True)
-class BlockLayout:
-    """Where a graph's transformer blocks begin in its layer order.
-
-    ``starts`` are the positions of the first layers of blocks 1 .. L-1 (the
-    cuts a framework can run), ``blocks`` is L, ``layers`` the graph's layer
-    count; the layers before block 0 (the embedding) go with it, those after
-    the last block (final norm, output layer, loss) with that one.
-    """
-
-    starts: tuple[int, ...]
-    blocks: int
-    layers: int
-
-    def units(self, weights: Sequence[float]) -> np.ndarray:
-        """Per block, the sum of ``weights`` over its layers (the embedding's in block 0, the head's in the last)."""
-        weights = np.asarray(weights, dtype=float)
-        return np.add.reduceat(weights, [0, *self.starts]) if len(weights) else weights
-
-    def cuts_of(self, counts: Sequence[int]) -> tuple[int, ...]:
-        """The layer positions of the cuts between virtual stages holding ``counts`` blocks each.
-
-        Raises ``ConfigurationError`` when the counts do not add up to the
-        blocks or leave a stage empty.
-        """
-        if sum(counts) != self.blocks or any(c < 1 for c in counts):
-            raise ConfigurationError(f"stages of {list(counts)} transformer blocks do not cover the model's "
-                                     f"{self.blocks} blocks with at least one per stage")
-        ends = np.cumsum(counts)[:-1]
-        return tuple(self.starts[e - 1] for e in ends)
-
-    def counts_of(self, cuts: Sequence[int]) -> tuple[int, ...]:
-        """Blocks per virtual stage of ``cuts`` (each one of :attr:`starts`)."""
-        where = {s: k + 1 for k, s in enumerate(self.starts)}
-        bounds = [0] + [where[c] for c in cuts] + [self.blocks]
-        return tuple(int(b - a) for a, b in zip(bounds, bounds[1:]))
-
-
-def block_index(name: str) -> int | None:
-    """The block number of a layer name (``h.12.ln2`` -> 12), None for a layer outside the blocks
-    (as :func:`pase.model.roofline.blocks` decides: a numbered part followed by more parts)."""
-    parts = name.split(".")
-    num = next((i for i, p in enumerate(parts) if p.isdigit()), None)
-    return int(parts[num]) if num is not None and num + 1 < len(parts) else None
-
-
-def block_layout(names: Sequence[str]) -> BlockLayout:
-    """The :class:`BlockLayout` of a layer order (the graph's layer names, in order).
-
-    Raises
-    ------
-    ConfigurationError
-        The graph has no transformer blocks, or a block's layers are not one
-        contiguous run in the order (a framework stacks whole blocks).
-    """
-    index = [block_index(n) for n in names]
-    seen: list[int] = []
-    starts = []
-    for i, k in enumerate(index):
-        if k is None:
-            if seen and any(j is not None for j in index[i:]):
-                raise ConfigurationError(f"layer {names[i]!r} sits between transformer blocks; frameworks stack "
-                                         "whole blocks with only the embedding before and the head after them")
-            continue
-        if not seen or k != seen[-1]:
-            if k in seen:
-                raise ConfigurationError(f"the layers of block {k} are not contiguous in the layer order (at "
-                                         f"{names[i]!r}); frameworks run each block whole")
-            if seen:
-                starts.append(i)
-            seen.append(k)
-    if not seen:
-        raise ConfigurationError("the model has no transformer blocks (layers named like 'h.3.attn.q'), which the "
-                                 "frameworks' pipelines cut between; plan it without --framework")
-    return BlockLayout(starts=tuple(starts), blocks=len(seen), layers=len(names))
 
 
 def balanced_block_cuts(weights: Sequence[float], pieces: int, layout: BlockLayout) -> tuple[int, ...]:

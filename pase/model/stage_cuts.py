@@ -20,6 +20,7 @@ Megatron-Core's MoE layer is one module, never cut inside
 from __future__ import annotations
 
 import bisect
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -27,12 +28,12 @@ import numpy as np
 from pase.errors import ConfigurationError
 from pase.hardware.cluster import Cluster
 from pase.model.experts import moe_blocks
-from pase.model.roofline import blocks
 
 if TYPE_CHECKING:
     from pase.model.layer_times import LayerTimes
 
-__all__ = ["balanced_cuts", "crossing_elements", "crossings", "allowed_cuts", "default_cuts"]
+__all__ = ["balanced_cuts", "crossing_elements", "crossings", "allowed_cuts", "default_cuts", "BlockLayout",
+           "block_index", "block_layout"]
 
 
 def balanced_cuts(times: Sequence[float], pieces: int) -> tuple[int, ...]:
@@ -153,6 +154,83 @@ def allowed_cuts(allowed: np.ndarray, weight: np.ndarray, pieces: int) -> tuple[
     return tuple(allowed[np.array(atoms, dtype=int) - 1].tolist())
 
 
+@dataclass(frozen=True)
+class BlockLayout:
+    """Where a graph's transformer blocks begin in its layer order.
+
+    ``starts`` are the positions of the first layers of blocks 1 .. L-1 (the
+    cuts a framework can run), ``blocks`` is L, ``layers`` the graph's layer
+    count; the layers before block 0 (the embedding) go with it, those after
+    the last block (final norm, output layer, loss) with that one.
+    """
+
+    starts: tuple[int, ...]
+    blocks: int
+    layers: int
+
+    def units(self, weights: Sequence[float]) -> np.ndarray:
+        """Per block, the sum of ``weights`` over its layers (the embedding's in block 0, the head's in the last)."""
+        weights = np.asarray(weights, dtype=float)
+        return np.add.reduceat(weights, [0, *self.starts]) if len(weights) else weights
+
+    def cuts_of(self, counts: Sequence[int]) -> tuple[int, ...]:
+        """The layer positions of the cuts between virtual stages holding ``counts`` blocks each.
+
+        Raises ``ConfigurationError`` when the counts do not add up to the
+        blocks or leave a stage empty.
+        """
+        if sum(counts) != self.blocks or any(c < 1 for c in counts):
+            raise ConfigurationError(f"stages of {list(counts)} transformer blocks do not cover the model's "
+                                     f"{self.blocks} blocks with at least one per stage")
+        ends = np.cumsum(counts)[:-1]
+        return tuple(self.starts[e - 1] for e in ends)
+
+    def counts_of(self, cuts: Sequence[int]) -> tuple[int, ...]:
+        """Blocks per virtual stage of ``cuts`` (each one of :attr:`starts`)."""
+        where = {s: k + 1 for k, s in enumerate(self.starts)}
+        bounds = [0] + [where[c] for c in cuts] + [self.blocks]
+        return tuple(int(b - a) for a, b in zip(bounds, bounds[1:]))
+
+
+def block_index(name: str) -> int | None:
+    """The block number of a layer name (``h.12.ln2`` -> 12), None for a layer outside the blocks
+    (as :func:`pase.model.roofline.blocks` decides: a numbered part followed by more parts)."""
+    parts = name.split(".")
+    num = next((i for i, p in enumerate(parts) if p.isdigit()), None)
+    return int(parts[num]) if num is not None and num + 1 < len(parts) else None
+
+
+def block_layout(names: Sequence[str]) -> BlockLayout:
+    """The :class:`BlockLayout` of a layer order (the graph's layer names, in order).
+
+    Raises
+    ------
+    ConfigurationError
+        The graph has no transformer blocks, or a block's layers are not one
+        contiguous run in the order (a framework stacks whole blocks).
+    """
+    index = [block_index(n) for n in names]
+    seen: list[int] = []
+    starts = []
+    for i, k in enumerate(index):
+        if k is None:
+            if seen and any(j is not None for j in index[i:]):
+                raise ConfigurationError(f"layer {names[i]!r} sits between transformer blocks; frameworks stack "
+                                         "whole blocks with only the embedding before and the head after them")
+            continue
+        if not seen or k != seen[-1]:
+            if k in seen:
+                raise ConfigurationError(f"the layers of block {k} are not contiguous in the layer order (at "
+                                         f"{names[i]!r}); frameworks run each block whole")
+            if seen:
+                starts.append(i)
+            seen.append(k)
+    if not seen:
+        raise ConfigurationError("the model has no transformer blocks (layers named like 'h.3.attn.q'), which the "
+                                 "frameworks' pipelines cut between; plan it without --framework")
+    return BlockLayout(starts=tuple(starts), blocks=len(seen), layers=len(names))
+
+
 def crossings(lt: "LayerTimes") -> np.ndarray:
     """Per position of ``lt``'s layer order, the elements a cut there sends (:func:`crossing_elements`;
     memoised on ``lt``)."""
@@ -178,16 +256,18 @@ def default_cuts(lt: "LayerTimes", cluster: Cluster, weight: np.ndarray, pieces:
             out[index[block.router] + 1:index[block.combine] + 1] = True
         return out
 
-    def starts() -> np.ndarray:
-        of = lt.graph.derived("blocks", lambda: blocks(lt.graph))
-        names = [of.get(l.name) for l in lt.graph.layers]
-        return np.array([i for i in range(1, n) if names[i] is not None and names[i] != names[i - 1]], dtype=int)
+    def layout() -> BlockLayout | None:
+        try:
+            return block_layout([l.name for l in lt.graph.layers])
+        except ConfigurationError:  # no transformer blocks, or not stacked whole
+            return None
     allowed = np.arange(1, n) if lt.experts is None else (
         np.flatnonzero(~lt.graph.derived("expert-block positions", inside)[1:n]) + 1)
     if len(allowed) < pieces - 1:
         return balanced_cuts(weight, pieces)
     crossing = crossings(lt)
-    between = crossing[lt.graph.derived("block starts", starts)]
+    found = lt.graph.derived("block layout", layout)
+    between = crossing[list(found.starts)] if found is not None else np.zeros(0)
     if not between.size:
         return allowed_cuts(allowed, weight, pieces)
     floor = np.median(between)

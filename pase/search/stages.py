@@ -158,11 +158,13 @@ def _groups(cluster: Cluster, devices: int, sequence: int | None, contexts: Sequ
                 yield group // c, c, d, p, data_k
 
 
-def _beside(shared: bool, expert_overlap: bool, ep: int, dispatcher: str) -> bool:
-    """Whether a searched plan runs the shared experts beside the all-to-all: asked for (``shared``), with the
-    all-to-all dispatcher, and where the 1F1B all-to-all overlap (asked for, with expert parallelism) does not
-    hide the same exchanges (Megatron-Core runs one or the other)."""
-    return shared and dispatcher == "alltoall" and not (expert_overlap and ep > 1)
+def _overlaps(shared: bool, expert_overlap: bool, ep: int, dispatcher: str) -> dict[str, bool]:
+    """The overlaps a searched plan of expert parallelism ``ep`` and ``dispatcher`` runs, as ``Parallelism``
+    keywords: the 1F1B all-to-all overlap where asked for and there are exchanges (EP > 1), and the shared experts
+    beside the all-to-all where asked for (``shared``), with the all-to-all dispatcher, and where the 1F1B overlap
+    does not hide the same exchanges (Megatron-Core runs one or the other)."""
+    merged = expert_overlap and ep > 1
+    return {"expert_overlap": merged, "shared_expert_overlap": shared and dispatcher == "alltoall" and not merged}
 
 
 def search_training(
@@ -299,8 +301,7 @@ def search_training(
                             try:
                                 times = cached_times(build, cluster, replace(
                                     base, sequence_parallel=sp, ep=ep, etp=etp, dispatcher=via,
-                                    expert_overlap=expert_overlap and ep > 1,
-                                    shared_expert_overlap=_beside(shared_expert_overlap, expert_overlap, ep, via),
+                                    **_overlaps(shared_expert_overlap, expert_overlap, ep, via),
                                     **recomputing), options, memory, cache)
                             except ConfigurationError:
                                 continue
@@ -343,8 +344,8 @@ def search_training(
                                 continue
                             rules = _rules(targets, framework, lambda: replace(
                                 base, sequence_parallel=sp[0], ep=sp[1], etp=sp[2], recompute=rc,
-                                recompute_modules=sp[3], dispatcher=sp[4], expert_overlap=expert_overlap and sp[1] > 1,
-                                shared_expert_overlap=_beside(shared_expert_overlap, expert_overlap, sp[1], sp[4]),
+                                recompute_modules=sp[3], dispatcher=sp[4],
+                                **_overlaps(shared_expert_overlap, expert_overlap, sp[1], sp[4]),
                                 zero=z, schedule=schedule, virtual_stages=v),
                                 options.precision, lt.attention, lt.experts is not None)
                             if not rules:
@@ -401,8 +402,8 @@ def search_training(
             continue
         sp, ep, etp, modules, via = sp
         par = replace(base, sequence_parallel=sp, recompute=rc, zero=z, schedule=schedule, virtual_stages=v, ep=ep,
-                      etp=etp, recompute_modules=modules, dispatcher=via, expert_overlap=expert_overlap and ep > 1,
-                      shared_expert_overlap=_beside(shared_expert_overlap, expert_overlap, ep, via))
+                      etp=etp, recompute_modules=modules, dispatcher=via,
+                      **_overlaps(shared_expert_overlap, expert_overlap, ep, via))
         if rule is not None:
             try:
                 par = replace(par, stage_cuts=_block_cuts(lt, cluster, par, data_k, targets[rule] if rule in targets
