@@ -48,7 +48,8 @@ from validate_today import ROWS
 from pase.hardware.cluster import H100_TENSOR_CLOCK_HZ, H200_MEASURED_CLOCK_HZ
 from pase.model.attention import flash_flops, flash_units
 from pase.model.experts import PROB_BYTES, block_costs, expert_layout, moe_blocks
-from pase.model.roofline import FP8_CAST_BYTES, fp8_products
+from pase.model.precision import CAST_BYTES, fp8_recipe
+from pase.model.roofline import fp8_products
 from pase.ops import OPS, block_elements
 
 SECTION = "## Mixtures of experts: where a step's time goes (issue 27's audit)"
@@ -113,7 +114,7 @@ def audit(row) -> dict[str, tuple[float, float | None]]:
     plan, par, cluster, lt, graph, strategy, cost = p.plan, p.par, p.cluster, p.lt, p.graph, p.strategy, p.cost
     m = par.microbatches
     hand_of = _Hand(row.cluster)
-    fp8 = fp8_products(graph)
+    fp8, recipe = fp8_products(graph), fp8_recipe(row.precision)
     units = {u.scores: u for u in flash_units(graph, explicit=True)}
     inside = frozenset().union(*(u.members for u in units.values()))
     blocks = {b.experts_layer: b for b in moe_blocks(graph)}
@@ -136,7 +137,7 @@ def audit(row) -> dict[str, tuple[float, float | None]]:
             load = par.capacity_factor if par.capacity_factor is not None else par.expert_imbalance
             copies = load * b.b * b.s / q * b.top_k
             compute = float(lt.expert_compute_s[i])
-            sort = block_costs(b, par, cluster, layout, "fp8")["sort_s"]
+            sort = block_costs(b, par, cluster, layout, row.precision)["sort_s"]
             pase["local sort by expert (permutation 2)"] += sort
             pase["grouped expert products"] += compute - sort
             pase["all-to-all dispatch and combine (exposed)"] += total - compute
@@ -145,8 +146,8 @@ def audit(row) -> dict[str, tuple[float, float | None]]:
             f = b.f
             for flops in (2.0 * n * b.d * 2 * f, 2.0 * n * f * b.d):
                 hand["grouped expert products"] += local * hand_of.fp8_product_s(flops)
-            x_w_y = ((n * b.d, 2 * f * b.d, n * 2 * f), (n * f, f * b.d, n * b.d))
-            casts = sum(local * (x + w + y) * FP8_CAST_BYTES for x, w, y in x_w_y)
+            x_y = ((n * b.d, n * 2 * f), (n * f, n * b.d))  # the weights are cast once a step
+            casts = sum(local * (x + y) * (CAST_BYTES + recipe.amax_bytes) for x, y in x_y)
             hand["grouped expert products"] += (casts + 7.5 * copies * f * 2) / hand_of.copy_Bps
             if local > 1:  # each way, forward and backward: read and write the received rows and their gates
                 hand["local sort by expert (permutation 2)"] += 4 * copies * (2 * b.d * 2 + 2 * PROB_BYTES) \
@@ -175,7 +176,7 @@ def audit(row) -> dict[str, tuple[float, float | None]]:
         key = "dense products (FP8 and BF16, with their casts)"
         if layer.name in fp8:
             pase[key] += compute
-            hand[key] += hand_of.fp8_product_s(forward) + _casts_s(graph, layer, cfg, fp8, hand_of.copy_Bps, 0.0)
+            hand[key] += hand_of.fp8_product_s(forward) + _casts_s(graph, layer, cfg, fp8, recipe, hand_of.copy_Bps, 0.0)
         elif layer.weights and layer.op in ("Einsum", "FullyConnected"):
             pase[key] += compute
             hand[key] += hand_of.bf16_product_s(forward)

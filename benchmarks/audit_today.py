@@ -41,7 +41,8 @@ from pase.ir.configs import ConfigOptions
 from pase.model.attention import flash_flops, flash_units
 from pase.model.cost import build_cost_model
 from pase.model.memory import MemoryOptions
-from pase.model.roofline import fp8_cast_bytes, fp8_products
+from pase.model.precision import fp8_recipe, input_casts
+from pase.model.roofline import fp8_products
 from pase.model.training import cached_times, group_cluster
 from pase.models import batch_builder
 from pase.ops import OPS, block_elements
@@ -86,7 +87,7 @@ def priced(row) -> Priced:
     """:class:`Priced` for a ``validate_today`` row, on the same cache ``pase evaluate`` fills."""
     par = parallelism(row)
     cluster = preset(row.cluster, row.gpus, calibrated=True)
-    options = ConfigOptions(attention="flash", precision="fp8")
+    options = ConfigOptions(attention="flash", precision=row.precision)
     cache: dict = {}
     build = batch_builder(row.sample, seq=row.seq, **({"mtp": row.mtp} if row.mtp else {}))  # as predict() builds it
     lt = cached_times(build, cluster, par, options, MemoryOptions(),
@@ -105,7 +106,7 @@ def audit(row) -> dict[str, tuple[float, float | None]]:
     plan, par, cluster, lt, graph, strategy, cost = p.plan, p.par, p.cluster, p.lt, p.graph, p.strategy, p.cost
     m = par.microbatches
     eff = cluster.efficiency
-    fp8 = fp8_products(graph)
+    fp8, recipe = fp8_products(graph), fp8_recipe(row.precision)
     units = {u.scores: u for u in flash_units(graph, explicit=True)}
     inside = frozenset().union(*(u.members for u in units.values()))  # run inside the fused attention kernel
     pase = dict.fromkeys(("FP8 products", "FP8 casts (per microbatch)", "BF16 products", "attention",
@@ -118,11 +119,11 @@ def audit(row) -> dict[str, tuple[float, float | None]]:
         flops = OPS[layer.op].flops(layer, np.asarray(layer.sizes, dtype=float) / cfg)
         forward = float(flops.forward[0])
         if layer.name in fp8:
-            casts = _casts_s(graph, layer, cfg, fp8, eff.memory_Bps, eff.kernel_overhead_s)
+            casts = _casts_s(graph, layer, cfg, fp8, recipe, eff.memory_Bps, eff.kernel_overhead_s)
             pase["FP8 casts (per microbatch)"] += casts
             pase["FP8 products"] += compute - casts
             hand["FP8 products"] += 3 * forward / _rate(KERNELS["gemm_fp8"]["rows"], forward, "s") * CLOCK
-            hand["FP8 casts (per microbatch)"] += _casts_s(graph, layer, cfg, fp8, COPY_BPS, 0.0)
+            hand["FP8 casts (per microbatch)"] += _casts_s(graph, layer, cfg, fp8, recipe, COPY_BPS, 0.0)
         elif layer.weights and layer.op in ("Einsum", "FullyConnected"):
             pase["BF16 products"] += compute
             bf16 = KERNELS["gemm_bf16"]["rows"]
@@ -161,14 +162,16 @@ def step_rest(plan, stage, row) -> dict[str, tuple[float, float | None]]:
             "step": (plan.step_time_s, row.measured_step_s)}
 
 
-def _casts_s(graph, layer, cfg, fp8, memory_Bps: float, overhead_s: float) -> float:
-    """Seconds of ``layer``'s activation casts a microbatch by Transformer Engine's rule (pase.model.roofline)."""
+def _casts_s(graph, layer, cfg, fp8, recipe, memory_Bps: float, overhead_s: float) -> float:
+    """Seconds of ``layer``'s activation casts a microbatch by Transformer Engine's rule in ``recipe``
+    (pase.model.precision)."""
     total = 0.0
-    for t, (fwd, bwd, readers) in zip(layer.inputs, fp8_cast_bytes(graph, layer, fp8)):
-        if fwd + bwd:
-            total += (float(block_elements(layer, t, cfg)[0]) * (fwd + bwd) / memory_Bps + overhead_s) / readers
-    for t in layer.outputs:
-        total += float(block_elements(layer, t, cfg)[0]) * 4 / memory_Bps + overhead_s
+    gradient = recipe.gradient_cast()
+    casts = [(t, c) for t, c in zip(layer.inputs, input_casts(graph, layer, fp8, recipe))]
+    for t, c in casts + [(t, gradient) for t in layer.outputs]:
+        if c.forward + c.backward:
+            total += (float(block_elements(layer, t, cfg)[0]) * (c.forward + c.backward) / memory_Bps
+                      + c.kernels * overhead_s) / c.readers
     return total
 
 

@@ -7,8 +7,11 @@ stands: no figure of it was fitted to these step times (BENCHMARKS.md, "Today's 
 model", says where each comes from). A row's measured step is GBS x sequence / (tokens/s/GPU x GPUs).
 
 How the rows ran, from the tables' own notes (published-measurements.md, section 3): Megatron-Core
-with Transformer Engine; FP8 products (3a says so; 3b's recipes are FP8 with current scaling in the
-next release, and their model TFLOP/s exceed the BF16 peak's reach); FlashAttention (cuDNN fused
+with Transformer Engine; FP8 products (:attr:`Row.precision`: 3a says FP8, of Transformer Engine's default
+recipe then, delayed scaling; 3b's are FP8 with current per-tensor scaling: the scripts of that release run
+the mixtures of experts in ``bf16``, ``fp8_cs`` or a block-scaled recipe only, the table's parentheses
+being the block-scaled runs (``configs/*/*_llm_pretrain.yaml``'s ``perf_matrix``), and the 25.11 table
+names the same dense runs FP8-CS at the same throughputs within 4%); FlashAttention (cuDNN fused
 attention); the distributed optimizer (ZeRO-1; FSDP rows ZeRO-3 over their data-parallel ranks);
 the gradient reduce-scatter and parameter all-gather overlapped; tensor-parallel communication
 overlapped, with sequence parallelism wherever tensor parallelism is (Megatron-Core requires it for
@@ -100,6 +103,11 @@ class Row:
     shared_overlap: bool = False  # the recipe's shared experts beside the all-to-all (moe_shared_expert_overlap)
 
     @property
+    def precision(self) -> str:
+        """The FP8 recipe the run used (the module docstring): delayed scaling in 3a, current scaling in 3b."""
+        return "fp8-cs" if self.source == _3B else "fp8"
+
+    @property
     def measured_step_s(self) -> float:
         """The step the throughput implies: GBS x sequence / (tokens/s/GPU x GPUs)."""
         return self.gbs * self.seq / (self.tokens_per_gpu_s * self.gpus)
@@ -165,8 +173,8 @@ def megatron_split(blocks: int, pieces: int) -> tuple[int, ...] | None:
     return None
 
 
-def predict(row: Row, precision: str = "fp8", adjust=None) -> TrainingPlan:
-    """The model's plan of ``row`` on its preset's calibration (flash attention, ``precision`` products);
+def predict(row: Row, adjust=None) -> TrainingPlan:
+    """The model's plan of ``row`` on its preset's calibration (flash attention, FP8 products of its recipe);
     ``adjust``: a function of the preset's cluster giving the cluster to price on instead (an audit's what-if).
 
     Raises ``PaseError`` when the row cannot be evaluated (a sample pase does not have, a split it refuses).
@@ -177,7 +185,7 @@ def predict(row: Row, precision: str = "fp8", adjust=None) -> TrainingPlan:
     if adjust is not None:
         cluster = adjust(cluster)
     build, par = batch_builder(row.sample, seq=row.seq, **({"mtp": row.mtp} if row.mtp else {})), parallelism(row)
-    options, cache = ConfigOptions(attention="flash", precision=precision), {}
+    options, cache = ConfigOptions(attention="flash", precision=row.precision), {}
     par = replace(par, stage_cuts=recipe_cuts(row, build, cluster, par, options, cache))
     return evaluate_training(build, cluster, par, options=options, cache=cache)
 
@@ -271,7 +279,8 @@ def main() -> int:
         "kernels taken at NVIDIA's stated 1,830 MHz tensor-core boost rather than the 1,980 MHz they were timed at "
         "(a published figure, not fitted); `dgx-b200`, published specifications with the H200's fractions carried "
         "over; the links, NCCL's published bus bandwidths; the A100 fit (not used here), Korthikanti Table 5 and "
-        "Megatron Table 1 only. FP8 casts as Transformer Engine runs them (`pase.model.roofline`). Stage cuts "
+        "Megatron Table 1 only. FP8 casts as Transformer Engine runs them in each row's recipe (`pase.model.precision`: "
+        "delayed scaling in 3a, current per-tensor scaling in 3b, `Row.precision`). Stage cuts "
         "between whole transformer blocks, as Megatron-Core stacks them. The model TFLOP/s column counts "
         "FLOPs as NVIDIA's tables do (a causal attention kernel's half of the square).", "",
         summary, "", table, "",
@@ -293,7 +302,7 @@ def main() -> int:
         "time goes in three of them, class by class against hand estimates from the kernel file: the next "
         "section. What is still missing and not priced, for want of a measurement or a hand count that settles "
         "it: the ring steps' output corrections, "
-        "current scaling's separate amax pass in the 3b rows, the optimizer's "
+        "current scaling's 4-byte amax all-reduces under sequence parallelism, the optimizer's "
         "gradient-buffer zeroing and norm, and whatever sustained power and concurrent communication take from "
         "the kernels' speed in a real step. Memory: each preset holds what NVML reports (an 80 GB H100 81,559 "
         "MiB, 85.5 GB; Modal's published table), less pase's reserve (3.9 GB); the datasheets' round 80 GB had left "
@@ -330,14 +339,18 @@ def main() -> int:
         "becomes 29.8%. The DeepSeek-V3 rows carry the recipe's multi-token-prediction module and pipeline "
         "layouts (the script's docstring). None of these was fitted to the rows.",
         "",
-        "Since the run before: every row without a layout of its recipe's own is cut as Megatron-Core splits its "
-        "blocks without one (`megatron_split`: evenly, or evenly with the embedding and the loss counted a block "
-        "each where the recipe says so, Megatron-Bridge's `llama31_405b.py` and `qwen3_235b_a22b.py`). The cuts "
-        "balanced over the blocks had given the two Llama 3 70B rows layouts no recipe runs (`4, 5, 5, ..., 5, 2, "
-        "1, 1, 1, 1` blocks a virtual stage: the runs as long as the slowest allows, the slack left to the last) "
-        "and the B200 Qwen3-235B-A22B row 6 blocks a stage and 4 on the last where Megatron-Core runs 5, 6, ..., "
-        "6, 5: Llama 3 70B (3a) -2.0% becomes -3.7%, (3b) -0.2% becomes +1.4%, Qwen3-235B-A22B on B200 -19.6% "
-        "becomes -15.8% (169.7 GB becomes 158.1). Nothing else changed.",
+        "Since the run before: the 3b rows are priced in the FP8 recipe they ran, current per-tensor scaling "
+        "(the scripts of that release run the mixtures of experts in no other per-tensor recipe, and the 25.11 table "
+        "names the same dense runs FP8-CS; the script's docstring), where they had been priced in delayed scaling: "
+        "each cast reads its BF16 tensor once more for its amax and launches two more kernels, and a normalisation "
+        "no longer writes its product's input in FP8 (Transformer Engine's `Float8CurrentScalingQuantizer` and "
+        "`FUSED_NORM_AMAX_FP8`; hand counts in `tests/test_step_costs.py`). And the experts' FP8 weights are cast "
+        "once a step, as the dense products' are (Megatron-Core passes `is_first_microbatch` to Transformer "
+        "Engine's grouped linear layer too), where every microbatch had cast them again on top of the step's cast. "
+        "The weights' fix alone, in delayed scaling: DeepSeek-V3 -31.9% becomes -32.6%, on B200 -29.8% becomes "
+        "-32.1%, Qwen3-30B-A3B -18.1% becomes -18.7% (B200 +26.6% becomes +25.7%), Qwen3-235B-A22B -16.1% becomes "
+        "-16.6% (B200 -15.8% becomes -17.0%); current scaling then adds 2-4% to every 3b row (the table above). "
+        "The 3a rows are unchanged.",
         "",
     ])
     publish(text, args.no_write)

@@ -197,6 +197,10 @@ def test_evaluate_names_its_step_time_model_attention_and_precision(capsys):
     model = json.loads(out)["step_time_model"]
     assert code == 0 and model["model"] == "calibrated" and model["attention"] == "flash"
     assert model["precision"] == "fp8" and "BF16 dense peak" in model["mfu_counting"]
+    assert model["fp8_scaling"] == "delayed scaling"
+    code, out, _ = run(capsys, "evaluate", "llama3-8b", "--devices", "8", "--cluster", "dgx-h100", "--seq", "1024",
+                       "--global-batch", "8", "--microbatch-size", "1", "--precision", "fp8-cs")
+    assert code == 0 and "precision fp8-cs (current per-tensor scaling)" in out
     code, out, _ = run(capsys, "evaluate", "llama3-8b", "--devices", "8", "--cluster", "dgx-h100", "--seq", "1024",
                        "--global-batch", "8", "--microbatch-size", "1", "--peak-rates")
     assert code == 0 and "step-time model: peak rates" in out and "attention unfused" in out

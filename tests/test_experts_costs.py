@@ -79,6 +79,27 @@ def test_grouped_products_are_priced_one_kernel_at_a_time_as_published_loops_run
     assert many["compute_s"] - 2 * act(many) == pytest.approx(2 * (few["compute_s"] - 2 * act(few)), rel=0.05)
 
 
+def test_expert_casts_are_the_activations_a_microbatch_and_current_scaling_reads_each_once_more():
+    # Qwen3-30B-A3B's block at EP 8 on one DGX H100: each device's 16 local experts get 2,048 rows each (32,768 in
+    # all, capacity factor 1). Under current scaling each grouped cast first reads its BF16 input once for the amax
+    # (2 bytes an element) and launches the amax and scale kernels: forward the fc1 input (d a row) and the fc2
+    # input (f a row), backward the fc1 output gradient (2 f a row) and the fc2 output gradient (d a row). The
+    # weights are cast once a step with the dense products' (TE's GroupedLinear takes Megatron-Core's
+    # is_first_microbatch), not here: were they, the difference would grow by their 3 d f elements an expert.
+    c = preset("dgx-h100", 8, calibrated=True)
+    par = Parallelism(data=8, global_batch=8, ep=8, etp=1, capacity_factor=1.0)
+    block = _block()
+    costs = {p: block_costs(block, par, c, expert_layout(par, c.mesh), p) for p in ("fp8", "fp8-cs")}
+    rows, d, f = 32768, 2048, 768
+    eff = c.efficiency
+    assert costs["fp8"]["expert_tokens"] * 16 == rows
+    forward = costs["fp8-cs"]["forward_s"] - costs["fp8"]["forward_s"]
+    backward = costs["fp8-cs"]["backward_s"] - costs["fp8"]["backward_s"]
+    assert forward == pytest.approx(rows * (d + f) * 2 / eff.memory_Bps + 2 * 2 * eff.kernel_overhead_s, rel=1e-9)
+    assert backward == pytest.approx(rows * (2 * f + d) * 2 / eff.memory_Bps + 2 * 2 * eff.kernel_overhead_s,
+                                     rel=1e-9)
+
+
 def test_deepseek_v3_with_its_prediction_module_counts_the_published_685b():
     # deepseek-ai/DeepSeek-V3's README: 685B on Hugging Face, "671B of the Main Model weights and 14B of the
     # Multi-Token Prediction (MTP) Module weights"; the checkpoint stores the module's own copies of the embedding

@@ -15,7 +15,8 @@ from pase.hardware.cluster import CALIBRATIONS, H200_MEASURED, preset
 from pase.ir.configs import ConfigOptions
 from pase.model.attention import attention_units, flash_times_s
 from pase.model.cost import build_cost_model
-from pase.model.roofline import fp8_cast_bytes, fp8_products, layer_times_s, matrix_kernel_s
+from pase.model.precision import DELAYED, TENSORWISE, input_casts
+from pase.model.roofline import fp8_products, layer_times_s, matrix_kernel_s
 from pase.model.training import Parallelism, evaluate_training
 from pase.models.llama import llama
 
@@ -68,43 +69,72 @@ def _block():
 
 def test_each_fp8_input_is_cast_once_as_transformer_engine_does():
     # Megatron-Core's Llama block under TE: one fused QKV product reading the attention norm's output, which the
-    # norm writes in FP8 itself (the backward transposes it: 1 byte read, 1 written); the output projection
-    # cast-transposes the attention's BF16 output (2 read, 1 + 1 written); one fused gate/up product reading the
-    # FFN norm's FP8 output; the down projection cast-transposes the SwiGLU's output.
+    # norm writes in FP8 itself under delayed scaling (the backward transposes it: 1 byte read, 1 written); the
+    # output projection cast-transposes the attention's BF16 output (2 read, 1 + 1 written); one fused gate/up
+    # product reading the FFN norm's FP8 output; the down projection cast-transposes the SwiGLU's output. Under
+    # current scaling the norm writes BF16 and takes the amax (FUSED_NORM_AMAX_FP8), so its product's input is
+    # cast-transposed forward by two kernels (the scale, the cast); any other cast reads the tensor once more for
+    # its amax first (2 bytes), three kernels (amax, scale, cast: Float8CurrentScalingQuantizer::quantize_impl).
     g = _block()
     fp8 = fp8_products(g)
-    got = {name.split(".", 2)[2]: fp8_cast_bytes(g, g.layer(name), fp8) for name in sorted(fp8)}
-    assert got == {"attn.q": ((0, 2, 3),), "attn.k": ((0, 2, 3),), "attn.v": ((0, 2, 3),), "attn.out": ((4, 0, 1),),
-                   "ffn.gate": ((0, 2, 2),), "ffn.up": ((0, 2, 2),), "ffn.down": ((4, 0, 1),)}
+    got = {r.precision: {name.split(".", 2)[2]: input_casts(g, g.layer(name), fp8, r) for name in sorted(fp8)}
+           for r in (DELAYED, TENSORWISE)}
+    assert got["fp8"] == {"attn.q": ((0, 2, 3, 1),), "attn.k": ((0, 2, 3, 1),), "attn.v": ((0, 2, 3, 1),),
+                          "attn.out": ((4, 0, 1, 1),), "ffn.gate": ((0, 2, 2, 1),), "ffn.up": ((0, 2, 2, 1),),
+                          "ffn.down": ((4, 0, 1, 1),)}
+    assert got["fp8-cs"] == {"attn.q": ((4, 0, 3, 2),), "attn.k": ((4, 0, 3, 2),), "attn.v": ((4, 0, 3, 2),),
+                             "attn.out": ((6, 0, 1, 3),), "ffn.gate": ((4, 0, 2, 2),), "ffn.up": ((4, 0, 2, 2),),
+                             "ffn.down": ((6, 0, 1, 3),)}
 
 
-def test_a_block_s_activation_casts_move_the_hand_counted_bytes():
-    # Per microbatch, inputs: the QKV input's transpose 2 X, the projection's cast-transpose 4 X, the gate/up
-    # input's transpose 2 X, the down projection's 4 FF bytes; output gradients, cast-transposed (4 bytes each):
-    # q X, k and v X kv/heads each, the projection X, gate and up FF each, down X. At 1 TB/s without launch time,
-    # the casts' seconds are those bytes / 1e12; the products run at 0.1% of the FP8 peak, so their own bytes
-    # hide behind their FLOPs (the roofline) at either bandwidth.
-    eff = replace(CALIBRATIONS["dgx-h100"], memory_Bps=1e12, kernel_overhead_s=0.0, fp8_matmul_curve=((1e9, 0.001),))
+def _cast_seconds(recipe, eff) -> float:
+    """Seconds the FP8 casts of one block add under ``recipe``: each product timed with and without them."""
     g = _block()
     fp8 = fp8_products(g)
     cfg = lambda layer: np.ones((1, len(layer.dims)))  # noqa: E731 - one device
     casts = 0.0
     for name in fp8:
         layer = g.layer(name)
-        with_casts = layer_times_s(layer, cfg(layer), 989e12, eff, 2, fp8_peak_flops=1979e12,
-                                   cast_bytes=fp8_cast_bytes(g, layer, fp8))
-        product = layer_times_s(layer, cfg(layer), 989e12, replace(eff, memory_Bps=1e30), 2,
-                                fp8_peak_flops=1979e12, cast_bytes=fp8_cast_bytes(g, layer, fp8))
+        kwargs = dict(fp8_peak_flops=1979e12, casts=input_casts(g, layer, fp8, recipe), recipe=recipe)
+        with_casts = layer_times_s(layer, cfg(layer), 989e12, eff, 2, **kwargs)
+        product = layer_times_s(layer, cfg(layer), 989e12, replace(eff, memory_Bps=1e30, kernel_overhead_s=0.0),
+                                2, **kwargs)
         casts += float(sum(with_casts)[0] - sum(product)[0])
-    inputs = 2 * X + 4 * X + 2 * X + 4 * FF
-    gradients = 4 * (X + 2 * X * KV // HEADS + X + 2 * FF + X)
-    assert casts == pytest.approx((inputs + gradients) / 1e12, rel=1e-6)
+    return casts
 
 
-def test_fp8_weights_are_cast_once_a_step():
+def test_a_block_s_activation_casts_move_the_hand_counted_bytes():
+    # Per microbatch, delayed scaling, inputs: the QKV input's transpose 2 X, the projection's cast-transpose 4 X,
+    # the gate/up input's transpose 2 X, the down projection's 4 FF bytes; output gradients, cast-transposed (4
+    # bytes each): q X, k and v X kv/heads each, the projection X, gate and up FF each, down X. Current scaling:
+    # the norms' outputs cast-transposed forward (4 X each, no transpose backward), the other inputs and every
+    # output gradient 2 bytes more for the amax pass. At 1 TB/s without launch time, the casts' seconds are those
+    # bytes / 1e12; the products run at 0.1% of the FP8 peak, so their own bytes hide behind their FLOPs (the
+    # roofline) at either bandwidth.
+    eff = replace(CALIBRATIONS["dgx-h100"], memory_Bps=1e12, kernel_overhead_s=0.0, fp8_matmul_curve=((1e9, 0.001),))
+    gradient_elements = X + 2 * X * KV // HEADS + X + 2 * FF + X
+    delayed = (2 * X + 4 * X + 2 * X + 4 * FF) + 4 * gradient_elements
+    current = (4 * X + 6 * X + 4 * X + 6 * FF) + 6 * gradient_elements
+    assert _cast_seconds(DELAYED, eff) == pytest.approx(delayed / 1e12, rel=1e-6)
+    assert _cast_seconds(TENSORWISE, eff) == pytest.approx(current / 1e12, rel=1e-6)
+
+
+def test_current_scaling_launches_the_amax_and_scale_kernels():
+    # With no bandwidth cost, a cast costs its launches: delayed scaling one kernel each (the QKV and gate/up
+    # transposes, shared by their 3 and 2 readers; the two other inputs; 7 output gradients: 11 in all); current
+    # scaling two for a norm-fed input (scale, cast-transpose) and three for any other (amax, scale, cast). The 7
+    # products' own 21 kernels (forward, input and weight gradient) launch either way.
+    eff = replace(CALIBRATIONS["dgx-h100"], memory_Bps=1e30, kernel_overhead_s=1e-6)
+    assert _cast_seconds(DELAYED, eff) == pytest.approx((21 + 2 + 2 + 7) * 1e-6, rel=1e-6)
+    assert _cast_seconds(TENSORWISE, eff) == pytest.approx((21 + 2 * 2 + 2 * 3 + 7 * 3) * 1e-6, rel=1e-6)
+
+
+@pytest.mark.parametrize("precision, nbytes", [("fp8", 4), ("fp8-cs", 6)])
+def test_fp8_weights_are_cast_once_a_step(precision, nbytes):
     # TE casts each FP8 product's weight (and its transpose) at a step's first microbatch and keeps them for the
-    # rest (Megatron-Core's is_first_microbatch): the step pays 4 bytes per FP8 weight once, whatever the
-    # microbatches; the block's FP8 products hold q h^2, k and v h^2 kv/heads each, out h^2, gate up down 3 h f.
+    # rest (Megatron-Core's is_first_microbatch): the step pays 4 bytes per FP8 weight once (6 under current
+    # scaling, its amax pass first), whatever the microbatches; the block's FP8 products hold q h^2, k and v h^2
+    # kv/heads each, out h^2, gate up down 3 h f.
     g_build = lambda b: llama("t", layers=1, hidden=H, heads=HEADS, kv_heads=KV, ffn=F, vocab=128,  # noqa: E731
                               batch=b, seq=S)
     cluster = preset("dgx-h100", 1)
@@ -113,9 +143,9 @@ def test_fp8_weights_are_cast_once_a_step():
     for m in (1, 4):
         par = Parallelism(global_batch=m * B, microbatch_size=B)
         opt = {p: evaluate_training(g_build, cluster, par, options=ConfigOptions(precision=p)).stages[0].optimizer_s
-               for p in ("bf16", "fp8")}
-        steps[m] = opt["fp8"] - opt["bf16"]
-    assert steps[1] == pytest.approx(weights * 4 / cluster.efficiency.memory_Bps, rel=1e-9)
+               for p in ("bf16", precision)}
+        steps[m] = opt[precision] - opt["bf16"]
+    assert steps[1] == pytest.approx(weights * nbytes / cluster.efficiency.memory_Bps, rel=1e-9)
     assert steps[4] == pytest.approx(steps[1], rel=1e-12)
 
 

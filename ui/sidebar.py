@@ -211,8 +211,9 @@ def _options(sb, cluster: Cluster) -> ConfigOptions:
                                   "model, unfused at peak rates.")
     fp8_ok = cluster.fp8_peak_flops is not None and cluster.efficiency is not None
     precision = k2.selectbox("Precision", list(PRECISIONS), key="in_precision", disabled=not fp8_ok,
-                             help="fp8: products with weights at the GPU's FP8 rate (Transformer Engine's recipes); "
-                                  "MFU stays against the BF16 peak." + ("" if fp8_ok else " Needs an H100, H200 or "
+                             help="fp8: products with weights at the GPU's FP8 rate (Transformer Engine), delayed "
+                                  "scaling; fp8-cs: current per-tensor scaling (NVIDIA's Megatron-Bridge recipes), "
+                                  "an amax pass before each cast. MFU stays against the BF16 peak." + ("" if fp8_ok else " Needs an H100, H200 or "
                                                                          "B200 preset and the calibrated model."))
     with sb.expander("Search options"):
         pow2 = st.checkbox("Powers of two only", key="in_pow2", help="Split factors 1, 2, 4, 8... only.")

@@ -160,7 +160,8 @@ def model_of(cluster: Cluster, options: ConfigOptions) -> dict:
 
 def print_model(model: dict) -> None:
     print(f"step-time model: {model['model']} ({model['calibration']}); attention {model['attention']}, "
-          f"precision {model['precision']}; {model['mfu_counting']}")
+          f"precision {model['precision']}{f' ({s})' if (s := model.get('fp8_scaling')) else ''}; "
+          f"{model['mfu_counting']}")
     if "accuracy" in model:
         print(f"  accuracy: {model['accuracy']['text']}")
 

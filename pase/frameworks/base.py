@@ -44,7 +44,7 @@ class TrainingSettings:
     ``nodes`` the nodes the devices span (1 on a flat mesh); ``stages`` per
     virtual stage its first and last layer name (empty when unknown);
     ``searched`` whether the splits inside a stage were searched per layer
-    rather than Megatron's rule; ``precision`` ``"bf16"`` or ``"fp8"``;
+    rather than Megatron's rule; ``precision`` a name of :data:`pase.ir.configs.PRECISIONS`;
     ``attention`` ``"flash"``, ``"unfused"`` or ``""`` (not recorded);
     ``blocks`` the model's transformer blocks (None: not recorded);
     ``experts`` whether the model has a mixture of experts (the expert
@@ -84,9 +84,9 @@ class Framework:
 
     def problems(self, par: Parallelism, *, precision: str = "bf16", attention: str = "",
                  experts: bool = False) -> list[str]:
-        """What of ``par`` the framework cannot run in ``precision`` (``"bf16"``, ``"fp8"``) with ``attention``
-        (``"flash"``, ``"unfused"``, ``""`` unknown) for a model with a mixture of experts (``experts``) or
-        without, each naming the setting; [] if it runs."""
+        """What of ``par`` the framework cannot run in ``precision`` (a name of
+        :data:`pase.ir.configs.PRECISIONS`) with ``attention`` (``"flash"``, ``"unfused"``, ``""`` unknown) for
+        a model with a mixture of experts (``experts``) or without, each naming the setting; [] if it runs."""
         raise NotImplementedError
 
     def runs(self, par: Parallelism, *, precision: str = "bf16", attention: str = "", experts: bool = False) -> bool:

@@ -33,6 +33,7 @@ from typing import Sequence
 from pase.frameworks.base import (
     BlockLayout, Framework, NotExpressibleError, TrainingSettings, stage_blocks, uniform_block_cuts,
 )
+from pase.ir.configs import is_fp8
 from pase.model.pipeline import TITLES
 from pase.model.training import Parallelism
 
@@ -82,7 +83,7 @@ class DeepSpeed(Framework):
         if par.context > 1:
             out.append(f"context parallel {par.context}: DeepSpeed's sequence parallelism (Ulysses) exchanges heads "
                        "by all-to-all, not pase's context parallelism")
-        if precision == "fp8":
+        if is_fp8(precision):
             out.append("FP8 training: DeepSpeed's configuration has no FP8 setting; re-cost with --precision bf16")
         return out
 

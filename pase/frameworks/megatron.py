@@ -25,9 +25,12 @@ What pase's 3-D plans map to:
 * recomputation: ``selective`` (its default ``--recompute-modules core_attn``,
   the attention core pase's selective mode recomputes), ``full`` (every block,
   ``uniform`` over 1 layer);
-* FP8: ``--fp8-format hybrid --fp8-recipe tensorwise`` (current scaling, as
-  NVIDIA's recipes run it on Hopper; Transformer Engine's linear layers in the
-  blocks; the embedding and output layer stay BF16, as pase prices them);
+* FP8: ``--fp8-format hybrid`` with the recipe pase priced, ``--fp8-recipe
+  delayed`` (``--precision fp8``) or ``tensorwise`` (``fp8-cs``, current
+  scaling, as NVIDIA's recipes run it on Hopper); Transformer Engine's linear
+  layers in the blocks; the embedding and output layer stay BF16, as pase
+  prices them. Delayed scaling does not recompute ``moe_act`` or
+  ``layernorm`` (``TransformerConfig`` refuses them);
 * sequence parallelism ``--sequence-parallel``; flash or unfused attention
   ``--attention-backend``;
 * a mixture of experts: ``--expert-model-parallel-size`` and
@@ -59,6 +62,7 @@ import shlex
 from pase.errors import ConfigurationError, FormatError
 from pase.frameworks.base import Framework, NotExpressibleError, TrainingSettings, launch_line, stage_blocks
 from pase.model.pipeline import TITLES
+from pase.model.precision import RECIPES, fp8_recipe
 from pase.model.training import Parallelism
 
 __all__ = ["MEGATRON", "Megatron", "read_script"]
@@ -78,8 +82,14 @@ class Megatron(Framework):
                  experts: bool = False) -> list[str]:
         """Settings of ``par`` Megatron-LM does not run: ZeRO 2 or 3 with pipeline stages, GPipe or a zero-bubble
         schedule over stages, chunks on one stage, a mixture of experts under tensor parallelism without
-        sequence parallelism (module docstring)."""
+        sequence parallelism, delayed FP8 scaling with ``moe_act`` or ``layernorm`` recomputed (module
+        docstring)."""
         out = []
+        delayed = sorted({"moe_act", "layernorm"} & set(par.recompute_modules or ()))
+        if precision == "fp8" and par.recompute == "selective" and delayed:
+            out.append(f"recomputing {' and '.join(delayed)} under FP8 delayed scaling: Megatron-Core refuses it "
+                       "(\"Delayed scaling does not support moe_act and layernorm recompute\"); re-cost with "
+                       "--precision fp8-cs")
         if (experts or par.ep > 1) and par.tensor > 1 and not par.sequence_parallel:
             out.append(f"a mixture of experts at tensor parallel {par.tensor} without sequence parallelism: "
                        "Megatron-LM requires sequence parallelism with MoE and tensor parallelism; re-cost with "
@@ -167,10 +177,9 @@ class Megatron(Framework):
         elif p.zero >= 2 and p.data > 1:
             args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", _SHARDING[p.zero]]
         args.append("--bf16")
-        if s.precision == "fp8":
-            # Current (per-tensor) scaling, as NVIDIA's Megatron-Bridge recipes run FP8 on Hopper (FP8-CS); it
-            # also recomputes moe_act and layernorm, which delayed scaling refuses.
-            args += ["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"]
+        recipe = fp8_recipe(s.precision)
+        if recipe is not None:
+            args += ["--fp8-format", "hybrid", "--fp8-recipe", recipe.megatron]
         if s.attention in ("flash", "unfused"):
             args += ["--attention-backend", s.attention]
         args += ["--micro-batch-size", str(p.microbatch_size), "--global-batch-size", str(p.global_batch)]
@@ -375,6 +384,13 @@ def read_script(text: str) -> tuple[TrainingSettings, tuple[int, ...]]:
     except ConfigurationError as exc:
         raise FormatError(f"the Megatron-LM export is not a valid configuration: {exc}") from None
     attention = str(flags.get("--attention-backend") or "")
-    return TrainingSettings(parallelism=par, model="", nodes=whole(launcher, "--nnodes"),
-                            precision="fp8" if "--fp8-format" in flags else "bf16",
+    precision = "bf16"
+    if "--fp8-format" in flags:
+        recipes = {r.megatron: r.precision for r in RECIPES.values()}
+        recipe = str(flags.get("--fp8-recipe") or "delayed")  # Megatron-Core's default
+        if recipe not in recipes:
+            raise FormatError(f"--fp8-recipe {recipe}: pase prices the per-tensor FP8 recipes only "
+                              f"({', '.join(recipes)}); export the plan with one of them")
+        precision = recipes[recipe]
+    return TrainingSettings(parallelism=par, model="", nodes=whole(launcher, "--nnodes"), precision=precision,
                             attention=attention if attention in ("flash", "unfused") else ""), counts

@@ -28,8 +28,10 @@ What pase's 3-D plans map to:
   checkpointing (per operator, or every n-th block) keeps other activations
   than the attention-core recomputation pase prices as ``selective``;
 * FP8: the ``quantize.linear.float8`` converter with the output layer left
-  in BF16 (``filter_fqns``), as pase prices it; attention: SDPA's fused
-  kernels only (pase's ``flash``);
+  in BF16 (``filter_fqns``), as pase prices it; torchao's float8 scales each
+  tensor as it casts it (its ``tensorwise`` recipe: current scaling, pase's
+  ``fp8-cs``; it has no delayed scaling); attention: SDPA's fused kernels
+  only (pase's ``flash``);
 * a mixture of experts: ``expert_parallel_degree`` and
   ``expert_tensor_parallel_degree`` (and ``expert_parallel_comm_backend =
   "deepep"`` for DeepEP's dispatch). ``ParallelDims`` takes ETP equal to TP
@@ -47,6 +49,7 @@ import tomllib
 
 from pase.errors import ConfigurationError, FormatError
 from pase.frameworks.base import Framework, NotExpressibleError, TrainingSettings, launch_line
+from pase.ir.configs import is_fp8
 from pase.model.training import Parallelism
 
 __all__ = ["TORCHTITAN", "Torchtitan", "SCHEDULES", "read_toml"]
@@ -67,6 +70,9 @@ class Torchtitan(Framework):
                  experts: bool = False) -> list[str]:
         """Settings of ``par`` torchtitan does not run as pase prices them (module docstring)."""
         out = []
+        if precision == "fp8":
+            out.append("FP8 with delayed scaling: torchtitan's float8 converter (torchao) scales each tensor as it "
+                       "casts it; re-cost with --precision fp8-cs")
         if par.expert_overlap:
             out.append("the all-to-all overlap (Megatron-Core's overlap_moe_expert_parallel_comm): torchtitan runs no "
                        "such schedule; re-cost without --ep-overlap")
@@ -169,7 +175,7 @@ class Torchtitan(Framework):
                   'mixed_precision_param = "bfloat16"',
                   "", "[activation_checkpoint]",
                   f'mode = "{p.recompute}"']
-        if s.precision == "fp8":
+        if is_fp8(s.precision):
             lines += ["", "[model]", 'converters = ["quantize.linear.float8"]',
                       "", "[quantize.linear.float8]", 'filter_fqns = ["output"]']
         return "\n".join(lines) + "\n"
@@ -223,4 +229,4 @@ def read_toml(text: str) -> tuple[TrainingSettings, tuple[int, ...]]:
     except ConfigurationError as exc:
         raise FormatError(f"the torchtitan job is not a valid configuration: {exc}") from None
     fp8 = "quantize.linear.float8" in (model.get("converters") or [])
-    return TrainingSettings(parallelism=par, model="", precision="fp8" if fp8 else "bf16", attention="flash"), counts
+    return TrainingSettings(parallelism=par, model="", precision="fp8-cs" if fp8 else "bf16", attention="flash"), counts

@@ -88,7 +88,7 @@ from pase.frameworks.torchtitan import TORCHTITAN
 from pase.hardware.mesh import DeviceMesh, MeshAxis
 from pase.io.files import read_limited
 from pase.io.strategy_json import strategy_from_dict
-from pase.ir.configs import check_config
+from pase.ir.configs import PRECISIONS, check_config
 from pase.ir.graph import Graph, Layer, TensorSpec
 from pase.limits import MAX_FILE_BYTES
 from pase.model.layout import place, placeable
@@ -242,8 +242,9 @@ def training_from_dict(data: Mapping) -> TrainingSettings:
     model = data.get("step_time_model")
     model = model if isinstance(model, dict) else {}
     precision, attention = model.get("precision", "bf16"), model.get("attention", "")
-    if precision not in ("bf16", "fp8") or attention not in ("flash", "unfused", ""):
-        raise FormatError(f"field 'step_time_model' must name precision bf16 or fp8 and attention flash or unfused, "
+    if precision not in PRECISIONS or attention not in ("flash", "unfused", ""):
+        raise FormatError(f"field 'step_time_model' must name precision {', '.join(PRECISIONS)} and attention "
+                          "flash or unfused, "
                           f"got {str(model)[:80]!r}")
     return TrainingSettings(parallelism=par, model=str(data.get("graph", "")), label=label,
                             expert=par.ep, nodes=_nodes(data.get("mesh"), par.devices),

@@ -62,7 +62,8 @@ from pase.model.layout import (
 )
 from pase.ops import OPS, Collective, CollectiveOptions, collectives, partial_collectives, training_flops
 from pase.model.attention import attention_units, flash_flops, flash_times_s, flash_units, rotary_times_s
-from pase.model.roofline import fp8_cast_bytes, fp8_products, fused_chains, fused_times_s, layer_times_s
+from pase.model.precision import fp8_recipe, input_casts
+from pase.model.roofline import fp8_products, fused_chains, fused_times_s, layer_times_s
 from pase.search.costgraph import CostGraph
 from pase.search.exact import default_memory_budget_bytes
 
@@ -351,18 +352,20 @@ def attention_kind(options: ConfigOptions, cluster: Cluster) -> str:
 def describe_model(cluster: Cluster, attention: str, precision: str, experts: bool | None = None) -> dict:
     """Which step-time model prices ``cluster``, in words, for outputs to name: ``model`` (calibrated, or the
     paper's peak rates), ``calibration`` (where its figures come from), ``attention`` (``"flash"`` or
-    ``"unfused"``, as :func:`attention_kind` resolved it), ``precision`` and how model FLOPs and MFU count;
+    ``"unfused"``, as :func:`attention_kind` resolved it), ``precision`` (and in FP8 ``fp8_scaling``, its
+    recipe in words, :mod:`pase.model.precision`) and how model FLOPs and MFU count;
     for a training plan (``experts``: whether its model has them) also ``accuracy``, how far the model was
     from the published runs of its kind on its preset (:func:`pase.hardware.accuracy.accuracy`), where any."""
     e = cluster.efficiency
     found = None if experts is None else accuracy(cluster, experts)
+    recipe = fp8_recipe(precision)
     flops = ("model FLOPs count a causal attention kernel's half of the square (as NVIDIA's model TFLOP/s)"
              if attention == "flash" else "model FLOPs count every attention score pair (Megatron-LM's formula)")
     return {
         "model": "peak rates (the paper's)" if e is None else "calibrated",
         "calibration": "none: every FLOP at the peak, every byte at the nominal bandwidth" if e is None
         else e.sources.get("matmul_curve", "a calibration without sources"),
-        "attention": attention, "precision": precision,
+        "attention": attention, "precision": precision, **({} if recipe is None else {"fp8_scaling": recipe.title}),
         "mfu_counting": f"{flops}; MFU against the BF16 dense peak of {cluster.peak_flops / 1e12:,.0f} TFLOP/s "
                         "whatever the precision",
         **({} if found is None else {"accuracy": found}),
@@ -372,7 +375,7 @@ def describe_model(cluster: Cluster, attention: str, precision: str, experts: bo
 def check_precision(options: ConfigOptions, cluster: Cluster) -> None:
     """``ConfigurationError`` naming the fix when ``options.precision`` cannot be priced on ``cluster``: FP8 on
     a GPU without FP8, or at the paper's peak rates (FP8's rates are a calibration's)."""
-    if options.precision != "fp8":
+    if not options.fp8:
         return
     if cluster.fp8_peak_flops is None:
         raise ConfigurationError(f"cluster {cluster.name!r} has no FP8 tensor cores (no FP8 peak is known for it); "
@@ -501,7 +504,8 @@ def build_cost_model(
 
     # A layer's own costs depend on what it is, its configurations and which of its inputs are
     # fed and outputs read: repeated blocks share them, so each distinct layer is costed once.
-    fp8 = fp8_products(graph) if options.precision == "fp8" else frozenset()
+    recipe = fp8_recipe(options.precision)
+    fp8 = fp8_products(graph) if recipe else frozenset()
     placed: dict = {}
     own: dict = {}
     placements, mine = {}, {}
@@ -510,7 +514,7 @@ def build_cost_model(
         split = rows.shape, rows.tobytes()
         if split not in placed:
             placed[split] = placer(rows, mesh)
-        casts = fp8_cast_bytes(graph, l, fp8) if l.name in fp8 else None
+        casts = input_casts(graph, l, fp8, recipe) if l.name in fp8 else None
         key = kind[l.name], split, fed[l.name], read[l.name], casts
         if key not in own:
             counted = OPS[l.op].flops(l, np.asarray(l.sizes, dtype=float) / rows)
@@ -518,7 +522,7 @@ def build_cost_model(
             if cluster.efficiency is not None and not paper:
                 timed = layer_times_s(l, rows, cluster.peak_flops, cluster.efficiency, bpe, needs_gradient(l),
                                       fp8_peak_flops=cluster.fp8_peak_flops if l.name in fp8 else None,
-                                      cast_bytes=casts)
+                                      casts=casts, recipe=recipe)
             own[key] = (_layer_comm_s(graph, l, rows, placed[split], cluster, options),
                         counted.total(needs_gradient(l)), counted.forward, timed)
         placements[l.name], mine[l.name] = placed[split], own[key]

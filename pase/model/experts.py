@@ -48,8 +48,9 @@ experts layer costs and holds by this module's model, per device and microbatch 
   of its own size (:meth:`~pase.hardware.efficiency.Efficiency.matmul_fraction`; small products run far
   below peak) and none overlapped with another (``GROUPED_GEMM_EVIDENCE``: published timings of TE's
   multi-stream loop show no concurrency); the
-  SwiGLU activation memory-bound; in FP8, the products on the FP8 curve plus their casts
-  (:mod:`pase.model.roofline`'s rule); with more than one local expert and more than one source rank, the
+  SwiGLU activation memory-bound; in FP8, the products on the FP8 curve plus their activations' casts,
+  each grouped input forward and output gradient backward as one cast of every local expert's rows, as its
+  recipe casts them (:mod:`pase.model.precision`), the weights once a step with the dense products'; with more than one local expert and more than one source rank, the
   sort of the received rows by local expert after the dispatch and back before the combine (Megatron-Core's "permutation 2"), a read
   and a write of the rows each, forward and backward;
 * overlap: the dispatch and combine are exposed unless ``expert_overlap`` is asked for (off by
@@ -85,7 +86,8 @@ from pase.hardware.mesh import DeviceMesh
 from pase.ir.graph import Graph
 from pase.model.expert_overlap import LayerParts, comm_sm_share, merged_layer_s
 from pase.model.recompute import shared_expert_layers
-from pase.model.roofline import FP8_CAST_BYTES, blocks as transformer_blocks, matrix_kernel_s, vector_kernel_s
+from pase.model.precision import CAST_BYTES, fp8_recipe
+from pase.model.roofline import blocks as transformer_blocks, matrix_kernel_s, vector_kernel_s
 from pase.ops.norm import SOFTMAX_FLOPS_PER_ELEMENT, SOFTMAX_FORWARD_FLOPS
 from pase.model.groups import group_extents
 
@@ -287,7 +289,8 @@ def block_costs(block: ExpertBlock, par: "Parallelism", cluster: Cluster, layout
     width = f // etp
     bpe = cluster.bytes_per_element
     mesh = cluster.mesh
-    fp8 = precision == "fp8"
+    recipe = fp8_recipe(precision)
+    fp8 = recipe is not None
     dispatch_bytes = FP8_DISPATCH_BYTES if par.fp8_dispatch else bpe
     if par.dispatcher == "deepep":
         # DeepEP sends each token once per node and GPU it reaches, the busiest device load times the mean.
@@ -332,9 +335,10 @@ def block_costs(block: ExpertBlock, par: "Parallelism", cluster: Cluster, layout
         wgrad += group("wgrad")
         bwd += group("dgrad") + group("wgrad")
         if fp8:
-            # Casts: forward the product's input and its weights, backward its output gradient (roofline's rule).
-            fwd += local * (x + w) * FP8_CAST_BYTES / eff.memory_Bps + 2 * eff.kernel_overhead_s
-            bwd += local * y * FP8_CAST_BYTES / eff.memory_Bps + eff.kernel_overhead_s
+            # Casts: forward the product's input, backward its output gradient; the weights are the step's.
+            cast = recipe.cast(CAST_BYTES)
+            fwd += local * x * cast.forward / eff.memory_Bps + cast.kernels * eff.kernel_overhead_s
+            bwd += local * y * cast.forward / eff.memory_Bps + cast.kernels * eff.kernel_overhead_s
     hidden = rows * width
     if eff is None:
         act_f = SWIGLU_VECTOR_FLOPS[0] * hidden / peak
@@ -462,7 +466,7 @@ def apply_experts(lt: "LayerTimes", cluster: Cluster, par: "Parallelism", strate
         arrays["gradient_s"][i] = 0.0  # no expert is replicated inside the group: its replicas are the expert-DP
         arrays["params"][i] = 0.0
         arrays["expert_params"][i] = c["params"]
-        arrays["fp8_params"][i] = c["params"] if precision == "fp8" else 0.0
+        arrays["fp8_params"][i] = c["params"] if fp8_recipe(precision) else 0.0
         # A checkpointed unit keeps its input; its activations are transient.
         units = [lt.block_of.get(blocks[k].experts_layer) for k in alike] if lt.block_of else [None] * len(alike)
         for unit, k in zip(units, i):

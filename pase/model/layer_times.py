@@ -178,7 +178,7 @@ def group_times(graph: Graph, cluster: Cluster, strategy: Mapping[str, tuple[int
     flash = attention_kind(options, group) == "flash"
     units = flash_units(graph, explicit=options.attention == "flash") if flash else ()
     fused = frozenset().union(*(u.members for u in units))
-    narrow = fp8_products(graph) if options.precision == "fp8" else frozenset()
+    narrow = fp8_products(graph) if options.fp8 else frozenset()
     lse = {u.scores: float(lse_bytes(graph, u, configs[u.scores])[0]) for u in units}
     fp8_params = np.where([l.name in narrow for l in layers], params, 0.0)
 

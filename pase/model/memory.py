@@ -619,7 +619,7 @@ def build_memory_model(
     flash = attention_kind(config_options, cluster) == "flash"
     units = {u.scores: u for u in flash_units(graph, explicit=config_options.attention == "flash")} if flash else {}
     fused = frozenset().union(*(u.members for u in units.values()))
-    narrow = fp8_products(graph) if config_options.precision == "fp8" else frozenset()
+    narrow = fp8_products(graph) if config_options.fp8 else frozenset()
     keeps = {layer.name: saved_tensors(layer) for layer in layers}
     ties = Counter(w.tied for layer in layers for w in layer.weights if w.tied)
     weights, grads, optim, acts, bufs = {}, {}, {}, {}, {}

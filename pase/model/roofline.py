@@ -30,22 +30,12 @@ Engine's recipes, delayed or current scaling, and MXFP8 alike), a product
 with weights inside a transformer block (:func:`fp8_products`) runs its
 forward and both backward products at the cluster's FP8 peak times the FP8
 curve (``fp8_matmul_curve``; the BF16 curve's fractions where the
-calibration has none) and casts what it multiplies to FP8 as Transformer
-Engine's delayed-scaling recipe on Hopper does (each cast a memory-bound
-kernel of its own, its scaling factor's amax taken in the same pass). Its
-activation input, forward: a cast-transpose, reading BF16 and writing the
-FP8 tensor and its transpose for the weight gradient
-(``FP8_CAST_TRANSPOSE_BYTES`` per element), once however many FP8 products
-read the tensor (Megatron-Core's fused QKV and gate/up products read it
-once); an input a normalisation writes is written in FP8 by the
-normalisation itself (TE's ``LayerNormLinear``), whose backward only
-transposes it (``FP8_TRANSPOSE_BYTES``). Its output gradient, backward: a
-cast-transpose. Its weights: a cast-transpose once a step, not a
-microbatch (TE keeps the FP8 weight and its transpose over a step's
-microbatches, Megatron-Core's ``is_first_microbatch``), priced with the step
-(:func:`fp8_weight_cast_s`). Products of two activations (unfused attention)
-stay in BF16, as Transformer Engine runs attention; so do normalisations and
-the other vector kernels.
+calibration has none) and casts what it multiplies to FP8 as its recipe
+does (:mod:`pase.model.precision`: each cast memory-bound kernels of its
+own, an activation input's forward, its output gradient's backward, its
+weights' once a step with the optimizer's). Products of two activations
+(unfused attention) stay in BF16, as Transformer Engine runs attention; so
+do normalisations and the other vector kernels.
 
 Fusion of element-wise chains (:func:`fused_chains`, :func:`fused_times_s`;
 a documented assumption, applied where the cost model is asked to,
@@ -74,10 +64,10 @@ import numpy as np
 
 from pase.hardware.efficiency import Efficiency, curve_fraction
 from pase.ir.graph import Graph, Layer
+from pase.model.precision import CAST_TRANSPOSE_BYTES, DELAYED, Cast, Fp8Recipe
 from pase.ops import OPS, block_elements, saved_tensors
 
-__all__ = ["ELEMENTWISE_OPS", "MATRIX_OPS", "FP8_CAST_BYTES", "FP8_CAST_TRANSPOSE_BYTES", "FP8_TRANSPOSE_BYTES",
-           "NORMALISATION_OPS", "blocks", "fp8_cast_bytes", "fp8_products", "fp8_weight_cast_s", "fused_chains",
+__all__ = ["ELEMENTWISE_OPS", "MATRIX_OPS", "blocks", "fp8_products", "fused_chains",
            "fused_times_s", "layer_times_s", "matrix_kernel_s", "vector_kernel_s"]
 
 MATRIX_OPS = frozenset({"FullyConnected", "Einsum", "Conv2D", "GroupedConv2D", "LSTM", "MoEExperts"})
@@ -85,16 +75,6 @@ MATRIX_OPS = frozenset({"FullyConnected", "Einsum", "Conv2D", "GroupedConv2D", "
 ELEMENTWISE_OPS = frozenset({"Elementwise", "Dropout", "Gelu"})
 # Backward bytes of a non-matrix kernel relative to its forward's.
 VECTOR_BACKWARD_BYTES = 1.5
-# An FP8 cast without a transpose reads a BF16 element and writes an FP8 one (its amax reduced in the same pass);
-# the experts' grouped products are priced with it (pase.model.experts).
-FP8_CAST_BYTES = 3
-# A cast-transpose (TE's fp8_cast_transpose_fused) reads a BF16 element and writes it in FP8 twice, as is and
-# transposed (Hopper's FP8 products take both operands K-major, so the weight gradient needs the transpose).
-FP8_CAST_TRANSPOSE_BYTES = 4
-# The transpose alone of a tensor already in FP8: read one byte, write one.
-FP8_TRANSPOSE_BYTES = 2
-# Normalisations that write an FP8 product's input in FP8 themselves (TE's LayerNormLinear).
-NORMALISATION_OPS = frozenset({"LayerNorm", "RMSNorm"})
 
 
 def _kernel_s(flops: np.ndarray, nbytes: np.ndarray, matrix: bool, peak: float, eff: Efficiency,
@@ -127,16 +107,17 @@ def vector_kernel_s(flops, nbytes, eff: Efficiency) -> np.ndarray:
 
 def layer_times_s(layer: Layer, configs: np.ndarray, peak_flops: float, efficiency: Efficiency,
                   bytes_per_element: int, needs_gradient=None, *,
-                  fp8_peak_flops: float | None = None,
-                  cast_bytes: Sequence[tuple[float, float, int]] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                  fp8_peak_flops: float | None = None, casts: Sequence[Cast] | None = None,
+                  recipe: Fp8Recipe | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Forward and backward seconds of ``layer`` on one device under each configuration (rows of ``configs``).
 
     ``needs_gradient[i]`` False leaves out input ``i``'s gradient kernel (a
     graph input), as the cost model's FLOP count does. ``fp8_peak_flops``
     (training in FP8): a product with weights runs its three products at that
-    peak on the FP8 curve and pays its activations' quantisation (module
-    docstring): ``cast_bytes[i]`` input ``i``'s cast (:func:`fp8_cast_bytes`;
-    default a forward cast-transpose of its own each).
+    peak on the FP8 curve and pays its activations' quantisation under
+    ``recipe`` (:mod:`pase.model.precision`; default delayed scaling): ``casts[i]`` input ``i``'s cast
+    (:func:`pase.model.precision.input_casts`; default a forward
+    cast-transpose of its own each), and its output gradient's.
     """
     cfg = np.asarray(configs, dtype=float)
     flops = OPS[layer.op].flops(layer, np.asarray(layer.sizes, dtype=float) / cfg)
@@ -154,7 +135,8 @@ def layer_times_s(layer: Layer, configs: np.ndarray, peak_flops: float, efficien
         backward = _kernel_s(flops.backward, nbytes, True, peak_flops, efficiency, "wgrad", fp8) + sum(
             (_kernel_s(g, nbytes, True, peak_flops, efficiency, "dgrad", fp8) for g in gradients), np.zeros(len(cfg)))
         if fp8 is not None:
-            forward, backward = _quantised(layer, cfg, efficiency, forward, backward, cast_bytes)
+            forward, backward = _quantised(layer, cfg, efficiency, forward, backward, casts,
+                                           recipe or DELAYED)
     else:
         work = flops.backward + sum(gradients, np.zeros(len(cfg)))
         backward = _kernel_s(work, VECTOR_BACKWARD_BYTES * nbytes, False, peak_flops, efficiency)
@@ -162,52 +144,25 @@ def layer_times_s(layer: Layer, configs: np.ndarray, peak_flops: float, efficien
 
 
 def _quantised(layer: Layer, cfg: np.ndarray, eff: Efficiency, forward: np.ndarray, backward: np.ndarray,
-               cast_bytes: Sequence[tuple[float, float, int]] | None) -> tuple[np.ndarray, np.ndarray]:
-    """``forward`` and ``backward`` of an FP8 product with its activations' casts added (the module docstring):
-    per input ``(forward bytes, backward bytes, readers)`` per element (:func:`fp8_cast_bytes`; default a
-    forward cast-transpose of its own each), a kernel's bytes and launch shared by its ``readers``; backward its
-    output gradient's cast-transpose; each a memory-bound kernel. Its weights' casts are the step's
-    (:func:`fp8_weight_cast_s`)."""
-    per_input = ([(FP8_CAST_TRANSPOSE_BYTES, 0, 1)] * len(layer.inputs) if cast_bytes is None else cast_bytes)
+               casts: Sequence[Cast] | None, recipe: Fp8Recipe) -> tuple[np.ndarray, np.ndarray]:
+    """``forward`` and ``backward`` of an FP8 product with its activations' casts added: per input its
+    :class:`~pase.model.precision.Cast` (default a forward cast-transpose of its own each), the bytes and
+    launches of its kernels shared by its ``readers``; backward its output gradient's cast; each a memory-bound
+    kernel. Its weights' casts are the step's (:func:`pase.model.precision.weight_cast_s`)."""
+    per_input = [recipe.cast(CAST_TRANSPOSE_BYTES)] * len(layer.inputs) if casts is None else casts
 
-    def cast(tensor, nbytes: float, readers: int) -> np.ndarray:
+    def seconds(tensor, nbytes: float, c: Cast) -> np.ndarray:
         if nbytes <= 0:
             return np.zeros(len(cfg))
-        return (block_elements(layer, tensor, cfg) * nbytes / eff.memory_Bps + eff.kernel_overhead_s) / readers
+        return (block_elements(layer, tensor, cfg) * nbytes / eff.memory_Bps + c.kernels * eff.kernel_overhead_s) \
+            / c.readers
 
-    for t, (fwd, bwd, readers) in zip(layer.inputs, per_input):
-        forward, backward = forward + cast(t, fwd, readers), backward + cast(t, bwd, readers)
+    for t, c in zip(layer.inputs, per_input):
+        forward, backward = forward + seconds(t, c.forward, c), backward + seconds(t, c.backward, c)
+    gradient = recipe.gradient_cast()
     for t in layer.outputs:
-        backward = backward + cast(t, FP8_CAST_TRANSPOSE_BYTES, 1)
+        backward = backward + seconds(t, gradient.backward, gradient)
     return forward, backward
-
-
-def fp8_cast_bytes(graph: Graph, layer: Layer, fp8: frozenset[str]) -> tuple[tuple[float, float, int], ...]:
-    """Per input of the FP8 product ``layer`` of ``graph`` (``fp8``: :func:`fp8_products`), its FP8 cast as
-    ``(forward bytes, backward bytes, readers)`` per element (the module docstring): a tensor a normalisation
-    writes, :data:`FP8_TRANSPOSE_BYTES` backward (the normalisation writes FP8 itself; the weight gradient needs
-    the transpose); any other a forward cast-transpose, :data:`FP8_CAST_TRANSPOSE_BYTES`; ``readers`` the FP8
-    products reading the same tensor, which share the one kernel (one fused product reads it once)."""
-    out = []
-    for i in range(len(layer.inputs)):
-        feeds = [e for e in graph.in_edges(layer.name) if e.dst_input == i]
-        if not feeds:
-            out.append((float(FP8_CAST_TRANSPOSE_BYTES), 0.0, 1))
-            continue
-        e = feeds[0]
-        readers = max(len({r.dst for r in graph.out_edges(e.src) if r.src_output == e.src_output and r.dst in fp8}), 1)
-        if graph.layer(e.src).op in NORMALISATION_OPS:
-            out.append((0.0, float(FP8_TRANSPOSE_BYTES), readers))
-        else:
-            out.append((float(FP8_CAST_TRANSPOSE_BYTES), 0.0, readers))
-    return tuple(out)
-
-
-def fp8_weight_cast_s(fp8_params, eff: Efficiency) -> np.ndarray:
-    """Seconds, once a step, of casting ``fp8_params`` weight elements (per device, an array) of FP8 products to
-    FP8 and its transpose (:data:`FP8_CAST_TRANSPOSE_BYTES` each): Transformer Engine casts a weight at a step's
-    first microbatch and keeps the copies for the others (``is_first_microbatch``)."""
-    return np.asarray(fp8_params, dtype=float) * FP8_CAST_TRANSPOSE_BYTES / eff.memory_Bps
 
 
 def blocks(graph: Graph) -> dict[str, str]:
@@ -224,7 +179,7 @@ def blocks(graph: Graph) -> dict[str, str]:
 
 
 def fp8_products(graph: Graph) -> frozenset[str]:
-    """The layers of ``graph`` that train in FP8 under ``precision="fp8"``: the products with weights inside
+    """The layers of ``graph`` that train in FP8 under an FP8 precision (``"fp8"``, ``"fp8-cs"``): the products with weights inside
     its blocks (:func:`blocks`), Transformer Engine's linear layers in Megatron-Core's transformer layers.
     The embedding and the output layer (Megatron-Core's own ``ColumnParallelLinear``) stay in BF16, as
     Transformer Engine advises for the first and last layers. Derived once per graph."""

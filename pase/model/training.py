@@ -57,7 +57,7 @@ its optimizer step, memory-bound:
 ``OPTIMIZER_BYTES_PER_PARAMETER`` per parameter whose state it holds, at the
 achievable memory bandwidth (the paper's model leaves it out); training in
 FP8, with it the step's casts of its FP8 products' weights
-(:func:`pase.model.roofline.fp8_weight_cast_s`: once a step, not a
+(:func:`pase.model.precision.weight_cast_s`: once a step, not a
 microbatch).
 
 Memory per device of a stage (the peak at the start of the first backward):
@@ -128,7 +128,8 @@ from pase.model.layer_times import (
 from pase.model.memory import FP8_COPY_BYTES_PER_PARAMETER, MemoryOptions
 from pase.model.parallelism import RECOMPUTE, Parallelism, check_devices, group_cluster
 from pase.model.pipeline import ZERO_BUBBLE, ScheduleResult, in_flight, simulate
-from pase.model.roofline import blocks, fp8_weight_cast_s
+from pase.model.precision import fp8_recipe, weight_cast_s
+from pase.model.roofline import blocks
 from pase.model.schedule_levels import simulate_levels, worth_levels
 from pase.model.stage_cuts import crossings, default_cuts
 from pase.model.training_plan import StageReport, TrainingPlan
@@ -511,7 +512,8 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
     # The optimizer step reads and writes its state once a step; the roofline prices it on a calibrated cluster.
     optimizer = np.zeros(S) if cluster.efficiency is None else (
         (params / shard["optimizer"] + expert_params / expert_shard["optimizer"]) * OPTIMIZER_BYTES_PER_PARAMETER
-        / cluster.efficiency.memory_Bps + fp8_weight_cast_s(fp8 / FP8_COPY_BYTES_PER_PARAMETER, cluster.efficiency))
+        / cluster.efficiency.memory_Bps + weight_cast_s(fp8 / FP8_COPY_BYTES_PER_PARAMETER, cluster.efficiency,
+                                                       fp8_recipe(lt.precision)))
     reduce = reduce.tolist()
 
     def stages() -> tuple[StageReport, ...]:  # built only for a plan that is finished
