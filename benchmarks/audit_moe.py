@@ -48,7 +48,7 @@ from validate_today import ROWS
 from pase.hardware.cluster import H100_TENSOR_CLOCK_HZ, H200_MEASURED_CLOCK_HZ
 from pase.model.attention import flash_flops, flash_units
 from pase.model.experts import PROB_BYTES, block_costs, expert_layout, moe_blocks
-from pase.model.precision import CAST_BYTES, fp8_recipe
+from pase.model.precision import fp8_recipe
 from pase.model.roofline import fp8_products
 from pase.ops import OPS, block_elements
 
@@ -147,7 +147,7 @@ def audit(row) -> dict[str, tuple[float, float | None]]:
             for flops in (2.0 * n * b.d * 2 * f, 2.0 * n * f * b.d):
                 hand["grouped expert products"] += local * hand_of.fp8_product_s(flops)
             x_y = ((n * b.d, n * 2 * f), (n * f, n * b.d))  # the weights are cast once a step
-            casts = sum(local * (x + y) * (CAST_BYTES + recipe.amax_bytes) for x, y in x_y)
+            casts = sum(local * (x + y) * recipe.operand.forward for x, y in x_y)
             hand["grouped expert products"] += (casts + 7.5 * copies * f * 2) / hand_of.copy_Bps
             if local > 1:  # each way, forward and backward: read and write the received rows and their gates
                 hand["local sort by expert (permutation 2)"] += 4 * copies * (2 * b.d * 2 + 2 * PROB_BYTES) \

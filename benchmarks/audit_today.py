@@ -166,7 +166,7 @@ def _casts_s(graph, layer, cfg, fp8, recipe, memory_Bps: float, overhead_s: floa
     """Seconds of ``layer``'s activation casts a microbatch by Transformer Engine's rule in ``recipe``
     (pase.model.precision)."""
     total = 0.0
-    gradient = recipe.gradient_cast()
+    gradient = recipe.gradient
     casts = [(t, c) for t, c in zip(layer.inputs, input_casts(graph, layer, fp8, recipe))]
     for t, c in casts + [(t, gradient) for t in layer.outputs]:
         if c.forward + c.backward:

@@ -201,6 +201,17 @@ def test_evaluate_names_its_step_time_model_attention_and_precision(capsys):
     code, out, _ = run(capsys, "evaluate", "llama3-8b", "--devices", "8", "--cluster", "dgx-h100", "--seq", "1024",
                        "--global-batch", "8", "--microbatch-size", "1", "--precision", "fp8-cs")
     assert code == 0 and "precision fp8-cs (current per-tensor scaling)" in out
+
+
+@pytest.mark.parametrize("cluster, precision, named", [
+    ("dgx-a100", "fp8", "no FP8 tensor cores"), ("dgx-h100", "mxfp8", "does not run MXFP8"),
+])
+def test_a_precision_the_gpu_lacks_is_refused_before_any_search(capsys, cluster, precision, named):
+    # Said in one line naming the fix, by solve as by evaluate: not a search whose every configuration fails.
+    for command in ("solve", "evaluate"):
+        code, _, err = run(capsys, command, "megatron-1.7b", "--devices", "2", "--cluster", cluster,
+                           "--global-batch", "2", "--precision", precision)
+        assert code == 2 and named in err and "--precision" in err and "Traceback" not in err, err
     code, out, _ = run(capsys, "evaluate", "llama3-8b", "--devices", "8", "--cluster", "dgx-h100", "--seq", "1024",
                        "--global-batch", "8", "--microbatch-size", "1", "--peak-rates")
     assert code == 0 and "step-time model: peak rates" in out and "attention unfused" in out

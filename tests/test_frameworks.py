@@ -757,20 +757,22 @@ def test_the_shared_expert_overlap_reaches_megatron_core_and_reads_back(capsys, 
     assert code == 2 and "moe_shared_expert_overlap" in err and "Traceback" not in err
 
 
-QWEN_EP8 = ("evaluate", "qwen3-30b-a3b", "--devices", "8", "--cluster", "dgx-h100", "--ep", "8", "--etp", "1",
-            "--global-batch", "8", "--microbatch-size", "1", "--seq", "4096", "--framework", "megatron")
+QWEN_EP8 = ("evaluate", "qwen3-30b-a3b", "--devices", "8", "--ep", "8", "--etp", "1", "--global-batch", "8",
+            "--microbatch-size", "1", "--seq", "4096", "--framework", "megatron")
 
 
-@pytest.mark.parametrize("precision, recipe", [("fp8", "delayed"), ("fp8-cs", "tensorwise")])
+@pytest.mark.parametrize("precision, recipe, cluster", [("fp8", "delayed", "dgx-h100"),
+                                                        ("fp8-cs", "tensorwise", "dgx-h100"),
+                                                        ("mxfp8", "mxfp8", "dgx-b200")])
 def test_each_fp8_recipe_reaches_megatron_core_and_reads_back_to_the_same_step(capsys, monkeypatch, tmp_path,
-                                                                                 precision, recipe):
+                                                                                 precision, recipe, cluster):
     # The export names the recipe pase priced (Megatron-Core's own default is delayed), megatron-core's config
     # takes it, and the plan read back is priced in the same recipe.
     from packaging.version import Version
     import megatron.core.utils as core_utils
 
     monkeypatch.setattr(core_utils, "get_te_version", lambda: Version("2.10.0"))
-    code, out, err = run(capsys, *QWEN_EP8, "--precision", precision, "--json")
+    code, out, err = run(capsys, *QWEN_EP8, "--cluster", cluster, "--precision", precision, "--json")
     assert code == 0, err
     plan = json.loads(out)
     text = export_plan(plan, "megatron")
@@ -778,7 +780,7 @@ def test_each_fp8_recipe_reaches_megatron_core_and_reads_back_to_the_same_step(c
     assert (config.fp8, config.fp8_recipe) == ("hybrid", recipe)
     exported = tmp_path / "plan.sh"
     exported.write_text(text)
-    code, out, err = run(capsys, "evaluate", "qwen3-30b-a3b", "--devices", "8", "--cluster", "dgx-h100", "--plan",
+    code, out, err = run(capsys, "evaluate", "qwen3-30b-a3b", "--devices", "8", "--cluster", cluster, "--plan",
                          str(exported), "--json")
     assert code == 0, err
     again = json.loads(out)
@@ -794,9 +796,11 @@ def test_delayed_scaling_with_moe_act_recomputed_is_refused_as_megatron_core_ref
     import megatron.core.utils as core_utils
 
     monkeypatch.setattr(core_utils, "get_te_version", lambda: Version("2.10.0"))
-    code, _, err = run(capsys, *QWEN_EP8, "--precision", "fp8", "--recompute-modules", "moe_act")
+    code, _, err = run(capsys, *QWEN_EP8, "--cluster", "dgx-h100", "--precision", "fp8", "--recompute-modules",
+                       "moe_act")
     assert code == 2 and "--precision fp8-cs" in err and "Traceback" not in err
-    code, out, err = run(capsys, *QWEN_EP8, "--precision", "fp8-cs", "--recompute-modules", "moe_act", "--json")
+    code, out, err = run(capsys, *QWEN_EP8, "--cluster", "dgx-h100", "--precision", "fp8-cs", "--recompute-modules",
+                         "moe_act", "--json")
     assert code == 0, err
     text = export_plan(json.loads(out), "megatron")
     assert megatron_config(text, model="qwen3-30b-a3b")[2].recompute_modules == ["moe_act"]
@@ -812,7 +816,7 @@ def test_torchtitan_runs_fp8_with_current_scaling_only():
     from pase.model.training import Parallelism
 
     par = Parallelism(data=8, global_batch=8)
-    assert any("--precision fp8-cs" in p for p in TORCHTITAN.problems(par, precision="fp8"))
+    assert all(any("--precision fp8-cs" in p for p in TORCHTITAN.problems(par, precision=r)) for r in ("fp8", "mxfp8"))
     assert TORCHTITAN.problems(par, precision="fp8-cs") == []
     toml = TORCHTITAN.toml(TrainingSettings(parallelism=par, model=MODEL, precision="fp8-cs", nodes=1))
     assert 'converters = ["quantize.linear.float8"]' in toml

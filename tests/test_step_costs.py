@@ -15,7 +15,7 @@ from pase.hardware.cluster import CALIBRATIONS, H200_MEASURED, preset
 from pase.ir.configs import ConfigOptions
 from pase.model.attention import attention_units, flash_times_s
 from pase.model.cost import build_cost_model
-from pase.model.precision import DELAYED, TENSORWISE, input_casts
+from pase.model.precision import DELAYED, MXFP8, TENSORWISE, input_casts
 from pase.model.roofline import fp8_products, layer_times_s, matrix_kernel_s
 from pase.model.training import Parallelism, evaluate_training
 from pase.models.llama import llama
@@ -75,16 +75,22 @@ def test_each_fp8_input_is_cast_once_as_transformer_engine_does():
     # current scaling the norm writes BF16 and takes the amax (FUSED_NORM_AMAX_FP8), so its product's input is
     # cast-transposed forward by two kernels (the scale, the cast); any other cast reads the tensor once more for
     # its amax first (2 bytes), three kernels (amax, scale, cast: Float8CurrentScalingQuantizer::quantize_impl).
+    # MXFP8: every input, a norm's output too, quantised forward by one kernel writing both copies and a 1-byte
+    # scale a block of 32 each way (2 + 1 + 1 + 2/32 bytes).
     g = _block()
     fp8 = fp8_products(g)
     got = {r.precision: {name.split(".", 2)[2]: input_casts(g, g.layer(name), fp8, r) for name in sorted(fp8)}
-           for r in (DELAYED, TENSORWISE)}
+           for r in (DELAYED, TENSORWISE, MXFP8)}
     assert got["fp8"] == {"attn.q": ((0, 2, 3, 1),), "attn.k": ((0, 2, 3, 1),), "attn.v": ((0, 2, 3, 1),),
                           "attn.out": ((4, 0, 1, 1),), "ffn.gate": ((0, 2, 2, 1),), "ffn.up": ((0, 2, 2, 1),),
                           "ffn.down": ((4, 0, 1, 1),)}
     assert got["fp8-cs"] == {"attn.q": ((4, 0, 3, 2),), "attn.k": ((4, 0, 3, 2),), "attn.v": ((4, 0, 3, 2),),
                              "attn.out": ((6, 0, 1, 3),), "ffn.gate": ((4, 0, 2, 2),), "ffn.up": ((4, 0, 2, 2),),
                              "ffn.down": ((6, 0, 1, 3),)}
+    mx = 4 + 1 / 16
+    assert got["mxfp8"] == {"attn.q": ((mx, 0, 3, 1),), "attn.k": ((mx, 0, 3, 1),), "attn.v": ((mx, 0, 3, 1),),
+                            "attn.out": ((mx, 0, 1, 1),), "ffn.gate": ((mx, 0, 2, 1),), "ffn.up": ((mx, 0, 2, 1),),
+                            "ffn.down": ((mx, 0, 1, 1),)}
 
 
 def _cast_seconds(recipe, eff) -> float:
@@ -108,7 +114,7 @@ def test_a_block_s_activation_casts_move_the_hand_counted_bytes():
     # the gate/up input's transpose 2 X, the down projection's 4 FF bytes; output gradients, cast-transposed (4
     # bytes each): q X, k and v X kv/heads each, the projection X, gate and up FF each, down X. Current scaling:
     # the norms' outputs cast-transposed forward (4 X each, no transpose backward), the other inputs and every
-    # output gradient 2 bytes more for the amax pass. At 1 TB/s without launch time, the casts' seconds are those
+    # output gradient 2 bytes more for the amax pass. MXFP8: every input and output gradient 4 + 1/16 bytes. At 1 TB/s without launch time, the casts' seconds are those
     # bytes / 1e12; the products run at 0.1% of the FP8 peak, so their own bytes hide behind their FLOPs (the
     # roofline) at either bandwidth.
     eff = replace(CALIBRATIONS["dgx-h100"], memory_Bps=1e12, kernel_overhead_s=0.0, fp8_matmul_curve=((1e9, 0.001),))
@@ -117,6 +123,8 @@ def test_a_block_s_activation_casts_move_the_hand_counted_bytes():
     current = (4 * X + 6 * X + 4 * X + 6 * FF) + 6 * gradient_elements
     assert _cast_seconds(DELAYED, eff) == pytest.approx(delayed / 1e12, rel=1e-6)
     assert _cast_seconds(TENSORWISE, eff) == pytest.approx(current / 1e12, rel=1e-6)
+    mx = (4 + 1 / 16) * (X + X + X + FF + gradient_elements)
+    assert _cast_seconds(MXFP8, eff) == pytest.approx(mx / 1e12, rel=1e-6)
 
 
 def test_current_scaling_launches_the_amax_and_scale_kernels():
@@ -127,17 +135,19 @@ def test_current_scaling_launches_the_amax_and_scale_kernels():
     eff = replace(CALIBRATIONS["dgx-h100"], memory_Bps=1e30, kernel_overhead_s=1e-6)
     assert _cast_seconds(DELAYED, eff) == pytest.approx((21 + 2 + 2 + 7) * 1e-6, rel=1e-6)
     assert _cast_seconds(TENSORWISE, eff) == pytest.approx((21 + 2 * 2 + 2 * 3 + 7 * 3) * 1e-6, rel=1e-6)
+    assert _cast_seconds(MXFP8, eff) == pytest.approx((21 + 2 + 2 + 7) * 1e-6, rel=1e-6)  # one kernel a cast
 
 
-@pytest.mark.parametrize("precision, nbytes", [("fp8", 4), ("fp8-cs", 6)])
-def test_fp8_weights_are_cast_once_a_step(precision, nbytes):
+@pytest.mark.parametrize("precision, nbytes, name", [("fp8", 4, "dgx-h100"), ("fp8-cs", 6, "dgx-h100"),
+                                                     ("mxfp8", 4 + 1 / 16, "dgx-b200")])
+def test_fp8_weights_are_cast_once_a_step(precision, nbytes, name):
     # TE casts each FP8 product's weight (and its transpose) at a step's first microbatch and keeps them for the
     # rest (Megatron-Core's is_first_microbatch): the step pays 4 bytes per FP8 weight once (6 under current
-    # scaling, its amax pass first), whatever the microbatches; the block's FP8 products hold q h^2, k and v h^2
+    # scaling, its amax pass first; both copies and their scales under MXFP8), whatever the microbatches; the block's FP8 products hold q h^2, k and v h^2
     # kv/heads each, out h^2, gate up down 3 h f.
     g_build = lambda b: llama("t", layers=1, hidden=H, heads=HEADS, kv_heads=KV, ffn=F, vocab=128,  # noqa: E731
                               batch=b, seq=S)
-    cluster = preset("dgx-h100", 1)
+    cluster = preset(name, 1)
     weights = H * H * (2 + 2 * KV / HEADS) + 3 * H * F
     steps = {}
     for m in (1, 4):

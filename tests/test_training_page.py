@@ -430,3 +430,19 @@ def test_the_shared_expert_overlap_is_evaluated_and_a_refused_pair_is_said_in_wo
     assert not at.exception, [e.value for e in at.exception]
     assert any("one or the other" in e.value for e in at.error), [e.value for e in at.error]
     assert at.checkbox(key="tr_shared_overlap").value and at.number_input(key="tr_ep").value == 8
+
+
+def test_mxfp8_is_refused_by_name_off_blackwell_and_priced_on_a_b200():
+    # The sidebar offers every FP8 recipe on an FP8 GPU; MXFP8 needs Blackwell's tensor cores: on an H100 the page
+    # says so in one message and keeps the choice, on a B200 it prices the plan in MXFP8.
+    at = page(preset="dgx-h100", devices=2, batch=2)
+    assert "mxfp8" in at.sidebar.selectbox(key="in_precision").options
+    at.sidebar.selectbox(key="in_precision").set_value("mxfp8").run()
+    at.button(key="tr_search").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("MXFP8" in e.value and "B200" in e.value for e in at.error), [e.value for e in at.error]
+    assert at.sidebar.selectbox(key="in_precision").value == "mxfp8"
+    at.sidebar.selectbox(key="in_preset").set_value("dgx-b200").run()
+    at.button(key="tr_search").click().run()
+    assert not at.exception and not at.error, [e.value for e in (*at.exception, *at.error)]
+    assert any("precision mxfp8" in c.value for c in at.caption), [c.value for c in at.caption]

@@ -189,7 +189,7 @@ def _cluster(sb) -> Cluster:
         name=st.session_state["in_preset"],
         devices_per_node=node if node > 0 else None,
         inter_bandwidth_Bps=float(network) * 1e9 if node > 0 else None,
-        reserved_bytes=float(reserve) * 1e9,
+        reserved_bytes=float(reserve) * 1e9, mxfp8=PRESETS[base].mxfp8 if base in PRESETS else False,
     )
     cluster = with_model(cluster, model, base)
     upload = sb.file_uploader("Calibration file (pase calibrate)", type=["json"], key="in_calibration",
@@ -213,7 +213,8 @@ def _options(sb, cluster: Cluster) -> ConfigOptions:
     precision = k2.selectbox("Precision", list(PRECISIONS), key="in_precision", disabled=not fp8_ok,
                              help="fp8: products with weights at the GPU's FP8 rate (Transformer Engine), delayed "
                                   "scaling; fp8-cs: current per-tensor scaling (NVIDIA's Megatron-Bridge recipes), "
-                                  "an amax pass before each cast. MFU stays against the BF16 peak." + ("" if fp8_ok else " Needs an H100, H200 or "
+                                  "an amax pass before each cast; mxfp8: MXFP8 block scaling (Blackwell: B200). MFU stays "
+                                  "against the BF16 peak." + ("" if fp8_ok else " Needs an H100, H200 or "
                                                                          "B200 preset and the calibrated model."))
     with sb.expander("Search options"):
         pow2 = st.checkbox("Powers of two only", key="in_pow2", help="Split factors 1, 2, 4, 8... only.")

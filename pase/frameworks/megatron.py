@@ -26,8 +26,8 @@ What pase's 3-D plans map to:
   the attention core pase's selective mode recomputes), ``full`` (every block,
   ``uniform`` over 1 layer);
 * FP8: ``--fp8-format hybrid`` with the recipe pase priced, ``--fp8-recipe
-  delayed`` (``--precision fp8``) or ``tensorwise`` (``fp8-cs``, current
-  scaling, as NVIDIA's recipes run it on Hopper); Transformer Engine's linear
+  delayed`` (``--precision fp8``), ``tensorwise`` (``fp8-cs``, current
+  scaling, as NVIDIA's recipes run it on Hopper) or ``mxfp8``; Transformer Engine's linear
   layers in the blocks; the embedding and output layer stay BF16, as pase
   prices them. Delayed scaling does not recompute ``moe_act`` or
   ``layernorm`` (``TransformerConfig`` refuses them);

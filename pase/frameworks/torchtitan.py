@@ -30,7 +30,8 @@ What pase's 3-D plans map to:
 * FP8: the ``quantize.linear.float8`` converter with the output layer left
   in BF16 (``filter_fqns``), as pase prices it; torchao's float8 scales each
   tensor as it casts it (its ``tensorwise`` recipe: current scaling, pase's
-  ``fp8-cs``; it has no delayed scaling); attention: SDPA's fused kernels
+  ``fp8-cs``; it has no delayed scaling, and its MX converter is not
+  planned); attention: SDPA's fused kernels
   only (pase's ``flash``);
 * a mixture of experts: ``expert_parallel_degree`` and
   ``expert_tensor_parallel_degree`` (and ``expert_parallel_comm_backend =
@@ -50,6 +51,7 @@ import tomllib
 from pase.errors import ConfigurationError, FormatError
 from pase.frameworks.base import Framework, NotExpressibleError, TrainingSettings, launch_line
 from pase.ir.configs import is_fp8
+from pase.model.precision import fp8_recipe
 from pase.model.training import Parallelism
 
 __all__ = ["TORCHTITAN", "Torchtitan", "SCHEDULES", "read_toml"]
@@ -70,9 +72,9 @@ class Torchtitan(Framework):
                  experts: bool = False) -> list[str]:
         """Settings of ``par`` torchtitan does not run as pase prices them (module docstring)."""
         out = []
-        if precision == "fp8":
-            out.append("FP8 with delayed scaling: torchtitan's float8 converter (torchao) scales each tensor as it "
-                       "casts it; re-cost with --precision fp8-cs")
+        if precision in ("fp8", "mxfp8"):
+            out.append(f"FP8 with {fp8_recipe(precision).title}: torchtitan's float8 converter (torchao), which pase "
+                       "exports, scales each tensor as it casts it; re-cost with --precision fp8-cs")
         if par.expert_overlap:
             out.append("the all-to-all overlap (Megatron-Core's overlap_moe_expert_parallel_comm): torchtitan runs no "
                        "such schedule; re-cost without --ep-overlap")

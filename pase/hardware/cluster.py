@@ -100,6 +100,10 @@ class Cluster:
         :data:`pase.model.memory.DEFAULT_RESERVE` where ``memory_bytes`` is
         known, nothing where it is not (see
         :meth:`pase.model.memory.MemoryOptions.reserve_on`).
+    mxfp8 : bool
+        Whether the device's tensor cores run MXFP8 (block-scaled FP8,
+        Blackwell: B200, at its FP8 peak; NVIDIA's Blackwell datasheet), which
+        ``--precision mxfp8`` needs (:mod:`pase.model.precision`).
 
     Raises
     ------
@@ -139,6 +143,7 @@ class Cluster:
     efficiency: Efficiency | None = None
     fp8_peak_flops: float | None = None
     reserved_bytes: float | None = None
+    mxfp8: bool = False
 
     def __post_init__(self):
         _check_count("devices", self.devices)
@@ -287,7 +292,8 @@ PRESETS: dict[str, Cluster] = {
         Cluster(8, 989e12, 450e9, 2, NVML_TOTAL_BYTES["h200"], "dgx-h200", 8, 50e9, fp8_peak_flops=1979e12),
         # DGX B200: 8 x B200 180 GB (HBM3e, 8 TB/s), 2,250 TFLOP/s bf16 dense, NVLink 5 (900 GB/s per
         # direction); 8 x 400 Gb/s ConnectX-7 (50 GB/s per GPU).
-        Cluster(8, 2250e12, 900e9, 2, 180e9, "dgx-b200", 8, 50e9, fp8_peak_flops=4500e12),
+        # Blackwell's tensor cores also run MXFP8 (block-scaled FP8) at the FP8 rate.
+        Cluster(8, 2250e12, 900e9, 2, 180e9, "dgx-b200", 8, 50e9, fp8_peak_flops=4500e12, mxfp8=True),
         # The paper's cost-model setting for its search-time experiments: flat, no memory limit.
         Cluster(8, 10e12, 16e9, 4, None, "paper-model"),
     )

@@ -39,7 +39,7 @@ from pase.ir.graph import Graph, Layer
 from pase.limits import MAX_LAYER_CONFIGS, MAX_SEARCH_DEVICES
 from pase.ops import OPS
 
-__all__ = ["COST_MODELS", "SPLIT_SPACES", "ATTENTION_KINDS", "PRECISIONS", "ConfigOptions", "is_fp8", "split_factors",
+__all__ = ["COST_MODELS", "SPLIT_SPACES", "ATTENTION_KINDS", "FP8_PRECISIONS", "PRECISIONS", "ConfigOptions", "is_fp8", "split_factors",
            "count_configs", "layer_configs", "config_counts", "check_config", "mesh_shapes"]
 
 # "corrected": layouts on the device mesh with pending sums, computed backward volumes and the
@@ -51,13 +51,15 @@ COST_MODELS = ("corrected", "paper")
 SPLIT_SPACES = ("divisors", "mesh", "auto")
 # How attention runs (pase.model.attention) and the precision of the products with weights (pase.model.roofline).
 ATTENTION_KINDS = ("auto", "flash", "unfused")
-# "fp8": delayed scaling; "fp8-cs": current (per-tensor) scaling (pase.model.precision).
-PRECISIONS = ("bf16", "fp8", "fp8-cs")
+# FP8 recipes (pase.model.precision): "fp8" delayed scaling, "fp8-cs" current per-tensor scaling, "mxfp8" MXFP8
+# block scaling (Blackwell).
+FP8_PRECISIONS = ("fp8", "fp8-cs", "mxfp8")
+PRECISIONS = ("bf16", *FP8_PRECISIONS)
 
 
 def is_fp8(precision: str) -> bool:
     """Whether ``precision`` (a name of :data:`PRECISIONS`) trains the products with weights in FP8."""
-    return precision.startswith("fp8")
+    return precision in FP8_PRECISIONS
 
 
 @dataclass(frozen=True)
@@ -102,10 +104,11 @@ class ConfigOptions:
         corrected model, unfused at the paper's peak rates
         (:func:`pase.model.cost.attention_kind` resolves it for a cluster).
     precision : str
-        ``"bf16"``, ``"fp8"`` or ``"fp8-cs"`` (:data:`PRECISIONS`): FP8
-        runs the matrix products of layers with weights at the FP8 rate, as
-        Transformer Engine runs them, with delayed (``"fp8"``) or current
-        per-tensor scaling (``"fp8-cs"``), each recipe's casts priced
+        ``"bf16"``, ``"fp8"``, ``"fp8-cs"`` or ``"mxfp8"``
+        (:data:`PRECISIONS`): FP8 runs the matrix products of layers with
+        weights at the FP8 rate, as Transformer Engine runs them, with delayed
+        (``"fp8"``) or current per-tensor scaling (``"fp8-cs"``) or MXFP8
+        block scaling (``"mxfp8"``, Blackwell), each recipe's casts priced
         (:mod:`pase.model.precision`); FP8 needs a calibrated cluster whose
         GPU has FP8.
     """

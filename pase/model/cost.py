@@ -374,12 +374,16 @@ def describe_model(cluster: Cluster, attention: str, precision: str, experts: bo
 
 def check_precision(options: ConfigOptions, cluster: Cluster) -> None:
     """``ConfigurationError`` naming the fix when ``options.precision`` cannot be priced on ``cluster``: FP8 on
-    a GPU without FP8, or at the paper's peak rates (FP8's rates are a calibration's)."""
+    a GPU without FP8, MXFP8 on one without Blackwell's tensor cores, or at the paper's peak rates (FP8's rates
+    are a calibration's)."""
     if not options.fp8:
         return
     if cluster.fp8_peak_flops is None:
         raise ConfigurationError(f"cluster {cluster.name!r} has no FP8 tensor cores (no FP8 peak is known for it); "
-                                 "train in bf16, or choose an H100, H200 or B200 preset")
+                                 "train in bf16 (--precision bf16), or choose an H100, H200 or B200 preset")
+    if fp8_recipe(options.precision).blackwell and not cluster.mxfp8:
+        raise ConfigurationError(f"cluster {cluster.name!r} does not run MXFP8 (block-scaled FP8 needs Blackwell's "
+                                 "tensor cores, a B200); use --precision fp8 or fp8-cs, or a B200 preset")
     if cluster.efficiency is None or options.cost_model == "paper":
         raise ConfigurationError("FP8 is priced by the calibrated step-time model; use the preset's calibration "
                                  "(not --peak-rates or --cost-model paper)")

@@ -86,7 +86,7 @@ from pase.hardware.mesh import DeviceMesh
 from pase.ir.graph import Graph
 from pase.model.expert_overlap import LayerParts, comm_sm_share, merged_layer_s
 from pase.model.recompute import shared_expert_layers
-from pase.model.precision import CAST_BYTES, fp8_recipe
+from pase.model.precision import fp8_recipe
 from pase.model.roofline import blocks as transformer_blocks, matrix_kernel_s, vector_kernel_s
 from pase.ops.norm import SOFTMAX_FLOPS_PER_ELEMENT, SOFTMAX_FORWARD_FLOPS
 from pase.model.groups import group_extents
@@ -336,7 +336,7 @@ def block_costs(block: ExpertBlock, par: "Parallelism", cluster: Cluster, layout
         bwd += group("dgrad") + group("wgrad")
         if fp8:
             # Casts: forward the product's input, backward its output gradient; the weights are the step's.
-            cast = recipe.cast(CAST_BYTES)
+            cast = recipe.operand
             fwd += local * x * cast.forward / eff.memory_Bps + cast.kernels * eff.kernel_overhead_s
             bwd += local * y * cast.forward / eff.memory_Bps + cast.kernels * eff.kernel_overhead_s
     hidden = rows * width

@@ -2,9 +2,9 @@
 
 Transformer Engine trains a product with weights in FP8 (the layers of
 :func:`pase.model.roofline.fp8_products`) by casting its operands to FP8
-before each product, with a per-tensor scale. How the scale is found is the
-recipe, and it decides what the casts cost (``--precision``, the names of
-:data:`pase.ir.configs.PRECISIONS`):
+before each product, with a scale. How the scale is found is the recipe, and
+it decides what the casts cost (``--precision``, the names of
+:data:`pase.ir.configs.PRECISIONS`; each recipe's :class:`Cast` table below):
 
 * ``"fp8"``, delayed scaling (TE's ``DelayedScaling``, Megatron-Core's
   ``--fp8-recipe delayed``, its default and NeMo 24.07's): the scale comes
@@ -29,13 +29,24 @@ recipe, and it decides what the casts cost (``--precision``, the names of
   all-reduced over the tensor-parallel group, one 4-byte all-reduce each:
   not priced (a few a block and microbatch, each a collective's latency,
   about 0.5% of the Llama 3.1 405B row's step at 15 us each).
+* ``"mxfp8"``, MXFP8 block scaling (TE's ``MXFP8BlockScaling``,
+  Megatron-Core's ``--fp8-recipe mxfp8``, Blackwell only: an E8M0 scale a
+  block of 32 elements, applied by the tensor cores inside the product, at
+  the FP8 rate). The blocks run along the contraction, so the weight
+  gradient needs a copy quantised column-wise: each cast is one kernel that
+  reads BF16 once and writes both copies and their scales
+  (``cast_mxfp8_2D_kernel``; :data:`MX_CAST_BYTES` an element), no amax pass
+  and no scale kernel. A normalisation writes BF16 and the quantisation
+  follows (TE's norm runs MXFP8 unfused unless ``NVTE_NORM_FWD_USE_CUDNN``,
+  which Megatron-Bridge's performance scripts unset for such runs); an output
+  gradient is quantised both ways too.
 
-Either recipe casts a weight and its transpose once a step, at its first
+Every recipe casts a weight (and its second copy) once a step, at its first
 microbatch, and keeps them for the rest (Megatron-Core's
 ``is_first_microbatch``, its grouped expert products' too):
 :func:`weight_cast_s`. The experts' grouped products cast their input
-forward and their output gradient backward without a transpose kernel of
-their own (:data:`CAST_BYTES`; :mod:`pase.model.experts`).
+forward and their output gradient backward, the per-tensor recipes without a
+transpose kernel of their own (:data:`CAST_BYTES`; :mod:`pase.model.experts`).
 """
 
 from __future__ import annotations
@@ -48,8 +59,9 @@ import numpy as np
 from pase.hardware.efficiency import Efficiency
 from pase.ir.graph import Graph, Layer
 
-__all__ = ["AMAX_BYTES", "CAST_BYTES", "CAST_TRANSPOSE_BYTES", "DELAYED", "NORMALISATION_OPS", "RECIPES",
-           "TENSORWISE", "TRANSPOSE_BYTES", "Cast", "Fp8Recipe", "fp8_recipe", "input_casts", "weight_cast_s"]
+__all__ = ["AMAX_BYTES", "CAST_BYTES", "CAST_TRANSPOSE_BYTES", "DELAYED", "MX_CAST_BYTES", "MXFP8",
+           "NORMALISATION_OPS", "RECIPES", "TENSORWISE", "TRANSPOSE_BYTES", "Cast", "Fp8Recipe", "fp8_recipe",
+           "input_casts", "weight_cast_s"]
 
 # A cast without a transpose reads a BF16 element and writes an FP8 one.
 CAST_BYTES = 3
@@ -60,6 +72,8 @@ CAST_TRANSPOSE_BYTES = 4
 TRANSPOSE_BYTES = 2
 # Current scaling's amax pass reads the BF16 tensor once before its cast.
 AMAX_BYTES = 2
+# MXFP8: read a BF16 element, write it row-wise and column-wise in FP8 with a 1-byte scale a block of 32 each way.
+MX_CAST_BYTES = 2 + 1 + 1 + 2 / 32
 # Normalisations that write an FP8 product's input themselves (TE's LayerNormLinear).
 NORMALISATION_OPS = frozenset({"LayerNorm", "RMSNorm"})
 
@@ -73,41 +87,45 @@ class Cast(NamedTuple):
     readers: int = 1
     kernels: int = 1
 
+    def shared(self, readers: int) -> "Cast":
+        """The same cast shared by ``readers`` products."""
+        return self._replace(readers=readers)
+
 
 @dataclass(frozen=True)
 class Fp8Recipe:
     """An FP8 scaling recipe (the module docstring): ``precision`` its name in :data:`pase.ir.configs.PRECISIONS`,
-    ``title`` its name in words, ``megatron`` Megatron-Core's ``--fp8-recipe``, ``amax_bytes`` what a separate amax pass reads an element
-    before each cast (0: taken in the cast), ``extra_kernels`` the kernels a cast adds to its own (the amax pass
-    and the scale), and ``norm_writes_fp8`` whether a normalisation writes its product's input in FP8."""
+    ``title`` its name in words, ``megatron`` Megatron-Core's ``--fp8-recipe``; the casts of an activation input
+    (``activation``), of an input a normalisation writes (``normalised``), of an output gradient
+    (``gradient``) and of a grouped expert product's operand (``operand``, forward bytes); ``weight_bytes``
+    what casting a weight moves an element, once a step; ``blackwell`` whether it needs Blackwell's tensor
+    cores (:attr:`pase.hardware.cluster.Cluster.mxfp8`)."""
 
     precision: str
     title: str
     megatron: str
-    amax_bytes: int
-    extra_kernels: int
-    norm_writes_fp8: bool
-
-    def cast(self, nbytes: float, readers: int = 1) -> Cast:
-        """The forward cast of an activation of ``nbytes`` bytes an element as the cast kernel moves them."""
-        return Cast(nbytes + self.amax_bytes, 0.0, readers, 1 + self.extra_kernels)
-
-    def gradient_cast(self) -> Cast:
-        """An output gradient's cast-transpose, backward."""
-        return Cast(0.0, CAST_TRANSPOSE_BYTES + self.amax_bytes, 1, 1 + self.extra_kernels)
-
-    def normalised(self, readers: int) -> Cast:
-        """The cast of a product's input that a normalisation writes."""
-        if self.norm_writes_fp8:
-            return Cast(0.0, TRANSPOSE_BYTES, readers, 1)
-        # The norm took the amax: the scale kernel and the cast-transpose remain.
-        return Cast(CAST_TRANSPOSE_BYTES, 0.0, readers, 2)
+    activation: Cast
+    normalised: Cast
+    gradient: Cast
+    operand: Cast
+    weight_bytes: float
+    blackwell: bool = False
 
 
-DELAYED = Fp8Recipe("fp8", "delayed scaling", "delayed", amax_bytes=0, extra_kernels=0, norm_writes_fp8=True)
-TENSORWISE = Fp8Recipe("fp8-cs", "current per-tensor scaling", "tensorwise", amax_bytes=AMAX_BYTES, extra_kernels=2,
-                       norm_writes_fp8=False)
-RECIPES = {r.precision: r for r in (DELAYED, TENSORWISE)}
+DELAYED = Fp8Recipe("fp8", "delayed scaling", "delayed", activation=Cast(CAST_TRANSPOSE_BYTES, 0),
+                    normalised=Cast(0, TRANSPOSE_BYTES), gradient=Cast(0, CAST_TRANSPOSE_BYTES),
+                    operand=Cast(CAST_BYTES, 0), weight_bytes=CAST_TRANSPOSE_BYTES)
+# The amax pass before each cast, and its two kernels (the amax, the scale); a norm takes its output's amax itself.
+TENSORWISE = Fp8Recipe("fp8-cs", "current per-tensor scaling", "tensorwise",
+                       activation=Cast(AMAX_BYTES + CAST_TRANSPOSE_BYTES, 0, kernels=3),
+                       normalised=Cast(CAST_TRANSPOSE_BYTES, 0, kernels=2),
+                       gradient=Cast(0, AMAX_BYTES + CAST_TRANSPOSE_BYTES, kernels=3),
+                       operand=Cast(AMAX_BYTES + CAST_BYTES, 0, kernels=3),
+                       weight_bytes=AMAX_BYTES + CAST_TRANSPOSE_BYTES)
+MXFP8 = Fp8Recipe("mxfp8", "MXFP8 block scaling", "mxfp8", activation=Cast(MX_CAST_BYTES, 0),
+                  normalised=Cast(MX_CAST_BYTES, 0), gradient=Cast(0, MX_CAST_BYTES), operand=Cast(MX_CAST_BYTES, 0),
+                  weight_bytes=MX_CAST_BYTES, blackwell=True)
+RECIPES = {r.precision: r for r in (DELAYED, TENSORWISE, MXFP8)}
 
 
 def fp8_recipe(precision: str) -> Fp8Recipe | None:
@@ -118,27 +136,24 @@ def fp8_recipe(precision: str) -> Fp8Recipe | None:
 def input_casts(graph: Graph, layer: Layer, fp8: frozenset[str], recipe: Fp8Recipe) -> tuple[Cast, ...]:
     """Per input of the FP8 product ``layer`` of ``graph`` (``fp8``: the FP8 products,
     :func:`pase.model.roofline.fp8_products`), its cast under ``recipe`` (the module docstring): a tensor a
-    normalisation writes, :meth:`Fp8Recipe.normalised`; any other a forward cast-transpose; ``readers`` the FP8
-    products reading the same tensor, which share its kernels."""
+    normalisation writes, ``recipe.normalised``; any other ``recipe.activation``; shared by the FP8 products
+    reading the same tensor (one fused product reads it once)."""
     out = []
     for i in range(len(layer.inputs)):
         feeds = [e for e in graph.in_edges(layer.name) if e.dst_input == i]
         if not feeds:
-            out.append(recipe.cast(CAST_TRANSPOSE_BYTES))
+            out.append(recipe.activation)
             continue
         e = feeds[0]
         readers = max(len({r.dst for r in graph.out_edges(e.src) if r.src_output == e.src_output and r.dst in fp8}), 1)
-        if graph.layer(e.src).op in NORMALISATION_OPS:
-            out.append(recipe.normalised(readers))
-        else:
-            out.append(recipe.cast(CAST_TRANSPOSE_BYTES, readers))
+        cast = recipe.normalised if graph.layer(e.src).op in NORMALISATION_OPS else recipe.activation
+        out.append(cast.shared(readers))
     return tuple(out)
 
 
 def weight_cast_s(fp8_params, eff: Efficiency, recipe: Fp8Recipe | None) -> np.ndarray:
-    """Seconds, once a step, of casting ``fp8_params`` weight elements (per device, an array) of FP8 products to
-    FP8 and its transpose under ``recipe`` (a cast-transpose, after an amax pass under current scaling; none
-    without a recipe)."""
+    """Seconds, once a step, of casting ``fp8_params`` weight elements (per device, an array) of FP8 products
+    under ``recipe`` (``recipe.weight_bytes`` each; none without a recipe)."""
     if recipe is None:
         return np.zeros(np.shape(fp8_params))
-    return np.asarray(fp8_params, dtype=float) * (CAST_TRANSPOSE_BYTES + recipe.amax_bytes) / eff.memory_Bps
+    return np.asarray(fp8_params, dtype=float) * recipe.weight_bytes / eff.memory_Bps

@@ -64,7 +64,7 @@ import numpy as np
 
 from pase.hardware.efficiency import Efficiency, curve_fraction
 from pase.ir.graph import Graph, Layer
-from pase.model.precision import CAST_TRANSPOSE_BYTES, DELAYED, Cast, Fp8Recipe
+from pase.model.precision import DELAYED, Cast, Fp8Recipe
 from pase.ops import OPS, block_elements, saved_tensors
 
 __all__ = ["ELEMENTWISE_OPS", "MATRIX_OPS", "blocks", "fp8_products", "fused_chains",
@@ -149,7 +149,7 @@ def _quantised(layer: Layer, cfg: np.ndarray, eff: Efficiency, forward: np.ndarr
     :class:`~pase.model.precision.Cast` (default a forward cast-transpose of its own each), the bytes and
     launches of its kernels shared by its ``readers``; backward its output gradient's cast; each a memory-bound
     kernel. Its weights' casts are the step's (:func:`pase.model.precision.weight_cast_s`)."""
-    per_input = [recipe.cast(CAST_TRANSPOSE_BYTES)] * len(layer.inputs) if casts is None else casts
+    per_input = [recipe.activation] * len(layer.inputs) if casts is None else casts
 
     def seconds(tensor, nbytes: float, c: Cast) -> np.ndarray:
         if nbytes <= 0:
@@ -159,7 +159,7 @@ def _quantised(layer: Layer, cfg: np.ndarray, eff: Efficiency, forward: np.ndarr
 
     for t, c in zip(layer.inputs, per_input):
         forward, backward = forward + seconds(t, c.forward, c), backward + seconds(t, c.backward, c)
-    gradient = recipe.gradient_cast()
+    gradient = recipe.gradient
     for t in layer.outputs:
         backward = backward + seconds(t, gradient.backward, gradient)
     return forward, backward

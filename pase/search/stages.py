@@ -75,7 +75,7 @@ from pase.errors import ConfigurationError, SearchTooLargeError
 from pase.hardware.cluster import Cluster
 from pase.ir.configs import ConfigOptions
 from pase.ir.graph import Graph
-from pase.model.cost import build_cost_model
+from pase.model.cost import build_cost_model, check_precision
 from pase.model.experts import moe_blocks
 from pase.model.parallelism import DISPATCHERS
 from pase.model.recompute import search_sets
@@ -230,9 +230,10 @@ def search_training(
     Raises
     ------
     ConfigurationError
-        The global batch is not a positive integer, the restrictions leave
-        nothing to try, the framework is unknown or runs none of them, or the
-        model has no transformer blocks to cut between.
+        The global batch is not a positive integer, the precision cannot be
+        priced on ``cluster`` (:func:`pase.model.cost.check_precision`), the
+        restrictions leave nothing to try, the framework is unknown or runs
+        none of them, or the model has no transformer blocks to cut between.
     InsufficientMemoryError
         No configuration fits; the message gives the least memory seen.
     """
@@ -240,6 +241,7 @@ def search_training(
 
     if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < 1:
         raise ConfigurationError(f"the global batch must be a positive integer, not {global_batch!r}")
+    check_precision(options, cluster)  # before any configuration is tried: every one would be refused alike
     started = time.perf_counter()
     capacity = cluster.memory_bytes if memory_limit_bytes is None else memory_limit_bytes
     overlap = cluster.efficiency is not None  # frameworks overlap the gradient reduction; the paper's model does not
