@@ -147,7 +147,7 @@ def audit(row) -> dict[str, tuple[float, float | None]]:
             for flops in (2.0 * n * b.d * 2 * f, 2.0 * n * f * b.d):
                 hand["grouped expert products"] += local * hand_of.fp8_product_s(flops)
             x_y = ((n * b.d, n * 2 * f), (n * f, n * b.d))  # the weights are cast once a step
-            casts = sum(local * (x + y) * recipe.operand.forward for x, y in x_y)
+            casts = sum(local * (x * recipe.activation.forward + y * recipe.gradient.backward) for x, y in x_y)
             hand["grouped expert products"] += (casts + 7.5 * copies * f * 2) / hand_of.copy_Bps
             if local > 1:  # each way, forward and backward: read and write the received rows and their gates
                 hand["local sort by expert (permutation 2)"] += 4 * copies * (2 * b.d * 2 + 2 * PROB_BYTES) \

@@ -100,6 +100,21 @@ def test_expert_casts_are_the_activations_a_microbatch_and_current_scaling_reads
                                      rel=1e-9)
 
 
+def test_expert_casts_write_both_copies_the_weight_gradient_needs():
+    # TE's GroupedLinear quantises its input and its output gradient row-wise and column-wise (the weight gradient
+    # reads them transposed): a cast-transpose under delayed scaling, 2 + 1 + 1 bytes an element; MXFP8 writes the
+    # same two copies plus a 1-byte scale a block of 32 each way, 1/16 of a byte more, in one kernel as well.
+    c = preset("dgx-b200", 8, calibrated=True)
+    par = Parallelism(data=8, global_batch=8, ep=8, etp=1, capacity_factor=1.0)
+    costs = {p: block_costs(_block(), par, c, expert_layout(par, c.mesh), p) for p in ("fp8", "mxfp8")}
+    rows, d, f = 32768, 2048, 768
+    bps = c.efficiency.memory_Bps
+    assert costs["mxfp8"]["forward_s"] - costs["fp8"]["forward_s"] == pytest.approx(rows * (d + f) / 16 / bps,
+                                                                                    rel=1e-9)
+    assert costs["mxfp8"]["backward_s"] - costs["fp8"]["backward_s"] == pytest.approx(rows * (2 * f + d) / 16 / bps,
+                                                                                      rel=1e-9)
+
+
 def test_deepseek_v3_with_its_prediction_module_counts_the_published_685b():
     # deepseek-ai/DeepSeek-V3's README: 685B on Hugging Face, "671B of the Main Model weights and 14B of the
     # Multi-Token Prediction (MTP) Module weights"; the checkpoint stores the module's own copies of the embedding

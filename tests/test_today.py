@@ -29,7 +29,7 @@ MEAN, LARGEST = 0.10, 0.20  # issue 25's goals, met
 # Megatron-Core merges it (pase.model.expert_overlap) and the B200 DeepSeek-V3 row's shared experts ran beside its
 # all-to-all, as their recipes set them: better models of those runs, each uncovering more of a compute shortfall the
 # exchanges had hidden. Cut as Megatron-Core splits the blocks (validate_today.megatron_split), 23.0%; priced in
-# the FP8 recipe they ran (current scaling, validate_today.Row.precision), 22.6% (largest 30.4%).
+# the FP8 recipe they ran (current scaling, validate_today.Row.precision), 22.3% (largest 30.0%).
 MOE_MEAN, MOE_LARGEST = 0.24, 0.33
 # Dense rows pase's memory model puts over their GPU's preset memory, and the bytes each is held to: none.
 OVER: dict[str, float] = {}

@@ -27,10 +27,10 @@ What pase's 3-D plans map to:
   ``uniform`` over 1 layer);
 * FP8: ``--fp8-format hybrid`` with the recipe pase priced, ``--fp8-recipe
   delayed`` (``--precision fp8``), ``tensorwise`` (``fp8-cs``, current
-  scaling, as NVIDIA's recipes run it on Hopper) or ``mxfp8``; Transformer Engine's linear
-  layers in the blocks; the embedding and output layer stay BF16, as pase
-  prices them. Delayed scaling does not recompute ``moe_act`` or
-  ``layernorm`` (``TransformerConfig`` refuses them);
+  scaling, as NVIDIA's recipes run it on Hopper) or ``mxfp8``; Transformer
+  Engine's linear layers in the blocks; the embedding and output layer stay
+  BF16, as pase prices them. Delayed scaling does not recompute ``moe_act``
+  or ``layernorm`` (``TransformerConfig`` refuses them);
 * sequence parallelism ``--sequence-parallel``; flash or unfused attention
   ``--attention-backend``;
 * a mixture of experts: ``--expert-model-parallel-size`` and
@@ -389,8 +389,8 @@ def read_script(text: str) -> tuple[TrainingSettings, tuple[int, ...]]:
         recipes = {r.megatron: r.precision for r in RECIPES.values()}
         recipe = str(flags.get("--fp8-recipe") or "delayed")  # Megatron-Core's default
         if recipe not in recipes:
-            raise FormatError(f"--fp8-recipe {recipe}: pase prices the per-tensor FP8 recipes only "
-                              f"({', '.join(recipes)}); export the plan with one of them")
+            raise FormatError(f"--fp8-recipe {recipe}: pase prices the FP8 recipes {', '.join(recipes)} only; "
+                              "export the plan with one of them")
         precision = recipes[recipe]
     return TrainingSettings(parallelism=par, model="", nodes=whole(launcher, "--nnodes"), precision=precision,
                             attention=attention if attention in ("flash", "unfused") else ""), counts

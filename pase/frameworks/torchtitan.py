@@ -31,8 +31,7 @@ What pase's 3-D plans map to:
   in BF16 (``filter_fqns``), as pase prices it; torchao's float8 scales each
   tensor as it casts it (its ``tensorwise`` recipe: current scaling, pase's
   ``fp8-cs``; it has no delayed scaling, and its MX converter is not
-  planned); attention: SDPA's fused kernels
-  only (pase's ``flash``);
+  planned); attention: SDPA's fused kernels only (pase's ``flash``);
 * a mixture of experts: ``expert_parallel_degree`` and
   ``expert_tensor_parallel_degree`` (and ``expert_parallel_comm_backend =
   "deepep"`` for DeepEP's dispatch). ``ParallelDims`` takes ETP equal to TP

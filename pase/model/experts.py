@@ -47,12 +47,12 @@ experts layer costs and holds by this module's model, per device and microbatch 
   per local expert and product (Transformer Engine's ``GroupedLinear``), each at the measured efficiency
   of its own size (:meth:`~pase.hardware.efficiency.Efficiency.matmul_fraction`; small products run far
   below peak) and none overlapped with another (``GROUPED_GEMM_EVIDENCE``: published timings of TE's
-  multi-stream loop show no concurrency); the
-  SwiGLU activation memory-bound; in FP8, the products on the FP8 curve plus their activations' casts,
-  each grouped input forward and output gradient backward as one cast of every local expert's rows, as its
-  recipe casts them (:mod:`pase.model.precision`), the weights once a step with the dense products'; with more than one local expert and more than one source rank, the
-  sort of the received rows by local expert after the dispatch and back before the combine (Megatron-Core's "permutation 2"), a read
-  and a write of the rows each, forward and backward;
+  multi-stream loop show no concurrency); the SwiGLU activation memory-bound; in FP8, the products on
+  the FP8 curve plus their activations' casts, each grouped input forward and output gradient backward as
+  one cast of every local expert's rows, as its recipe casts them (:mod:`pase.model.precision`), the
+  weights once a step with the dense products'; with more than one local expert and more than one source
+  rank, the sort of the received rows by local expert after the dispatch and back before the combine
+  (Megatron-Core's "permutation 2"), a read and a write of the rows each, forward and backward;
 * overlap: the dispatch and combine are exposed unless ``expert_overlap`` is asked for (off by
   default): then Megatron-Core's 1F1B all-to-all overlap hides each exchange of one microbatch behind a
   part of another's transformer layer, as :mod:`pase.model.expert_overlap` schedules it (DeepEP's
@@ -336,9 +336,9 @@ def block_costs(block: ExpertBlock, par: "Parallelism", cluster: Cluster, layout
         bwd += group("dgrad") + group("wgrad")
         if fp8:
             # Casts: forward the product's input, backward its output gradient; the weights are the step's.
-            cast = recipe.operand
+            cast, gradient = recipe.activation, recipe.gradient
             fwd += local * x * cast.forward / eff.memory_Bps + cast.kernels * eff.kernel_overhead_s
-            bwd += local * y * cast.forward / eff.memory_Bps + cast.kernels * eff.kernel_overhead_s
+            bwd += local * y * gradient.backward / eff.memory_Bps + gradient.kernels * eff.kernel_overhead_s
     hidden = rows * width
     if eff is None:
         act_f = SWIGLU_VECTOR_FLOPS[0] * hidden / peak

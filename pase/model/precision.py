@@ -45,8 +45,10 @@ Every recipe casts a weight (and its second copy) once a step, at its first
 microbatch, and keeps them for the rest (Megatron-Core's
 ``is_first_microbatch``, its grouped expert products' too):
 :func:`weight_cast_s`. The experts' grouped products cast their input
-forward and their output gradient backward, the per-tensor recipes without a
-transpose kernel of their own (:data:`CAST_BYTES`; :mod:`pase.model.experts`).
+forward and their output gradient backward as an activation is cast, both
+copies each (TE's ``GroupedLinear`` quantises them row-wise and column-wise
+for the weight gradient; a normalisation never writes them):
+:mod:`pase.model.experts`.
 """
 
 from __future__ import annotations
@@ -59,12 +61,10 @@ import numpy as np
 from pase.hardware.efficiency import Efficiency
 from pase.ir.graph import Graph, Layer
 
-__all__ = ["AMAX_BYTES", "CAST_BYTES", "CAST_TRANSPOSE_BYTES", "DELAYED", "MX_CAST_BYTES", "MXFP8",
+__all__ = ["AMAX_BYTES", "CAST_TRANSPOSE_BYTES", "DELAYED", "MX_CAST_BYTES", "MXFP8",
            "NORMALISATION_OPS", "RECIPES", "TENSORWISE", "TRANSPOSE_BYTES", "Cast", "Fp8Recipe", "fp8_recipe",
            "input_casts", "weight_cast_s"]
 
-# A cast without a transpose reads a BF16 element and writes an FP8 one.
-CAST_BYTES = 3
 # A cast-transpose (TE's fp8_cast_transpose_fused) reads a BF16 element and writes it in FP8 twice, as is and
 # transposed (Hopper's FP8 products take both operands K-major, so the weight gradient needs the transpose).
 CAST_TRANSPOSE_BYTES = 4
@@ -96,9 +96,9 @@ class Cast(NamedTuple):
 class Fp8Recipe:
     """An FP8 scaling recipe (the module docstring): ``precision`` its name in :data:`pase.ir.configs.PRECISIONS`,
     ``title`` its name in words, ``megatron`` Megatron-Core's ``--fp8-recipe``; the casts of an activation input
-    (``activation``), of an input a normalisation writes (``normalised``), of an output gradient
-    (``gradient``) and of a grouped expert product's operand (``operand``, forward bytes); ``weight_bytes``
-    what casting a weight moves an element, once a step; ``blackwell`` whether it needs Blackwell's tensor
+    (``activation``; a grouped expert product's input too), of an input a normalisation writes (``normalised``)
+    and of an output gradient (``gradient``); ``weight_bytes`` what casting a weight moves an element, once a
+    step; ``blackwell`` whether it needs Blackwell's tensor
     cores (:attr:`pase.hardware.cluster.Cluster.mxfp8`)."""
 
     precision: str
@@ -107,24 +107,22 @@ class Fp8Recipe:
     activation: Cast
     normalised: Cast
     gradient: Cast
-    operand: Cast
     weight_bytes: float
     blackwell: bool = False
 
 
 DELAYED = Fp8Recipe("fp8", "delayed scaling", "delayed", activation=Cast(CAST_TRANSPOSE_BYTES, 0),
                     normalised=Cast(0, TRANSPOSE_BYTES), gradient=Cast(0, CAST_TRANSPOSE_BYTES),
-                    operand=Cast(CAST_BYTES, 0), weight_bytes=CAST_TRANSPOSE_BYTES)
+                    weight_bytes=CAST_TRANSPOSE_BYTES)
 # The amax pass before each cast, and its two kernels (the amax, the scale); a norm takes its output's amax itself.
 TENSORWISE = Fp8Recipe("fp8-cs", "current per-tensor scaling", "tensorwise",
                        activation=Cast(AMAX_BYTES + CAST_TRANSPOSE_BYTES, 0, kernels=3),
                        normalised=Cast(CAST_TRANSPOSE_BYTES, 0, kernels=2),
                        gradient=Cast(0, AMAX_BYTES + CAST_TRANSPOSE_BYTES, kernels=3),
-                       operand=Cast(AMAX_BYTES + CAST_BYTES, 0, kernels=3),
                        weight_bytes=AMAX_BYTES + CAST_TRANSPOSE_BYTES)
 MXFP8 = Fp8Recipe("mxfp8", "MXFP8 block scaling", "mxfp8", activation=Cast(MX_CAST_BYTES, 0),
-                  normalised=Cast(MX_CAST_BYTES, 0), gradient=Cast(0, MX_CAST_BYTES), operand=Cast(MX_CAST_BYTES, 0),
-                  weight_bytes=MX_CAST_BYTES, blackwell=True)
+                  normalised=Cast(MX_CAST_BYTES, 0), gradient=Cast(0, MX_CAST_BYTES), weight_bytes=MX_CAST_BYTES,
+                  blackwell=True)
 RECIPES = {r.precision: r for r in (DELAYED, TENSORWISE, MXFP8)}
 
 

@@ -115,9 +115,10 @@ def layer_times_s(layer: Layer, configs: np.ndarray, peak_flops: float, efficien
     graph input), as the cost model's FLOP count does. ``fp8_peak_flops``
     (training in FP8): a product with weights runs its three products at that
     peak on the FP8 curve and pays its activations' quantisation under
-    ``recipe`` (:mod:`pase.model.precision`; default delayed scaling): ``casts[i]`` input ``i``'s cast
-    (:func:`pase.model.precision.input_casts`; default a forward
-    cast-transpose of its own each), and its output gradient's.
+    ``recipe`` (:mod:`pase.model.precision`; default delayed scaling):
+    ``casts[i]`` input ``i``'s cast (:func:`pase.model.precision.input_casts`;
+    default the recipe's activation cast, its own each), and its output
+    gradient's.
     """
     cfg = np.asarray(configs, dtype=float)
     flops = OPS[layer.op].flops(layer, np.asarray(layer.sizes, dtype=float) / cfg)
@@ -135,8 +136,7 @@ def layer_times_s(layer: Layer, configs: np.ndarray, peak_flops: float, efficien
         backward = _kernel_s(flops.backward, nbytes, True, peak_flops, efficiency, "wgrad", fp8) + sum(
             (_kernel_s(g, nbytes, True, peak_flops, efficiency, "dgrad", fp8) for g in gradients), np.zeros(len(cfg)))
         if fp8 is not None:
-            forward, backward = _quantised(layer, cfg, efficiency, forward, backward, casts,
-                                           recipe or DELAYED)
+            forward, backward = _quantised(layer, cfg, efficiency, forward, backward, casts, recipe or DELAYED)
     else:
         work = flops.backward + sum(gradients, np.zeros(len(cfg)))
         backward = _kernel_s(work, VECTOR_BACKWARD_BYTES * nbytes, False, peak_flops, efficiency)
@@ -146,7 +146,7 @@ def layer_times_s(layer: Layer, configs: np.ndarray, peak_flops: float, efficien
 def _quantised(layer: Layer, cfg: np.ndarray, eff: Efficiency, forward: np.ndarray, backward: np.ndarray,
                casts: Sequence[Cast] | None, recipe: Fp8Recipe) -> tuple[np.ndarray, np.ndarray]:
     """``forward`` and ``backward`` of an FP8 product with its activations' casts added: per input its
-    :class:`~pase.model.precision.Cast` (default a forward cast-transpose of its own each), the bytes and
+    :class:`~pase.model.precision.Cast` (default the recipe's activation cast, its own each), the bytes and
     launches of its kernels shared by its ``readers``; backward its output gradient's cast; each a memory-bound
     kernel. Its weights' casts are the step's (:func:`pase.model.precision.weight_cast_s`)."""
     per_input = [recipe.activation] * len(layer.inputs) if casts is None else casts
