@@ -327,8 +327,9 @@ def main() -> int:
         "current scaling's 4-byte amax all-reduces under sequence parallelism, the optimizer's "
         "gradient-buffer zeroing and norm, and whatever sustained power and concurrent communication take from "
         "the kernels' speed in a real step. Memory: each preset holds what NVML reports (an 80 GB H100 81,559 "
-        "MiB, 85.5 GB; Modal's published table), less pase's reserve (3.9 GB); the datasheets' round 80 GB had left "
-        "Nemotron-340B's last device 0.4 GB over with whole-block cuts.",
+        "MiB, 85.5 GB; Modal's published table), less pase's reserve (3.9 GB); with the FP8 weights' transposes "
+        "counted (below), Nemotron-340B's last device is 0.08 GB over it, as it was not: the reserve is an "
+        "estimate.",
         "",
         "The mixture-of-experts rows run as Megatron-Bridge's performance scripts set them (the script's docstring: "
         "their recomputation modules, the 1F1B all-to-all overlap of DeepSeek-V3 on H100), and every one fits its "
@@ -376,7 +377,10 @@ def main() -> int:
         "-32.1%, Qwen3-30B-A3B -18.1% becomes -18.7% (B200 +26.6% becomes +25.7%), Qwen3-235B-A22B -16.1% becomes "
         "-16.6% (B200 -15.8% becomes -17.0%); current scaling then adds 2-4% to every 3b row, and the experts' "
         "cast-transposes 0.4-0.8% to the MoE rows (DeepSeek-V3 -30.4% becomes -30.0%, Qwen3-30B-A3B -15.9% "
-        "becomes -15.1%, on B200 +29.1% becomes +29.8%). "
+        "becomes -15.1%, on B200 +29.1% becomes +29.8%). Memory now holds each FP8 weight's transpose beside it, as "
+        "Transformer Engine caches both over a step (its weight workspace, quantised both ways while training: "
+        "v1.8's `get_fp8_workspace(..., with_transpose=True)`, 2.x's `quantize_weight`), 2 bytes a parameter where "
+        "pase had counted 1 (MXFP8: 2 and its block scales); no step changes. "
         "The 3a rows are unchanged.",
         "",
         "Beside section 3, the same table's B200 runs in MXFP8 (its parentheses, `MXFP8_RUNS`; pase's `--precision "

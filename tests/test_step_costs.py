@@ -138,13 +138,14 @@ def test_current_scaling_launches_the_amax_and_scale_kernels():
     assert _cast_seconds(MXFP8, eff) == pytest.approx((21 + 2 + 2 + 7) * 1e-6, rel=1e-6)  # one kernel a cast
 
 
-@pytest.mark.parametrize("precision, nbytes, name", [("fp8", 4, "dgx-h100"), ("fp8-cs", 6, "dgx-h100"),
-                                                     ("mxfp8", 4 + 1 / 16, "dgx-b200")])
-def test_fp8_weights_are_cast_once_a_step(precision, nbytes, name):
+@pytest.mark.parametrize("precision, nbytes, kept, name", [("fp8", 4, 2, "dgx-h100"), ("fp8-cs", 6, 2, "dgx-h100"),
+                                                           ("mxfp8", 4 + 1 / 16, 2 + 1 / 16, "dgx-b200")])
+def test_fp8_weights_are_cast_once_a_step(precision, nbytes, kept, name):
     # TE casts each FP8 product's weight (and its transpose) at a step's first microbatch and keeps them for the
     # rest (Megatron-Core's is_first_microbatch): the step pays 4 bytes per FP8 weight once (6 under current
     # scaling, its amax pass first; both copies and their scales under MXFP8), whatever the microbatches; the block's FP8 products hold q h^2, k and v h^2
-    # kv/heads each, out h^2, gate up down 3 h f.
+    # kv/heads each, out h^2, gate up down 3 h f. The copies stay in memory over the step: the FP8 weight and its
+    # transpose (TE's cached workspace, quantised both ways while training), with MXFP8's block scales.
     g_build = lambda b: llama("t", layers=1, hidden=H, heads=HEADS, kv_heads=KV, ffn=F, vocab=128,  # noqa: E731
                               batch=b, seq=S)
     cluster = preset(name, 1)
@@ -152,9 +153,10 @@ def test_fp8_weights_are_cast_once_a_step(precision, nbytes, name):
     steps = {}
     for m in (1, 4):
         par = Parallelism(global_batch=m * B, microbatch_size=B)
-        opt = {p: evaluate_training(g_build, cluster, par, options=ConfigOptions(precision=p)).stages[0].optimizer_s
-               for p in ("bf16", precision)}
-        steps[m] = opt[precision] - opt["bf16"]
+        stages = {p: evaluate_training(g_build, cluster, par, options=ConfigOptions(precision=p)).stages[0]
+                  for p in ("bf16", precision)}
+        steps[m] = stages[precision].optimizer_s - stages["bf16"].optimizer_s
+        assert stages[precision].fp8_bytes == pytest.approx(weights * kept, rel=1e-9)
     assert steps[1] == pytest.approx(weights * nbytes / cluster.efficiency.memory_Bps, rel=1e-9)
     assert steps[4] == pytest.approx(steps[1], rel=1e-12)
 

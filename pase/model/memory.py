@@ -85,13 +85,13 @@ from pase.hardware.cluster import Cluster
 from pase.ir.configs import ConfigOptions, layer_configs
 from pase.model.attention import flash_units, lse_bytes
 from pase.model.cost import attention_kind, options_on
+from pase.model.precision import fp8_recipe
 from pase.model.roofline import fp8_products
 from pase.errors import ConfigurationError, PaseError
 from pase.ir.graph import Graph, Layer
 from pase.ops import OPS, block_elements, collectives, partial_collectives, saved_tensors, split_over
 
 __all__ = [
-    "FP8_COPY_BYTES_PER_PARAMETER",
     "OPTIMIZER_STATES",
     "MemoryOptions",
     "Reserve",
@@ -196,11 +196,6 @@ RESERVE_SOURCES = {
 }
 
 DEFAULT_RESERVE = Reserve()
-
-
-# Training in FP8, Transformer Engine keeps each FP8 product's weight as an FP8 copy across a step's microbatches,
-# besides the BF16 weight (the transposes its backward needs are made in the backward, transiently).
-FP8_COPY_BYTES_PER_PARAMETER = 1
 
 
 @dataclass(frozen=True)
@@ -596,8 +591,9 @@ def build_memory_model(
     with ``config_options``; pass the cost model's ``configs`` so rows match.
     ``config_options`` also says how attention runs (a fused kernel keeps
     no ``s x k`` tensor, :mod:`pase.model.attention`) and the precision (an
-    FP8 product keeps its inputs in FP8 and an FP8 copy of its weights,
-    ``FP8_COPY_BYTES_PER_PARAMETER``, counted with its weights).
+    FP8 product keeps its inputs in FP8 and the FP8 copies of its weights, its
+    recipe's ``copy_bytes`` an element (:mod:`pase.model.precision`), counted
+    with its weights).
 
     Examples
     --------
@@ -619,7 +615,8 @@ def build_memory_model(
     flash = attention_kind(config_options, cluster) == "flash"
     units = {u.scores: u for u in flash_units(graph, explicit=config_options.attention == "flash")} if flash else {}
     fused = frozenset().union(*(u.members for u in units.values()))
-    narrow = fp8_products(graph) if config_options.fp8 else frozenset()
+    recipe = fp8_recipe(config_options.precision)
+    narrow = fp8_products(graph) if recipe else frozenset()
     keeps = {layer.name: saved_tensors(layer) for layer in layers}
     ties = Counter(w.tied for layer in layers for w in layer.weights if w.tied)
     weights, grads, optim, acts, bufs = {}, {}, {}, {}, {}
@@ -628,8 +625,7 @@ def build_memory_model(
         params = np.zeros(len(cfg))
         for w in layer.weights:
             params = params + block_elements(layer, w, cfg) / (ties[w.tied] if w.tied else 1)
-        weights[layer.name] = params * (per_param["weights"] + (FP8_COPY_BYTES_PER_PARAMETER if layer.name in narrow
-                                                                else 0))
+        weights[layer.name] = params * (per_param["weights"] + (recipe.copy_bytes if layer.name in narrow else 0))
         grads[layer.name] = params * per_param["gradients"]
         optim[layer.name] = params * per_param["optimizer"]
         acts[layer.name] = _activation_bytes(graph, layer, cfg, keeps, bpe, options.index_bytes, fused=fused,

@@ -44,7 +44,10 @@ it decides what the casts cost (``--precision``, the names of
 Every recipe casts a weight (and its second copy) once a step, at its first
 microbatch, and keeps them for the rest (Megatron-Core's
 ``is_first_microbatch``, its grouped expert products' too):
-:func:`weight_cast_s`. The experts' grouped products cast their input
+:func:`weight_cast_s`; the copies stay in memory over the step
+(``copy_bytes`` an element: TE's cached weight workspace, quantised
+row-wise and, for the input gradient, column-wise while training, its
+``Linear``'s ``quantize_weight``). The experts' grouped products cast their input
 forward and their output gradient backward as an activation is cast, both
 copies each (TE's ``GroupedLinear`` quantises them row-wise and column-wise
 for the weight gradient; a normalisation never writes them):
@@ -70,6 +73,8 @@ __all__ = ["AMAX_BYTES", "CAST_TRANSPOSE_BYTES", "DELAYED", "MX_CAST_BYTES", "MX
 CAST_TRANSPOSE_BYTES = 4
 # The transpose alone of a tensor already in FP8: read one byte, write one.
 TRANSPOSE_BYTES = 2
+# A cast reads its BF16 tensor (2 bytes an element) and writes the rest of its bytes: the FP8 copies it makes.
+BF16_BYTES = 2
 # Current scaling's amax pass reads the BF16 tensor once before its cast.
 AMAX_BYTES = 2
 # MXFP8: read a BF16 element, write it row-wise and column-wise in FP8 with a 1-byte scale a block of 32 each way.
@@ -98,7 +103,7 @@ class Fp8Recipe:
     ``title`` its name in words, ``megatron`` Megatron-Core's ``--fp8-recipe``; the casts of an activation input
     (``activation``; a grouped expert product's input too), of an input a normalisation writes (``normalised``)
     and of an output gradient (``gradient``); ``weight_bytes`` what casting a weight moves an element, once a
-    step; ``blackwell`` whether it needs Blackwell's tensor
+    step, and ``copy_bytes`` what its FP8 copies hold an element over the step; ``blackwell`` whether it needs Blackwell's tensor
     cores (:attr:`pase.hardware.cluster.Cluster.mxfp8`)."""
 
     precision: str
@@ -108,21 +113,22 @@ class Fp8Recipe:
     normalised: Cast
     gradient: Cast
     weight_bytes: float
+    copy_bytes: float
     blackwell: bool = False
 
 
 DELAYED = Fp8Recipe("fp8", "delayed scaling", "delayed", activation=Cast(CAST_TRANSPOSE_BYTES, 0),
                     normalised=Cast(0, TRANSPOSE_BYTES), gradient=Cast(0, CAST_TRANSPOSE_BYTES),
-                    weight_bytes=CAST_TRANSPOSE_BYTES)
+                    weight_bytes=CAST_TRANSPOSE_BYTES, copy_bytes=CAST_TRANSPOSE_BYTES - BF16_BYTES)
 # The amax pass before each cast, and its two kernels (the amax, the scale); a norm takes its output's amax itself.
 TENSORWISE = Fp8Recipe("fp8-cs", "current per-tensor scaling", "tensorwise",
                        activation=Cast(AMAX_BYTES + CAST_TRANSPOSE_BYTES, 0, kernels=3),
                        normalised=Cast(CAST_TRANSPOSE_BYTES, 0, kernels=2),
                        gradient=Cast(0, AMAX_BYTES + CAST_TRANSPOSE_BYTES, kernels=3),
-                       weight_bytes=AMAX_BYTES + CAST_TRANSPOSE_BYTES)
+                       weight_bytes=AMAX_BYTES + CAST_TRANSPOSE_BYTES, copy_bytes=CAST_TRANSPOSE_BYTES - BF16_BYTES)
 MXFP8 = Fp8Recipe("mxfp8", "MXFP8 block scaling", "mxfp8", activation=Cast(MX_CAST_BYTES, 0),
                   normalised=Cast(MX_CAST_BYTES, 0), gradient=Cast(0, MX_CAST_BYTES), weight_bytes=MX_CAST_BYTES,
-                  blackwell=True)
+                  copy_bytes=MX_CAST_BYTES - BF16_BYTES, blackwell=True)
 RECIPES = {r.precision: r for r in (DELAYED, TENSORWISE, MXFP8)}
 
 

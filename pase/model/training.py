@@ -70,7 +70,8 @@ Memory per device of a stage (the peak at the start of the first backward):
   state and gradients over the ``c`` context-parallel ranks as well, which
   hold the same weights (Megatron-Core's distributed optimizer shards over
   its data-parallel group with context parallelism); training in FP8, the
-  FP8 copy of each FP8 product's weight (``FP8_COPY_BYTES_PER_PARAMETER``);
+  FP8 copies of each FP8 product's weight (its recipe's ``copy_bytes``,
+  :mod:`pase.model.precision`: the weight and its transpose);
 * attention as :mod:`pase.model.attention` runs it: under flash attention
   no ``s x k`` tensor is kept, only each kernel's inputs and output and its
   log-sum-exp; training in FP8, a product keeps its activation input as the
@@ -125,7 +126,7 @@ from pase.model.layer_times import (
     group_times,
     layer_times,
 )
-from pase.model.memory import FP8_COPY_BYTES_PER_PARAMETER, MemoryOptions
+from pase.model.memory import MemoryOptions
 from pase.model.parallelism import RECOMPUTE, Parallelism, check_devices, group_cluster
 from pase.model.pipeline import ZERO_BUBBLE, ScheduleResult, in_flight, simulate
 from pase.model.precision import fp8_recipe, weight_cast_s
@@ -394,7 +395,7 @@ def _placement(lt: "LayerTimes", cluster: Cluster, cuts: tuple[int, ...], S: int
     lt.memo[key] = placed = {
         "bounds": bounds, "send": send, "params": params, "reduce": reduce, "transient": transient,
         "gathered": gathered, "activations": np.bincount(layer_dev, lt.activations, S),
-        "fp8 copies": np.bincount(layer_dev, lt.fp8_params, S) * FP8_COPY_BYTES_PER_PARAMETER,
+        "fp8 params": np.bincount(layer_dev, lt.fp8_params, S),
         "expert params": np.bincount(layer_dev, lt.expert_params, S),
         "dispatch": np.bincount(layer_dev, lt.dispatch_s, S), "expert compute": np.bincount(layer_dev, lt.expert_compute_s, S),
         "counts": np.bincount(layer_dev, minlength=S), "data-parallel reduce": {}}
@@ -502,7 +503,8 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
                     "optimizer": edp if par.zero >= 1 else 1}
     states = {k: params * per_param[k] / shard[k] + expert_params * per_param[k] / expert_shard[k]
               for k in ("weights", "gradients", "optimizer")}
-    fp8 = placed["fp8 copies"]
+    recipe = fp8_recipe(lt.precision)
+    fp8 = placed["fp8 params"] * (0.0 if recipe is None else recipe.copy_bytes)
     total = (states["weights"] + states["gradients"] + states["optimizer"] + fp8 + acts + transient
              + memory.reserve_on(cluster))
     if rejected is not None and capacity is not None and total.max() > capacity:
@@ -512,8 +514,7 @@ def assemble(lt: "LayerTimes", cluster: Cluster, par: Parallelism, memory: Memor
     # The optimizer step reads and writes its state once a step; the roofline prices it on a calibrated cluster.
     optimizer = np.zeros(S) if cluster.efficiency is None else (
         (params / shard["optimizer"] + expert_params / expert_shard["optimizer"]) * OPTIMIZER_BYTES_PER_PARAMETER
-        / cluster.efficiency.memory_Bps + weight_cast_s(fp8 / FP8_COPY_BYTES_PER_PARAMETER, cluster.efficiency,
-                                                       fp8_recipe(lt.precision)))
+        / cluster.efficiency.memory_Bps + weight_cast_s(placed["fp8 params"], cluster.efficiency, recipe))
     reduce = reduce.tolist()
 
     def stages() -> tuple[StageReport, ...]:  # built only for a plan that is finished
