@@ -4,7 +4,8 @@ Transformer Engine trains a product with weights in FP8 (the layers of
 :func:`pase.model.roofline.fp8_products`) by casting its operands to FP8
 before each product, with a scale. How the scale is found is the recipe, and
 it decides what the casts cost (``--precision``, the names of
-:data:`pase.ir.configs.PRECISIONS`; each recipe's :class:`Cast` table below):
+:data:`pase.ir.configs.PRECISIONS`; each recipe's casts are its
+:class:`Fp8Recipe` below):
 
 * ``"fp8"``, delayed scaling (TE's ``DelayedScaling``, Megatron-Core's
   ``--fp8-recipe delayed``, its default and NeMo 24.07's): the scale comes
@@ -44,13 +45,13 @@ it decides what the casts cost (``--precision``, the names of
 Every recipe casts a weight (and its second copy) once a step, at its first
 microbatch, and keeps them for the rest (Megatron-Core's
 ``is_first_microbatch``, its grouped expert products' too):
-:func:`weight_cast_s`; the copies stay in memory over the step
+:func:`weight_cast_s`. The copies stay in memory over the step
 (``copy_bytes`` an element: TE's cached weight workspace, quantised
 row-wise and, for the input gradient, column-wise while training, its
-``Linear``'s ``quantize_weight``). The experts' grouped products cast their input
-forward and their output gradient backward as an activation is cast, both
-copies each (TE's ``GroupedLinear`` quantises them row-wise and column-wise
-for the weight gradient; a normalisation never writes them):
+``Linear``'s ``quantize_weight``). The experts' grouped products cast their
+input forward and their output gradient backward as an activation is cast,
+both copies each (TE's ``GroupedLinear`` quantises them row-wise and
+column-wise for the weight gradient; no normalisation writes them):
 :mod:`pase.model.experts`.
 """
 
