@@ -234,7 +234,8 @@ def headline(plan) -> None:
                   if plan.cluster.efficiency is None else "Step times by the calibrated model (above, with its "
                                                           "sources). ")
                + f"Bubble: {fmt_percent(plan.schedule.bubble_fraction)} of the busiest device's step. "
-               + f"{md(plan.label)}. Attention {plan.attention}, precision {plan.precision}: "
+               + f"{md(plan.label)}. Attention {plan.attention}, precision {plan.precision}"
+               + (f" ({scaling})" if (scaling := model.get("fp8_scaling")) else "") + ": "
                + md(model["mfu_counting"]) + ".")
     accuracy = model.get("accuracy")
     if accuracy is not None:

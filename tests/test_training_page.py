@@ -445,4 +445,4 @@ def test_mxfp8_is_refused_by_name_off_blackwell_and_priced_on_a_b200():
     at.sidebar.selectbox(key="in_preset").set_value("dgx-b200").run()
     at.button(key="tr_search").click().run()
     assert not at.exception and not at.error, [e.value for e in (*at.exception, *at.error)]
-    assert any("precision mxfp8" in c.value for c in at.caption), [c.value for c in at.caption]
+    assert any("precision mxfp8 (MXFP8 block scaling)" in c.value for c in at.caption), [c.value for c in at.caption]
