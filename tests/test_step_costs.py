@@ -211,3 +211,11 @@ def test_a_rotary_softmax_round_trips_and_a_bad_flag_is_refused():
     assert loads_graph(dumps_graph(g)).layers == g.layers
     with pytest.raises(GraphError, match="rotary must be true or false"):
         L.softmax("s", (2, 4, 4), ("b", "s", "k"), axis="k", rotary="yes")
+
+
+def test_every_fp8_precision_has_its_recipe():
+    # The configuration layer names the precisions (pase.ir.configs, below the model); the model prices them.
+    from pase.ir.configs import FP8_PRECISIONS
+    from pase.model.precision import RECIPES
+
+    assert set(RECIPES) == set(FP8_PRECISIONS) and all(r.precision == name for name, r in RECIPES.items())

@@ -85,9 +85,9 @@ class Megatron(Framework):
         sequence parallelism, delayed FP8 scaling with ``moe_act`` or ``layernorm`` recomputed (module
         docstring)."""
         out = []
-        delayed = sorted({"moe_act", "layernorm"} & set(par.recompute_modules or ()))
-        if precision == "fp8" and par.recompute == "selective" and delayed:
-            out.append(f"recomputing {' and '.join(delayed)} under FP8 delayed scaling: Megatron-Core refuses it "
+        unsupported = sorted({"moe_act", "layernorm"} & set(par.recompute_modules or ()))
+        if precision == "fp8" and par.recompute == "selective" and unsupported:
+            out.append(f"recomputing {' and '.join(unsupported)} under FP8 delayed scaling: Megatron-Core refuses it "
                        "(\"Delayed scaling does not support moe_act and layernorm recompute\"); re-cost with "
                        "--precision fp8-cs")
         if (experts or par.ep > 1) and par.tensor > 1 and not par.sequence_parallel:

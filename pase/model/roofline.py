@@ -67,7 +67,7 @@ from pase.ir.graph import Graph, Layer
 from pase.model.precision import DELAYED, Cast, Fp8Recipe
 from pase.ops import OPS, block_elements, saved_tensors
 
-__all__ = ["ELEMENTWISE_OPS", "MATRIX_OPS", "blocks", "fp8_products", "fused_chains",
+__all__ = ["ELEMENTWISE_OPS", "MATRIX_OPS", "block_of", "blocks", "fp8_products", "fused_chains",
            "fused_times_s", "layer_times_s", "matrix_kernel_s", "vector_kernel_s"]
 
 MATRIX_OPS = frozenset({"FullyConnected", "Einsum", "Conv2D", "GroupedConv2D", "LSTM", "MoEExperts"})
@@ -165,17 +165,21 @@ def _quantised(layer: Layer, cfg: np.ndarray, eff: Efficiency, forward: np.ndarr
     return forward, backward
 
 
+def block_of(name: str) -> tuple[str, int] | None:
+    """The transformer block of a layer name and its number: the name up to its first numbered part, when more
+    parts follow (``("h.3", 3)`` for ``h.3.attn.q``); None for a layer in no block (embeddings, the output
+    layer, the loss)."""
+    parts = name.split(".")
+    num = next((i for i, p in enumerate(parts) if p.isdigit()), None)
+    if num is None or num + 1 >= len(parts):
+        return None
+    return ".".join(parts[:num + 1]), int(parts[num])
+
+
 def blocks(graph: Graph) -> dict[str, str]:
-    """Layer name -> its block: the name up to its first numbered part (``h.3`` for ``h.3.attn.q``), as
-    frameworks build, checkpoint and quantise each transformer layer. Layers without a numbered part
-    (embeddings, the output layer, the loss) are in no block and left out."""
-    out = {}
-    for layer in graph.layers:
-        parts = layer.name.split(".")
-        num = next((i for i, p in enumerate(parts) if p.isdigit()), None)
-        if num is not None and num + 1 < len(parts):
-            out[layer.name] = ".".join(parts[:num + 1])
-    return out
+    """Layer name -> its block (:func:`block_of`), as frameworks build, checkpoint and quantise each transformer
+    layer; layers in no block are left out."""
+    return {layer.name: found[0] for layer in graph.layers if (found := block_of(layer.name)) is not None}
 
 
 def fp8_products(graph: Graph) -> frozenset[str]:

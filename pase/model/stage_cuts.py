@@ -28,6 +28,7 @@ import numpy as np
 from pase.errors import ConfigurationError
 from pase.hardware.cluster import Cluster
 from pase.model.experts import moe_blocks
+from pase.model.roofline import block_of
 
 if TYPE_CHECKING:
     from pase.model.layer_times import LayerTimes
@@ -194,10 +195,9 @@ class BlockLayout:
 
 def block_index(name: str) -> int | None:
     """The block number of a layer name (``h.12.ln2`` -> 12), None for a layer outside the blocks
-    (as :func:`pase.model.roofline.blocks` decides: a numbered part followed by more parts)."""
-    parts = name.split(".")
-    num = next((i for i, p in enumerate(parts) if p.isdigit()), None)
-    return int(parts[num]) if num is not None and num + 1 < len(parts) else None
+    (:func:`pase.model.roofline.block_of`)."""
+    found = block_of(name)
+    return None if found is None else found[1]
 
 
 def block_layout(names: Sequence[str]) -> BlockLayout:
