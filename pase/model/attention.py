@@ -15,14 +15,18 @@ query row (fp32, :data:`LSE_BYTES`). It skips the blocks a mask hides: a
 causal kernel computes the pairs at or below the diagonal, a sliding window
 those within the window (:func:`computed_fraction`).
 
-Its FLOPs (:func:`flash_flops`): the two products' ``4 b s k h c`` (``h``
-every query head) times the computed fraction forward, and 2.5 times that
+Its FLOPs (:func:`flash_flops`): the two products' ``2 b s k h (c + c_v)``
+(``h`` every query head, ``c`` the score heads' width, ``c_v`` the value
+heads', :func:`head_widths`: 192 and 128 in DeepSeek-V3's attention) times
+the computed fraction forward, and 2.5 times that
 backward (the backward's five products against the forward's two: the
 scores recomputed, and the gradients of the probabilities, ``q``, ``k`` and
 ``v``), as FlashAttention's authors count them. Its time
 (:func:`flash_times_s`) is that of a kernel on the calibration's attention
 curves (:attr:`~pase.hardware.efficiency.Efficiency.attention_curve`,
-measured per kernel as a function of the FLOPs it does), bounded below by its
+measured per kernel as a function of the FLOPs it does) at its head shape's
+rate (:func:`pase.hardware.attention_kernels.shape_factor`: published cuDNN
+timings of 192/128 and 64-wide heads against 128-wide ones), bounded below by its
 bytes (``q``, ``k``, ``v``, the output, read and written once forward, twice
 backward) at the memory bandwidth. Under context parallelism (``ring``: a
 score product whose queries are split ``c`` ways across a context-parallel
@@ -53,6 +57,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pase.errors import ConfigurationError
+from pase.hardware.attention_kernels import computed_fraction, shape_factor
 from pase.hardware.efficiency import Efficiency, curve_fraction
 from pase.ir.graph import Graph, Layer
 from pase.ops import OPS
@@ -156,22 +161,6 @@ def flash_units(graph: Graph, explicit: bool) -> tuple[AttentionUnit, ...]:
     return tuple(units)
 
 
-def computed_fraction(queries: int, keys: int, mask: str = "none", window: int = 0) -> float:
-    """Fraction of the ``queries x keys`` score pairs a fused kernel computes under ``mask`` and ``window``.
-
-    Query ``i`` (of ``queries``, aligned with the last of ``keys``: the
-    newest positions) sees the keys up to its own position under a causal
-    mask, and at most ``window`` of them (its own included) with a sliding
-    window. ``"none"`` without a window: every pair, 1.
-    """
-    offset = keys - queries  # query i sits at key position offset + i
-    i = np.arange(queries, dtype=float)
-    seen = np.full(queries, float(keys)) if mask == "none" else np.clip(offset + i + 1, 0, keys)
-    if window:
-        seen = np.minimum(seen, window)
-    return float(seen.sum() / (queries * keys))
-
-
 def _fraction(unit: AttentionUnit, graph: Graph) -> float:
     size = graph.layer(unit.scores).size_of
     return computed_fraction(size["s"], size["k"], unit.mask, unit.window) if {"s", "k"} <= size.keys() else 1.0
@@ -183,9 +172,19 @@ def flash_flops(graph: Graph, unit: AttentionUnit, configs: np.ndarray) -> tuple
     device's block times :func:`computed_fraction`, and :data:`FLASH_BACKWARD_RATIO` times that."""
     scores = graph.layer(unit.scores)
     block = np.asarray(scores.sizes, dtype=float) / np.asarray(configs, dtype=float)
-    # The context product has the score product's iteration space (b s k h c), so its FLOPs equal the scores'.
-    forward = 2.0 * OPS[scores.op].flops(scores, block).forward * _fraction(unit, graph)
+    # The context product runs the score product's iteration space with the value heads' width in place of the
+    # score heads' (DeepSeek-V3's attention: 128 against 192), split as the score heads are.
+    d_qk, d_v = head_widths(graph, unit)
+    forward = OPS[scores.op].flops(scores, block).forward * (1.0 + d_v / d_qk) * _fraction(unit, graph)
     return forward, FLASH_BACKWARD_RATIO * forward
+
+
+def head_widths(graph: Graph, unit: AttentionUnit) -> tuple[int, int]:
+    """The widths of ``unit``'s score heads (``q`` and ``k``, the score product's contraction) and value heads
+    (``v`` and the output: the context product's output dimension the scores lack)."""
+    scores, context = graph.layer(unit.scores), graph.layer(unit.context)
+    value = next(a for a in context.outputs[0].axes if a not in scores.outputs[0].axes)
+    return scores.sizes[_head_width(scores)], context.size_of[value]
 
 
 def masked_model_flops(graph: Graph, units: tuple[AttentionUnit, ...]) -> float:
@@ -199,7 +198,8 @@ def masked_model_flops(graph: Graph, units: tuple[AttentionUnit, ...]) -> float:
         if key not in skipped:
             scores = graph.layer(unit.scores)
             one = float(OPS[scores.op].flops(scores, np.asarray([scores.sizes], dtype=float)).forward[0])
-            skipped[key] = 2 * 3 * one * (1.0 - _fraction(unit, graph))
+            d_qk, d_v = head_widths(graph, unit)
+            skipped[key] = 3 * one * (1.0 + d_v / d_qk) * (1.0 - _fraction(unit, graph))
         total += skipped[key]
     return total
 
@@ -211,14 +211,16 @@ def _io_elements(graph: Graph, unit: AttentionUnit, configs: np.ndarray) -> np.n
 
     scores = graph.layer(unit.scores)
     q, k = (block_elements(scores, t, np.asarray(configs, dtype=float)) for t in scores.inputs)
-    return q * 2 + k * 2  # q and the output have q's elements; k and v have k's
+    d_qk, d_v = head_widths(graph, unit)
+    return (q + k) * (1.0 + d_v / d_qk)  # the output has q's rows, v has k's, each at the value heads' width
 
 
 def flash_times_s(graph: Graph, unit: AttentionUnit, configs: np.ndarray, peak_flops: float,
                   efficiency: Efficiency, bytes_per_element: int, ring: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Forward and backward seconds of ``unit``'s fused kernel on one device per configuration of its score
     product (the module docstring): FLOPs at the peak times the attention curves' fraction (the matrix
-    curve's where the calibration has none), at least its bytes at the memory bandwidth, plus the kernel
+    curve's where the calibration has none) and its head shape's factor
+    (:func:`pase.hardware.attention_kernels.shape_factor`), at least its bytes at the memory bandwidth, plus the kernel
     overhead. ``ring``: a split of the queries (``s``) is a context-parallel group running Transformer
     Engine's ring attention, as many kernels as ranks, each with its share's FLOPs and bytes over that count."""
     forward, backward = flash_flops(graph, unit, configs)
@@ -226,10 +228,13 @@ def flash_times_s(graph: Graph, unit: AttentionUnit, configs: np.ndarray, peak_f
     scores = graph.layer(unit.scores)
     cfg = np.asarray(configs, dtype=float)
     steps = cfg[:, scores.dims.index("s")] if ring and "s" in scores.dims else np.ones(len(cfg))
+    d_qk, d_v = head_widths(graph, unit)
     out = []
-    for flops, curve, moved in ((forward / steps, efficiency.attention_curve, nbytes / steps),
-                                (backward / steps, efficiency.attention_backward_curve, 2 * nbytes / steps)):
+    for flops, curve, moved, back in ((forward / steps, efficiency.attention_curve, nbytes / steps, False),
+                                      (backward / steps, efficiency.attention_backward_curve, 2 * nbytes / steps,
+                                       True)):
         fraction = efficiency.matmul_fraction(flops) if curve is None else curve_fraction(curve, flops)
+        fraction = fraction * shape_factor(d_qk, d_v, forward / steps, backward=back)
         busy = np.maximum(flops / (peak_flops * fraction), moved / efficiency.memory_Bps)
         out.append(np.where(flops > 0, steps * (busy + efficiency.kernel_overhead_s), 0.0))
     return out[0], out[1]
