@@ -1,17 +1,22 @@
 """Fused attention by head shape (pase.hardware.attention_kernels) against NVIDIA's published cuDNN timings."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from pase.hardware.attention_kernels import DATA, measured_shapes, shape_factor
-from pase.hardware.cluster import H200_MEASURED
+from pase.errors import ClusterError
+from pase.hardware.attention_kernels import SHAPE_TABLES, measured_shapes, shape_factor
+from pase.hardware.cluster import CALIBRATIONS, H200_MEASURED
+from pase.hardware.efficiency import Efficiency
 from pase.model.attention import attention_units, flash_flops, flash_times_s, head_widths
 from pase.models import sample
 from pase.models.llama import llama
 
-ROWS = json.loads(DATA.read_text())["rows"]
+ROWS = json.loads(SHAPE_TABLES["hopper"].read_text())["rows"]
+# The H200 fit at the 1,980 MHz its kernels were timed at, with Hopper's head shapes.
+H200 = replace(H200_MEASURED.efficiency, attention_shapes="hopper")
 
 
 def _graph(row):
@@ -31,7 +36,7 @@ def test_each_published_kernel_is_priced_near_its_time(row):
     unit = attention_units(g)[0]
     assert head_widths(g, unit) == (row["d_qk"], row["d_v"])
     cfg = np.ones((1, len(g.layer(unit.scores).dims)))
-    forward, backward = flash_times_s(g, unit, cfg, 989e12, H200_MEASURED.efficiency, 2)
+    forward, backward = flash_times_s(g, unit, cfg, 989e12, H200, 2)
     assert forward[0] + backward[0] == pytest.approx((row["fwd_ms"] + row["bwd_ms"]) / 1e3, rel=0.15)
 
 
@@ -47,12 +52,15 @@ def test_deepseek_v3s_kernel_counts_its_value_heads_at_their_width():
     assert backward[0] == pytest.approx(2.5 * forward[0])
 
 
-def test_the_reference_width_and_unmeasured_shapes_keep_the_calibrations_curve():
+def test_the_reference_width_unmeasured_shapes_and_other_gpus_keep_the_calibrations_curve():
     flops = np.array([1e9, 1e11, 1e13])
-    assert set(measured_shapes()) == {(192, 128), (64, 64)}
-    for shape in ((128, 128), (96, 96), (256, 256)):
-        assert np.array_equal(shape_factor(*shape, flops), np.ones(3))
-        assert np.array_equal(shape_factor(*shape, flops, backward=True), np.ones(3))
+    assert set(measured_shapes("hopper")) == set(measured_shapes("blackwell")) == {(192, 128), (64, 64)}
+    for table, shape in [("hopper", (128, 128)), ("hopper", (96, 96)), ("hopper", (256, 256)), (None, (64, 64))]:
+        assert np.array_equal(shape_factor(table, *shape, flops), np.ones(3))
+        assert np.array_equal(shape_factor(table, *shape, flops, backward=True), np.ones(3))
+    names = {name: e.attention_shapes for name, e in CALIBRATIONS.items()}
+    assert names["dgx-h100"] == names["dgx-h200"] == "hopper" and names["dgx-b200"] == "blackwell"
+    assert names["dgx-a100"] is None
 
 
 def test_narrow_and_latent_heads_run_slower_than_128_wide_ones():
@@ -60,16 +68,27 @@ def test_narrow_and_latent_heads_run_slower_than_128_wide_ones():
     # ways; MLA's forward within 10% of it, its backward about a quarter slower.
     flops = np.geomspace(1e10, 1e14, 9)
     for back in (False, True):
-        narrow = shape_factor(64, 64, flops, backward=back)
+        narrow = shape_factor("hopper", 64, 64, flops, backward=back)
         assert np.all((narrow > 0.5) & (narrow < 0.75))
-    assert np.all(np.abs(shape_factor(192, 128, flops) - 1) < 0.1)
-    assert np.all((shape_factor(192, 128, flops, backward=True) > 0.7) & (shape_factor(192, 128, flops,
-                                                                                         backward=True) < 0.8))
+    assert np.all(np.abs(shape_factor("hopper", 192, 128, flops) - 1) < 0.1)
+    latent = shape_factor("hopper", 192, 128, flops, backward=True)
+    assert np.all((latent > 0.7) & (latent < 0.8))
+
+
+@pytest.mark.parametrize("bad", ["ampere", 3, ["hopper"]])
+def test_a_calibration_naming_no_known_table_is_refused(bad):
+    data = {**CALIBRATIONS["dgx-h100"].to_dict(), "attention_shapes": bad}
+    with pytest.raises(ClusterError, match="attention_shapes must be one of 'hopper', 'blackwell'"):
+        Efficiency.from_dict(data)
+
+
+def test_a_calibration_file_keeps_its_table():
+    e = CALIBRATIONS["dgx-h100"]
+    assert Efficiency.from_dict(e.to_dict()).attention_shapes == "hopper"
 
 
 def test_the_calibrations_figures_name_the_head_shapes_source():
-    from pase.hardware.cluster import CALIBRATIONS
     from ui.stepmodel import sources_list
 
     listed = sources_list(CALIBRATIONS["dgx-h100"])
-    assert "attention head shapes" in listed and "cudnn" in listed
+    assert "attention\\_shapes** = hopper" in listed and "cudnn" in listed

@@ -23,7 +23,6 @@ from dataclasses import replace
 import streamlit as st
 
 from pase.errors import ClusterError
-from pase.hardware.attention_kernels import SOURCE, measured_shapes
 from pase.hardware.calibration import loads_calibration
 from pase.hardware.cluster import CALIBRATIONS, Cluster, calibrated_by_default
 from pase.hardware.efficiency import A100_FITTED, Efficiency
@@ -165,19 +164,17 @@ def model_summary(cluster: Cluster) -> str:
 
 
 def sources_list(efficiency: Efficiency) -> str:
-    """A markdown list of ``efficiency``'s figures that have a source: each figure's name, value and source; then
-    the attention kernels' head-shape rates every calibration shares (:mod:`pase.hardware.attention_kernels`)."""
+    """A markdown list of ``efficiency``'s figures that have a source: each figure's name, value and source."""
     def value(name: str) -> str:
         v = getattr(efficiency, name, None)
         if name.endswith("_curve"):  # (FLOPs per kernel, fraction of peak) points
             return "" if v is None else ", ".join(f"{f / 1e9:.3g} GFLOP: {x:.1%}" for f, x in v)
+        if isinstance(v, str):  # a table's name (attention_shapes)
+            return v
         unit = {"vector_flops": " FLOP/s", "memory_Bps": " bytes/s"}.get(name, " s" if name.endswith("_s") else "")
         return "" if v is None else f"{v:.4g}{unit}"
 
-    shapes = ", ".join(f"{q}/{v}" for q, v in measured_shapes())
-    return "\n".join([*(f"- **{md(name)}** = {md(value(name))}: {md(text)}" for name, text in efficiency.sources.items()),
-                      f"- **attention head shapes** ({shapes}-wide score/value heads) at their own rate against the "
-                      f"attention curves' 128-wide heads: {md(SOURCE)}"])
+    return "\n".join(f"- **{md(name)}** = {md(value(name))}: {md(text)}" for name, text in efficiency.sources.items())
 
 
 def show_model(clusters: list[Cluster]) -> None:

@@ -24,6 +24,7 @@ from math import ceil, gcd, prod
 from numbers import Real
 
 from pase.errors import ClusterError, did_you_mean
+from pase.hardware.attention_kernels import SOURCES as ATTENTION_SHAPES_SOURCES
 from pase.hardware.calibration import Calibration, load_calibration
 from pase.hardware.efficiency import (
     A100_FITTED, A100_HBM_BPS, GTX1080TI_FP32, RTX2080TI_FP32, Efficiency, derated,
@@ -374,9 +375,11 @@ _GH100_SMS = {"sms": (132, "published: 132 SMs on the H100 SXM (H100 whitepaper,
                            "GH100 configuration")}
 _B200_SMS = {"sms": (148, "published: 148 SMs on the B200 (NVIDIA's B200 specifications; CUDA's multiprocessor "
                           "count)")}
-H200_CALIBRATION = _with(_H200, _NVLINK4, _NDR, _LATENCY, _GH100_SMS)
+# Head shapes other than 128 wide at Hopper's own rates (pase.hardware.attention_kernels).
+_HOPPER_ATTENTION = {"attention_shapes": ("hopper", ATTENTION_SHAPES_SOURCES["hopper"])}
+H200_CALIBRATION = _with(_H200, _NVLINK4, _NDR, _LATENCY, _GH100_SMS, _HOPPER_ATTENTION)
 H100_CALIBRATION = _with(
-    _H200, _NVLINK4, _NDR, _LATENCY, _GH100_SMS,
+    _H200, _NVLINK4, _NDR, _LATENCY, _GH100_SMS, _HOPPER_ATTENTION,
     {name: (getattr(_H200, name), _SAME_CHIP.format(_H200.sources[name]))
      for name in (*TENSOR_CORE_CURVES, "vector_flops", "kernel_overhead_s", "memory_overlap")},
     {"memory_Bps": (3350e9 * _HBM_FRACTION,
@@ -399,7 +402,7 @@ _B200_ASSUMED = ("assumed: the H200's fitted curve at its stated tensor-core clo
                  "({:.2f}x; a kernel reaches the fraction of its stated peak an H200 kernel of the same duration "
                  "reaches), not measured on a B200")
 B200_CALIBRATION = _with(
-    _H200, _NVLINK5, _NDR, _LATENCY, _B200_SMS,
+    _H200, _NVLINK5, _NDR, _LATENCY, _B200_SMS, {"attention_shapes": ("blackwell", ATTENTION_SHAPES_SOURCES["blackwell"])},
     {name: (_scaled(getattr(_H200, name), (_B200_FP8 / 1979e12) if name.startswith("fp8") else _B200_BF16 / 989e12),
             _B200_ASSUMED.format((_B200_FP8 / 1979e12) if name.startswith("fp8") else _B200_BF16 / 989e12))
      for name in ("matmul_curve", "matmul_dgrad_curve", "matmul_wgrad_curve", "fp8_matmul_curve", "attention_curve",

@@ -26,6 +26,10 @@ reach instead, in a few physically meaningful numbers, each with its source
   fraction of the shorter of a kernel's compute and memory times hidden behind
   the longer (1: the roofline, their maximum; 0: their sum, as Calculon's
   ``no_overlap`` processing mode prices kernels);
+* ``attention_shapes``, the published rates at which this GPU's fused
+  attention kernels run head shapes other than the curves' 128-wide heads
+  (:mod:`pase.hardware.attention_kernels`: ``"hopper"``, NVIDIA's cuDNN
+  timings on an H200); None: every head shape on the attention curves;
 * ``sms``, the device's streaming multiprocessors (where known): what a
   communication kernel that holds some of them (DeepEP's) leaves the
   computation it overlaps (:mod:`pase.model.expert_overlap`);
@@ -56,6 +60,7 @@ from typing import Sequence
 import numpy as np
 
 from pase.errors import ClusterError
+from pase.hardware.attention_kernels import SHAPE_TABLES
 from pase.limits import MAX_LATENCY_S, MAX_SMS
 
 __all__ = ["Efficiency", "curve_fraction", "CALCULON_A100", "A100_FITTED", "A100_HBM_BPS", "A100_KERNEL_CURVE",
@@ -71,8 +76,9 @@ class Efficiency:
     ClusterError
         A fraction outside (0, 1], a rate that is not positive and finite, a
         latency or overhead outside 0 .. ``MAX_LATENCY_S`` seconds, a matrix
-        curve that is empty or not ascending in FLOPs, or an SM count that is
-        not a whole number from 1 to ``MAX_SMS``.
+        curve that is empty or not ascending in FLOPs, an SM count that is
+        not a whole number from 1 to ``MAX_SMS``, or attention shapes pase has
+        no table of.
     """
 
     matmul_curve: tuple[tuple[float, float], ...]
@@ -91,6 +97,7 @@ class Efficiency:
     attention_curve: tuple[tuple[float, float], ...] | None = None
     attention_backward_curve: tuple[tuple[float, float], ...] | None = None
     sms: int | None = None
+    attention_shapes: str | None = None
 
     def __post_init__(self):
         for name in ("matmul_curve", *_OPTIONAL_CURVES):
@@ -118,6 +125,10 @@ class Efficiency:
                                f"got {self.sms!r}")
         if self.sms is not None:
             object.__setattr__(self, "sms", int(self.sms))
+        if self.attention_shapes is not None and (not isinstance(self.attention_shapes, str)
+                                                  or self.attention_shapes not in SHAPE_TABLES):
+            raise ClusterError(f"attention_shapes must be one of {', '.join(map(repr, SHAPE_TABLES))} or left out, "
+                               f"got {self.attention_shapes!r}")
 
     def matmul_fraction(self, flops, product: str = "forward") -> np.ndarray:
         """Fraction of the peak a matrix-product kernel of ``flops`` FLOPs reaches (array in, array out).
@@ -140,6 +151,8 @@ class Efficiency:
                     if getattr(self, name) is not None})
         if self.sms is not None:
             out["sms"] = self.sms
+        if self.attention_shapes is not None:
+            out["attention_shapes"] = self.attention_shapes
         out["sources"] = dict(self.sources)
         return out
 
@@ -158,7 +171,7 @@ class Efficiency:
             raise ClusterError(f"an efficiency must be an object of fields, got {type(data).__name__}")
         known = {"matmul_curve", "vector_flops", "memory_Bps", "kernel_overhead_s", "intra_efficiency",
                  "inter_efficiency", "intra_latency_s", "inter_latency_s", "memory_overlap", "sources", "sms",
-                 *_OPTIONAL_CURVES}
+                 "attention_shapes", *_OPTIONAL_CURVES}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ClusterError(f"unknown efficiency field {unknown[0]!r}; known: {', '.join(sorted(known))}")
@@ -174,6 +187,8 @@ class Efficiency:
                 values[name] = dict(value)
             elif name == "matmul_curve" or name in _OPTIONAL_CURVES:
                 values[name] = value  # checked by _check_curve, naming the field
+            elif name == "attention_shapes":
+                values[name] = value  # checked by __post_init__, naming the field
             elif isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise ClusterError(f"efficiency field {name!r} must be a number, got {value!r}")
             elif name == "sms":

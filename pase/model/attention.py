@@ -234,7 +234,7 @@ def flash_times_s(graph: Graph, unit: AttentionUnit, configs: np.ndarray, peak_f
                                       (backward / steps, efficiency.attention_backward_curve, 2 * nbytes / steps,
                                        True)):
         fraction = efficiency.matmul_fraction(flops) if curve is None else curve_fraction(curve, flops)
-        fraction = fraction * shape_factor(d_qk, d_v, forward / steps, backward=back)
+        fraction = fraction * shape_factor(efficiency.attention_shapes, d_qk, d_v, forward / steps, backward=back)
         busy = np.maximum(flops / (peak_flops * fraction), moved / efficiency.memory_Bps)
         out.append(np.where(flops > 0, steps * (busy + efficiency.kernel_overhead_s), 0.0))
     return out[0], out[1]
