@@ -15,8 +15,9 @@ Shah et al. 2024, section 3.1); DeepSeek-V3's multi-head latent attention
 cuDNN timings on one H200 (``data/cudnn-attention-h200.json``, the
 ``"hopper"`` table, :data:`SOURCES`) time each such shape beside 128-wide
 kernels in the same run; a shape's factor is its rate over the 128-wide
-kernels' rate at the same forward FLOPs (interpolated in log FLOPs), per
-measured size, interpolated in log FLOPs between them and held flat beyond,
+kernels' rate at the same forward FLOPs (interpolated in log FLOPs, held
+flat beyond them), per measured size, interpolated in log FLOPs between
+them and held flat beyond,
 the forward and the backward each. So a calibration's own 128-wide level
 stands and only the shape's effect is taken from the published run. A
 calibration names its table (``Efficiency.attention_shapes``): the H100's and

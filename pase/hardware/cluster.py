@@ -19,6 +19,7 @@ devices. Deeper hierarchies (racks, pods) are given as explicit mesh axes
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 from math import ceil, gcd, prod
 from numbers import Real
@@ -178,7 +179,7 @@ class Cluster:
                 raise ClusterError(f"mesh axes {sizes} hold {prod(sizes)} devices, not the cluster's {self.devices}; "
                                    "give axes whose sizes multiply to the device count")
 
-    @property
+    @cached_property  # a frozen cluster forms one mesh; searches ask for it hundreds of thousands of times
     def mesh(self) -> DeviceMesh:
         """The device mesh the cluster forms.
 
