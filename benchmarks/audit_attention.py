@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from pase.hardware.attention_kernels import SHAPE_TABLES  # noqa: E402
+from pase.hardware.attention_kernels import SHAPE_TABLES, published_rates  # noqa: E402
 from pase.hardware.cluster import CALIBRATIONS, H200_MEASURED  # noqa: E402
 from pase.model.attention import attention_units, flash_times_s  # noqa: E402
 from pase.models import sample  # noqa: E402
@@ -47,7 +47,7 @@ from pase.models.llama import llama  # noqa: E402
 
 SECTION = "## Attention kernels against NVIDIA's published cuDNN timings (issue 27)"
 # What each published run is priced on: the calibration and its BF16 peak (FLOP/s).
-RUNS = {"hopper": ("H200", replace(H200_MEASURED.efficiency, attention_shapes="hopper"), 989e12),
+RUNS = {"hopper": ("H200", replace(H200_MEASURED.efficiency, attention_shapes=published_rates("hopper")), 989e12),
         "blackwell": ("GB200", CALIBRATIONS["dgx-b200"], 2250e12)}
 
 

@@ -350,7 +350,7 @@ def main() -> int:
         "DeepEP's 20 SMs taken from the computation beside it and the pipeline's warm-up and cool-down run "
         "unmerged, as Megatron-Core schedules them (`pase.model.expert_overlap`): 24% fast becomes 32% fast, the "
         "exposed exchanges falling from 3.9 s to 1.9 s a step. DeepSeek's own published profile "
-        "of a DeepSeek-V3 layer (its framework, H800) takes 10% longer than pase prices the same layer's kernels "
+        "of a DeepSeek-V3 layer (its framework, H800) takes 7% longer than pase prices the same layer's kernels "
         "on the SMs DeepEP leaves them (`benchmarks/audit_deepseek_profile.py`), about the dense rows' shortfall; "
         "the Megatron-Core run's further 20% is in what its step adds, unmeasured here. What is still assumed and "
         "not measured here: DeepEP's network share at the calibration's rate (47 GB/s; DeepEP's published 51 GB/s "
@@ -362,7 +362,16 @@ def main() -> int:
         "becomes 29.8%. The DeepSeek-V3 rows carry the recipe's multi-token-prediction module and pipeline "
         "layouts (the script's docstring). None of these was fitted to the rows.",
         "",
-        "Since the run before: the 3b rows are priced in the FP8 recipe they ran, current per-tensor scaling "
+        "Since the run before: DeepSeek-V3's attention kernel counts its context product at the 128-wide value "
+        "heads (it had been counted at the 192-wide score heads', 20% more FLOPs; pase's model FLOPs per token of "
+        "every 3b row now match NVIDIA's model TFLOP/s column within 1%, `tests/test_today.py`), and every fused "
+        "attention kernel runs at its head shape's published rate (`pase.hardware.attention_kernels`: NVIDIA's "
+        "cuDNN timings of 192/128 and 64-wide heads beside 128-wide ones, on an H200 for the H100 and H200, on a "
+        "GB200 for the B200; `benchmarks/audit_attention.py`). On the H100 the two nearly cancel, MLA's backward "
+        "running at 0.75 of the 128-wide rate (DeepSeek-V3 -30.0% becomes -29.2%); on the B200, at 0.8-0.87 "
+        "(-30.0% becomes -29.3%; in MXFP8 -34.8% becomes -34.2%). The other rows' heads are 128 wide: unchanged.",
+        "",
+        "Before that: the 3b rows are priced in the FP8 recipe they ran, current per-tensor scaling "
         "(the scripts of that release run the mixtures of experts in no other per-tensor recipe, and the 25.11 table "
         "names the same dense runs FP8-CS; the script's docstring), where they had been priced in delayed scaling: "
         "each cast reads its BF16 tensor once more for its amax and launches two more kernels, and a normalisation "

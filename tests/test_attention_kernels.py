@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from pase.errors import ClusterError
-from pase.hardware.attention_kernels import SHAPE_TABLES, measured_shapes, shape_factor
+from pase.hardware.attention_kernels import SHAPE_TABLES, measured_shapes, published_rates, shape_factor
 from pase.hardware.cluster import CALIBRATIONS, H200_MEASURED
 from pase.hardware.efficiency import Efficiency
 from pase.model.attention import attention_units, flash_flops, flash_times_s, head_widths
@@ -16,7 +16,8 @@ from pase.models.llama import llama
 
 ROWS = json.loads(SHAPE_TABLES["hopper"].read_text())["rows"]
 # The H200 fit at the 1,980 MHz its kernels were timed at, with Hopper's head shapes.
-H200 = replace(H200_MEASURED.efficiency, attention_shapes="hopper")
+H200 = replace(H200_MEASURED.efficiency, attention_shapes=published_rates("hopper"))
+HOPPER, BLACKWELL = published_rates("hopper"), published_rates("blackwell")
 
 
 def _graph(row):
@@ -54,13 +55,13 @@ def test_deepseek_v3s_kernel_counts_its_value_heads_at_their_width():
 
 def test_the_reference_width_unmeasured_shapes_and_other_gpus_keep_the_calibrations_curve():
     flops = np.array([1e9, 1e11, 1e13])
-    assert set(measured_shapes("hopper")) == set(measured_shapes("blackwell")) == {(192, 128), (64, 64)}
-    for table, shape in [("hopper", (128, 128)), ("hopper", (96, 96)), ("hopper", (256, 256)), (None, (64, 64))]:
-        assert np.array_equal(shape_factor(table, *shape, flops), np.ones(3))
-        assert np.array_equal(shape_factor(table, *shape, flops, backward=True), np.ones(3))
-    names = {name: e.attention_shapes for name, e in CALIBRATIONS.items()}
-    assert names["dgx-h100"] == names["dgx-h200"] == "hopper" and names["dgx-b200"] == "blackwell"
-    assert names["dgx-a100"] is None
+    assert set(measured_shapes(HOPPER)) == set(measured_shapes(BLACKWELL)) == {(192, 128), (64, 64)}
+    for rates, shape in [(HOPPER, (128, 128)), (HOPPER, (96, 96)), (HOPPER, (256, 256)), (None, (64, 64))]:
+        assert np.array_equal(shape_factor(rates, *shape, flops), np.ones(3))
+        assert np.array_equal(shape_factor(rates, *shape, flops, backward=True), np.ones(3))
+    rates = {name: e.attention_shapes for name, e in CALIBRATIONS.items()}
+    assert rates["dgx-h100"] == rates["dgx-h200"] == HOPPER and rates["dgx-b200"] == BLACKWELL
+    assert rates["dgx-a100"] is None
 
 
 def test_narrow_and_latent_heads_run_slower_than_128_wide_ones():
@@ -68,27 +69,29 @@ def test_narrow_and_latent_heads_run_slower_than_128_wide_ones():
     # ways; MLA's forward within 10% of it, its backward about a quarter slower.
     flops = np.geomspace(1e10, 1e14, 9)
     for back in (False, True):
-        narrow = shape_factor("hopper", 64, 64, flops, backward=back)
+        narrow = shape_factor(HOPPER, 64, 64, flops, backward=back)
         assert np.all((narrow > 0.5) & (narrow < 0.75))
-    assert np.all(np.abs(shape_factor("hopper", 192, 128, flops) - 1) < 0.1)
-    latent = shape_factor("hopper", 192, 128, flops, backward=True)
+    assert np.all(np.abs(shape_factor(HOPPER, 192, 128, flops) - 1) < 0.1)
+    latent = shape_factor(HOPPER, 192, 128, flops, backward=True)
     assert np.all((latent > 0.7) & (latent < 0.8))
 
 
-@pytest.mark.parametrize("bad", ["ampere", 3, ["hopper"]])
-def test_a_calibration_naming_no_known_table_is_refused(bad):
+@pytest.mark.parametrize("bad", ["hopper", 3, [[192, 128, []]], [[192, 128, [[1e9, 0.5]]]], [[192.5, 128, [[1e9, 1, 1]]]],
+                                 [[192, 128, [[1e9, 0.9, -1]]]], [[192, 128, [[1e9, 0.9, 0.8], [1e8, 0.9, 0.8]]]],
+                                 [[192, 128, [[1e9, 9, 0.8]]]]])
+def test_head_shape_rates_that_are_not_widths_and_ascending_factors_are_refused(bad):
     data = {**CALIBRATIONS["dgx-h100"].to_dict(), "attention_shapes": bad}
-    with pytest.raises(ClusterError, match="attention_shapes must be one of 'hopper', 'blackwell'"):
+    with pytest.raises(ClusterError, match="attention_shapes needs, per head shape"):
         Efficiency.from_dict(data)
 
 
-def test_a_calibration_file_keeps_its_table():
+def test_a_calibration_file_keeps_its_head_shape_rates():
     e = CALIBRATIONS["dgx-h100"]
-    assert Efficiency.from_dict(e.to_dict()).attention_shapes == "hopper"
+    assert Efficiency.from_dict(json.loads(json.dumps(e.to_dict()))).attention_shapes == HOPPER
 
 
 def test_the_calibrations_figures_name_the_head_shapes_source():
     from ui.stepmodel import sources_list
 
     listed = sources_list(CALIBRATIONS["dgx-h100"])
-    assert "attention\\_shapes** = hopper" in listed and "cudnn" in listed
+    assert "attention\\_shapes** = 64\\/64\\-wide heads" in listed and "cudnn" in listed

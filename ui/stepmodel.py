@@ -169,8 +169,10 @@ def sources_list(efficiency: Efficiency) -> str:
         v = getattr(efficiency, name, None)
         if name.endswith("_curve"):  # (FLOPs per kernel, fraction of peak) points
             return "" if v is None else ", ".join(f"{f / 1e9:.3g} GFLOP: {x:.1%}" for f, x in v)
-        if isinstance(v, str):  # a table's name (attention_shapes)
-            return v
+        if name == "attention_shapes":  # per head shape, its rates relative to 128-wide heads
+            return "" if v is None else ", ".join(
+                f"{q}/{w}-wide heads: forward {min(a for _, a, _ in p):.2f}-{max(a for _, a, _ in p):.2f}, "
+                f"backward {min(b for _, _, b in p):.2f}-{max(b for _, _, b in p):.2f}" for q, w, p in v)
         unit = {"vector_flops": " FLOP/s", "memory_Bps": " bytes/s"}.get(name, " s" if name.endswith("_s") else "")
         return "" if v is None else f"{v:.4g}{unit}"
 

@@ -58,6 +58,7 @@ import numpy as np
 
 from pase.errors import ClusterError
 from pase.hardware.calibration import Calibration
+from pase.hardware.attention_kernels import measured_shapes, relative_rates, shape_factor
 from pase.hardware.efficiency import Efficiency, curve_fraction
 from pase.ops.norm import RMS_NORM_FLOPS_PER_ELEMENT, RMS_NORM_FORWARD_FLOPS
 
@@ -388,27 +389,41 @@ def fit_efficiency(measurements: Mapping, peak_flops: float, fp8_peak_flops: flo
         curves["fp8_matmul_curve"] = fit_curve([r["flops"] for r in fp8], [_gemm_bytes(r, FP8_BYTES) for r in fp8],
                                                [r["s"] for r in fp8], fp8_peak_flops, memory_Bps, overhead_s)
         sources["fp8_matmul_curve"] = f"fitted to the FP8 products (fractions of the FP8 peak) of {source}: {how}"
+    shapes = None
     if attention:
-        fwd_flops = np.array([r["fwd_flops"] for r in attention], dtype=float)
-        fwd_b, bwd_b = np.array([_attention_bytes(r) for r in attention]).T
-        bwd_s = np.array([r["fwd_bwd_s"] - r["fwd_s"] for r in attention])
-        if np.any(bwd_s <= 0):
+        if any(r["fwd_bwd_s"] <= r["fwd_s"] for r in attention):
             raise ClusterError("measurements: an attention row's fwd_bwd_s is not above its fwd_s")
-        curves["attention_curve"] = fit_curve(fwd_flops, fwd_b, [r["fwd_s"] for r in attention], peak_flops,
+        # The curves from the 128-wide rows where there are some; the other head shapes as rates relative to them
+        # (pase.hardware.attention_kernels), as the model prices them.
+        widths = [dict(d_qk=r["d"], d_v=r.get("dv", r["d"]), flops=r["fwd_flops"], fwd_s=r["fwd_s"],
+                       bwd_s=r["fwd_bwd_s"] - r["fwd_s"]) for r in attention]
+        shapes = relative_rates(widths) or None
+        reference = [r for r, w in zip(attention, widths) if (w["d_qk"], w["d_v"]) == (128, 128)] if shapes \
+            else attention
+        fwd_flops = np.array([r["fwd_flops"] for r in reference], dtype=float)
+        fwd_b, bwd_b = np.array([_attention_bytes(r) for r in reference]).T
+        bwd_s = np.array([r["fwd_bwd_s"] - r["fwd_s"] for r in reference])
+        curves["attention_curve"] = fit_curve(fwd_flops, fwd_b, [r["fwd_s"] for r in reference], peak_flops,
                                               memory_Bps, overhead_s)
         curves["attention_backward_curve"] = fit_curve(ATTENTION_BACKWARD_FLOPS * fwd_flops, bwd_b, bwd_s,
                                                        peak_flops, memory_Bps, overhead_s)
         kernel = {"cudnn": "cuDNN's fused attention (as Transformer Engine runs it)",
                   "flash": "FlashAttention's fused attention (torch's flash backend)"}[backend]
-        sources["attention_curve"] = f"fitted to the forwards of {kernel} of {source}: {how}"
-        sources["attention_backward_curve"] = (f"fitted to the backwards (fwd_bwd_s - fwd_s, "
-                                               f"{ATTENTION_BACKWARD_FLOPS:g}x the forward's FLOPs) of {kernel} of "
-                                               f"{source}: {how}")
+        which = "the 128-wide heads' forwards" if shapes else "the forwards"
+        sources["attention_curve"] = f"fitted to {which} of {kernel} of {source}: {how}"
+        sources["attention_backward_curve"] = (f"fitted to {which.replace('forwards', 'backwards')} (fwd_bwd_s - "
+                                               f"fwd_s, {ATTENTION_BACKWARD_FLOPS:g}x the forward's FLOPs) of "
+                                               f"{kernel} of {source}: {how}")
+        if shapes:
+            named = ", ".join(f"{q}/{v}" for q, v in measured_shapes(shapes))
+            sources["attention_shapes"] = (f"measured: the {named}-wide heads' rates over the 128-wide heads' at "
+                                           f"the same FLOPs, {kernel} of {source} (pase.hardware.attention_kernels)")
     sms = measurements.get("sms")
     if sms is not None:
         sources["sms"] = f"measured: the multiprocessor count CUDA reports, {source}"
     efficiency = Efficiency(vector_flops=vector, memory_Bps=memory_Bps, kernel_overhead_s=overhead_s,
-                            memory_overlap=MEMORY_OVERLAP, sources=sources, sms=sms, **curves)
+                            memory_overlap=MEMORY_OVERLAP, sources=sources, sms=sms, attention_shapes=shapes,
+                            **curves)
     links = fit_links(collectives)
     result = FitResult(efficiency, links)
     result.rows.update(residuals(measurements, efficiency, peak_flops, fp8_peak_flops))
@@ -490,14 +505,18 @@ def residuals(measurements: Mapping, efficiency: Efficiency, peak_flops: float,
                          e.memory_overlap))
     if e.attention_curve is not None and e.attention_backward_curve is not None:
         for r in attention_rows(measurements)[0]:
-            label = f"b={r['b']} hq={r['hq']} hkv={r['hkv']} s={r['s']} d={r['d']}"
+            dv = r.get("dv", r["d"])
+            label = f"b={r['b']} hq={r['hq']} hkv={r['hkv']} s={r['s']} d={r['d']}" + (f" dv={dv}" * (dv != r["d"]))
             fwd_b, bwd_b = _attention_bytes(r)
             bwd_flops = ATTENTION_BACKWARD_FLOPS * r["fwd_flops"]
+            fwd_x, bwd_x = (float(shape_factor(e.attention_shapes, r["d"], dv, r["fwd_flops"], backward=back))
+                            for back in (False, True))
             add("attention_fwd", label, r["fwd_s"],
-                kernel_s(r["fwd_flops"], fwd_b, peak_flops * curve_fraction(e.attention_curve, r["fwd_flops"]),
+                kernel_s(r["fwd_flops"], fwd_b,
+                         peak_flops * curve_fraction(e.attention_curve, r["fwd_flops"]) * fwd_x,
                          e.memory_Bps, e.kernel_overhead_s, e.memory_overlap))
             add("attention_bwd", label, r["fwd_bwd_s"] - r["fwd_s"],
-                kernel_s(bwd_flops, bwd_b, peak_flops * curve_fraction(e.attention_backward_curve, bwd_flops),
+                kernel_s(bwd_flops, bwd_b, peak_flops * curve_fraction(e.attention_backward_curve, bwd_flops) * bwd_x,
                          e.memory_Bps, e.kernel_overhead_s, e.memory_overlap))
     for r in _rows(measurements, "memory_bound"):
         label = f"{r['kind']} {r['m']}x{r['h']}"

@@ -5,34 +5,38 @@ score pairs at or below the diagonal, under a sliding window those within it.
 
 How fast, by head shape (:func:`shape_factor`). A calibration's attention
 curves (:attr:`~pase.hardware.efficiency.Efficiency.attention_curve` and the
-backward's) were measured on kernels whose heads are 128 wide (the H200's
-kernel file, the A100's published FlashAttention-2 figures). On Hopper a
-kernel of other head widths does its FLOPs at another rate: with narrower
-heads each score's exponential serves fewer FLOPs, and Hopper's exponentials
-(3.9 TFLOP/s against 989 of products) bound such a kernel (FlashAttention-3,
-Shah et al. 2024, section 3.1); DeepSeek-V3's multi-head latent attention
-(``q k`` 192 wide, ``v`` 128) runs a slower backward. NVIDIA's published
-cuDNN timings on one H200 (``data/cudnn-attention-h200.json``, the
-``"hopper"`` table, :data:`SOURCES`) time each such shape beside 128-wide
-kernels in the same run; a shape's factor is its rate over the 128-wide
-kernels' rate at the same forward FLOPs (interpolated in log FLOPs, held
-flat beyond them), per measured size, interpolated in log FLOPs between
-them and held flat beyond,
-the forward and the backward each. So a calibration's own 128-wide level
-stands and only the shape's effect is taken from the published run. A
-calibration names its table (``Efficiency.attention_shapes``): the H100's and
-H200's ``"hopper"``; the B200's ``"blackwell"``, NVIDIA's timings of the same
-shapes on one GB200 (``data/cudnn-attention-gb200.json``: MLA's backward at
-about 0.9 of the 128-wide rate where Hopper's is 0.75, and GPT-OSS's
-64-wide heads under its 128-token window at a tenth to a fifth, which may
-hold the cuDNN regression NVIDIA's Megatron-Bridge 26.06.01 table notes for
-GPT-OSS, NVIDIA/cudnn-frontend#256); the A100's none (the
-balance of its exponentials and products is neither's), so every shape runs
-on its curves.
+backward's) are fitted to kernels whose heads are 128 wide (the H200's
+kernel file, the A100's published FlashAttention-2 figures, ``pase
+calibrate``'s 128-wide rows). A kernel of other head widths does its FLOPs at
+another rate: on Hopper, with narrower heads each score's exponential serves
+fewer FLOPs and the exponentials (3.9 TFLOP/s against 989 of products) bound
+the kernel (FlashAttention-3, Shah et al. 2024, section 3.1); DeepSeek-V3's
+multi-head latent attention (``q k`` 192 wide, ``v`` 128) runs a slower
+backward. A calibration carries its head shapes' rates
+(``Efficiency.attention_shapes``, :func:`relative_rates`): each shape's rate
+over the 128-wide kernels' at the same forward FLOPs (interpolated in log
+FLOPs, held flat beyond them), at each size timed, the forward and the
+backward each, interpolated in log FLOPs between the sizes and held flat
+beyond. So the calibration's own 128-wide level stands and only the shape's
+effect is taken from kernels timed beside 128-wide ones in the same run:
 
-A shape the table lacks runs at factor 1 (the 128-wide curves). Each run
-measured 64-wide heads only under a sliding window (the H200's of 1,024
-tokens, the GB200's of 128, GPT-OSS's own): their factor is applied to
+* the ``dgx-h100`` and ``dgx-h200`` presets, NVIDIA's published cuDNN 9.19
+  timings on one H200 (``data/cudnn-attention-h200.json``, the ``"hopper"``
+  table of :func:`published_rates`, :data:`SOURCES`): MLA's backward at 0.75
+  of the 128-wide rate, 64-wide heads at 0.55-0.7;
+* ``dgx-b200``, NVIDIA's cuDNN 9.22 timings of the same shapes on one GB200
+  (``data/cudnn-attention-gb200.json``, ``"blackwell"``): MLA's backward at
+  0.8-0.87, GPT-OSS's 64-wide heads under its 128-token window at a tenth
+  to a fifth, which may hold the cuDNN regression NVIDIA's Megatron-Bridge
+  26.06.01 table notes for GPT-OSS (NVIDIA/cudnn-frontend#256);
+* ``pase calibrate``'s own, from the MLA rows it times beside its 128-wide
+  ones (:func:`pase.calibrate.fit.fit_efficiency`);
+* ``dgx-a100``, none (the balance of its exponentials and products is
+  neither Hopper's nor Blackwell's): every shape on its curves.
+
+A shape a calibration lacks runs at factor 1 (the 128-wide curves). The
+published runs timed 64-wide heads only under a sliding window (the H200's of
+1,024 tokens, the GB200's of 128, GPT-OSS's own): their rates are applied to
 64-wide heads whatever their mask. The H200's MLA rows' backward is cuDNN's
 deterministic one (that run timed no other); on the GB200 the two differ by
 under 10% for that shape, either way.
@@ -46,9 +50,10 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["SHAPE_TABLES", "SOURCES", "computed_fraction", "shape_factor", "measured_shapes"]
+__all__ = ["SHAPE_TABLES", "SOURCES", "ShapeRates", "computed_fraction", "measured_shapes", "published_rates",
+           "relative_rates", "shape_factor"]
 
-# The published timings behind each table of head-shape rates, by the name a calibration gives it.
+# The published timings behind each preset's head-shape rates, by the GPU family they were timed on.
 SHAPE_TABLES = {name: Path(__file__).resolve().parent / "data" / f"cudnn-attention-{gpu}.json"
                 for name, gpu in (("hopper", "h200"), ("blackwell", "gb200"))}
 # The width every calibration's attention curves were measured at.
@@ -77,8 +82,9 @@ def _published(table: str) -> dict:
 
 
 # Where each table's rates come from, in words.
-SOURCES = {"hopper": f"published: NVIDIA's cuDNN 9.19 attention timings on one H200 ({_published('hopper')['source']}); "
-                     "each head shape's rate over the 128-wide kernels' at the same FLOPs (pase.hardware.attention_kernels)",
+SOURCES = {"hopper": f"published: NVIDIA's cuDNN 9.19 attention timings on one H200 "
+                     f"({_published('hopper')['source']}); each head shape's rate over the 128-wide kernels' at the "
+                     "same FLOPs (pase.hardware.attention_kernels)",
            "blackwell": f"published: NVIDIA's cuDNN 9.22 attention timings on one GB200 "
                         f"({_published('blackwell')['source']}); each head shape's rate over the 128-wide kernels' at "
                         "the same FLOPs, carried to the B200 (the same Blackwell SMs, at 1,000 W against the GB200's "
@@ -93,38 +99,56 @@ def _forward_flops(row: dict) -> float:
         s, s, "causal", row["window"])
 
 
-@functools.cache
-def _factors(table: str) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Per head shape ``(d_qk, d_v)`` of ``table`` other than the reference: its rows' log10 forward FLOPs (sorted)
-    and its forward and backward rates over the reference rows' at those FLOPs."""
-    rows = _published(table)["rows"]
-    ref = sorted((r for r in rows if (r["d_qk"], r["d_v"]) == (REFERENCE_WIDTH, REFERENCE_WIDTH)), key=_forward_flops)
-    log_ref = np.log10([_forward_flops(r) for r in ref])
+# A calibration's head-shape rates: per head shape ``(d_qk, d_v, points)``, the points ``(forward FLOPs, forward
+# factor, backward factor)`` ascending in FLOPs (:func:`relative_rates`).
+ShapeRates = tuple[tuple[int, int, tuple[tuple[float, float, float], ...]], ...]
 
+
+def relative_rates(rows) -> ShapeRates:
+    """Head-shape rates from timed kernels (the module docstring): ``rows`` of ``d_qk``, ``d_v``, ``flops`` (the
+    forward's, pase's count), ``fwd_s`` and ``bwd_s``; each shape other than 128 x 128 at each of its sizes, its
+    forward and backward rates over the 128-wide rows' at the same forward FLOPs (interpolated in log FLOPs, held
+    flat beyond them). Empty without 128-wide rows."""
     def rate(rs, key):  # FLOPs per second of the pass, counted at the forward's FLOPs for both passes
-        return np.array([_forward_flops(r) / (r[key] / 1e3) for r in rs])
+        return np.array([r["flops"] / r[key] for r in rs])
 
-    out = {}
+    ref = sorted((r for r in rows if (r["d_qk"], r["d_v"]) == (REFERENCE_WIDTH, REFERENCE_WIDTH)),
+                 key=lambda r: r["flops"])
+    if not ref:
+        return ()
+    log_ref = np.log10([r["flops"] for r in ref])
+    out = []
     for shape in sorted({(r["d_qk"], r["d_v"]) for r in rows} - {(REFERENCE_WIDTH, REFERENCE_WIDTH)}):
-        mine = sorted((r for r in rows if (r["d_qk"], r["d_v"]) == shape), key=_forward_flops)
-        at = np.log10([_forward_flops(r) for r in mine])
-        out[shape] = (at, *(rate(mine, key) / np.interp(at, log_ref, rate(ref, key)) for key in ("fwd_ms", "bwd_ms")))
-    return out
+        mine = sorted((r for r in rows if (r["d_qk"], r["d_v"]) == shape), key=lambda r: r["flops"])
+        at = np.log10([r["flops"] for r in mine])
+        fwd, bwd = (rate(mine, key) / np.interp(at, log_ref, rate(ref, key)) for key in ("fwd_s", "bwd_s"))
+        points: dict[float, tuple[float, float]] = {}
+        for f, a, b in zip((r["flops"] for r in mine), fwd, bwd):
+            points.setdefault(float(f), (float(a), float(b)))  # one point a size: the first row of it
+        out.append((int(shape[0]), int(shape[1]), tuple((f, a, b) for f, (a, b) in sorted(points.items()))))
+    return tuple(out)
 
 
-def measured_shapes(table: str = "hopper") -> tuple[tuple[int, int], ...]:
-    """The head shapes ``(d_qk, d_v)`` with a factor of their own in ``table`` (other than 128 x 128)."""
-    return tuple(_factors(table))
+@functools.cache
+def published_rates(table: str) -> ShapeRates:
+    """The head-shape rates of a published table of :data:`SHAPE_TABLES` (``"hopper"``, ``"blackwell"``)."""
+    return relative_rates([dict(d_qk=r["d_qk"], d_v=r["d_v"], flops=_forward_flops(r), fwd_s=r["fwd_ms"] / 1e3,
+                                bwd_s=r["bwd_ms"] / 1e3) for r in _published(table)["rows"]])
 
 
-def shape_factor(table: str | None, d_qk: int, d_v: int, forward_flops, backward: bool = False) -> np.ndarray:
+def measured_shapes(rates: ShapeRates) -> tuple[tuple[int, int], ...]:
+    """The head shapes ``(d_qk, d_v)`` with rates of their own in ``rates``."""
+    return tuple((q, v) for q, v, _ in rates)
+
+
+def shape_factor(rates: ShapeRates | None, d_qk: int, d_v: int, forward_flops, backward: bool = False) -> np.ndarray:
     """The rate of a fused attention kernel with ``d_qk``-wide score heads and ``d_v``-wide value heads over a
     128-wide kernel's at the same forward FLOPs (``forward_flops``, per kernel, array or scalar), in its forward
-    or its ``backward``, by ``table`` (a calibration's ``attention_shapes``): 1 without a table or for a shape
-    it lacks (the module docstring)."""
+    or its ``backward``, by a calibration's ``rates`` (``Efficiency.attention_shapes``): interpolated in log FLOPs
+    between its points and held flat beyond them; 1 without rates or for a shape they lack."""
     flops = np.asarray(forward_flops, dtype=float)
-    measured = None if table is None else _factors(table).get((int(d_qk), int(d_v)))
-    if measured is None:
+    points = next((p for q, v, p in rates or () if (q, v) == (int(d_qk), int(d_v))), None)
+    if points is None:
         return np.ones_like(flops)
-    at, fwd, bwd = measured
-    return np.interp(np.log10(np.maximum(flops, 1.0)), at, bwd if backward else fwd)
+    at = np.log10([f for f, _, _ in points])
+    return np.interp(np.log10(np.maximum(flops, 1.0)), at, [b if backward else a for _, a, b in points])

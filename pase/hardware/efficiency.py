@@ -26,10 +26,11 @@ reach instead, in a few physically meaningful numbers, each with its source
   fraction of the shorter of a kernel's compute and memory times hidden behind
   the longer (1: the roofline, their maximum; 0: their sum, as Calculon's
   ``no_overlap`` processing mode prices kernels);
-* ``attention_shapes``, the published rates at which this GPU's fused
-  attention kernels run head shapes other than the curves' 128-wide heads
-  (:mod:`pase.hardware.attention_kernels`: ``"hopper"``, NVIDIA's cuDNN
-  timings on an H200); None: every head shape on the attention curves;
+* ``attention_shapes``, the rates at which this GPU's fused attention
+  kernels run head shapes other than the curves' 128-wide heads, relative to
+  them (:mod:`pase.hardware.attention_kernels`: per shape ``(d_qk, d_v,
+  points)``, each point ``(forward FLOPs, forward factor, backward
+  factor)``); None: every head shape on the attention curves;
 * ``sms``, the device's streaming multiprocessors (where known): what a
   communication kernel that holds some of them (DeepEP's) leaves the
   computation it overlaps (:mod:`pase.model.expert_overlap`);
@@ -60,7 +61,7 @@ from typing import Sequence
 import numpy as np
 
 from pase.errors import ClusterError
-from pase.hardware.attention_kernels import SHAPE_TABLES
+from pase.hardware.attention_kernels import ShapeRates
 from pase.limits import MAX_LATENCY_S, MAX_SMS
 
 __all__ = ["Efficiency", "curve_fraction", "CALCULON_A100", "A100_FITTED", "A100_HBM_BPS", "A100_KERNEL_CURVE",
@@ -77,8 +78,9 @@ class Efficiency:
         A fraction outside (0, 1], a rate that is not positive and finite, a
         latency or overhead outside 0 .. ``MAX_LATENCY_S`` seconds, a matrix
         curve that is empty or not ascending in FLOPs, an SM count that is
-        not a whole number from 1 to ``MAX_SMS``, or attention shapes pase has
-        no table of.
+        not a whole number from 1 to ``MAX_SMS``, or head-shape rates that are
+        not widths and ascending points of positive factors up to
+        ``MAX_SHAPE_FACTOR``.
     """
 
     matmul_curve: tuple[tuple[float, float], ...]
@@ -97,7 +99,7 @@ class Efficiency:
     attention_curve: tuple[tuple[float, float], ...] | None = None
     attention_backward_curve: tuple[tuple[float, float], ...] | None = None
     sms: int | None = None
-    attention_shapes: str | None = None
+    attention_shapes: ShapeRates | None = None
 
     def __post_init__(self):
         for name in ("matmul_curve", *_OPTIONAL_CURVES):
@@ -125,10 +127,8 @@ class Efficiency:
                                f"got {self.sms!r}")
         if self.sms is not None:
             object.__setattr__(self, "sms", int(self.sms))
-        if self.attention_shapes is not None and (not isinstance(self.attention_shapes, str)
-                                                  or self.attention_shapes not in SHAPE_TABLES):
-            raise ClusterError(f"attention_shapes must be one of {', '.join(map(repr, SHAPE_TABLES))} or left out, "
-                               f"got {self.attention_shapes!r}")
+        if self.attention_shapes is not None:
+            object.__setattr__(self, "attention_shapes", _check_shapes(self.attention_shapes))
 
     def matmul_fraction(self, flops, product: str = "forward") -> np.ndarray:
         """Fraction of the peak a matrix-product kernel of ``flops`` FLOPs reaches (array in, array out).
@@ -152,7 +152,7 @@ class Efficiency:
         if self.sms is not None:
             out["sms"] = self.sms
         if self.attention_shapes is not None:
-            out["attention_shapes"] = self.attention_shapes
+            out["attention_shapes"] = [[q, v, [list(p) for p in points]] for q, v, points in self.attention_shapes]
         out["sources"] = dict(self.sources)
         return out
 
@@ -199,6 +199,33 @@ class Efficiency:
 
 
 _OPTIONAL_CURVES = ("fp8_matmul_curve", "matmul_dgrad_curve", "matmul_wgrad_curve", "attention_curve", "attention_backward_curve")
+
+
+# The largest head-shape factor a calibration may hold: a shape at four times the 128-wide kernels' rate (the
+# published ones lie between a tenth and 1.1).
+MAX_SHAPE_FACTOR = 4.0
+
+
+def _check_shapes(shapes) -> ShapeRates:
+    """``shapes`` as head-shape rates (:mod:`pase.hardware.attention_kernels`); ``ClusterError`` unless each is two
+    whole head widths from 1 to 1,024 and points of positive, ascending FLOPs with factors in (0,
+    ``MAX_SHAPE_FACTOR``]."""
+    bad = ClusterError("attention_shapes needs, per head shape, [d_qk, d_v, [[forward FLOPs, forward factor, "
+                       f"backward factor], ...]] with FLOPs ascending and factors in (0, {MAX_SHAPE_FACTOR:g}], got "
+                       f"{shapes!r}"[:400])
+    try:
+        out = []
+        for q, v, points in shapes:
+            widths = [w for w in (q, v) if not isinstance(w, bool) and float(w).is_integer() and 1 <= w <= 1024]
+            pts = tuple((float(f), float(a), float(b)) for f, a, b in points)
+            flops = [f for f, _, _ in pts]
+            if len(widths) < 2 or not pts or flops != sorted(set(flops)) or not all(0 < f < math.inf for f in flops) \
+                    or not all(0 < x <= MAX_SHAPE_FACTOR for _, a, b in pts for x in (a, b)):
+                raise bad
+            out.append((int(q), int(v), pts))
+    except (TypeError, ValueError):
+        raise bad from None
+    return tuple(out)
 
 
 def _check_curve(name: str, points) -> tuple[tuple[float, float], ...]:
