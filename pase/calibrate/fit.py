@@ -23,6 +23,10 @@ Every figure is fitted to the kernels that measure it, under the kernel time
   FLOPs between them as :func:`~pase.hardware.efficiency.curve_fraction`
   reads it, fitted by least squares of log time (Gauss-Newton with a
   Levenberg-Marquardt damping, fractions kept in (0, 1]);
+* the attention curves from the rows whose heads are 128 wide where there
+  are some, and the other head shapes' rates relative to them
+  (``attention_shapes``, :func:`pase.hardware.attention_kernels.relative_rates`:
+  DeepSeek-V3's MLA rows of ``pase calibrate``);
 * ``vector_flops``: RMSNorm forward and forward-plus-backward kernels, as
   :mod:`pase.ops.norm` counts their FLOPs (4 and 13 per element) and the
   roofline their bytes (input and output; the backward one and a half times

@@ -11,7 +11,8 @@ The only module of pase that imports torch (``pip install pase[torch]``), and on
   sequence lengths and head counts (grouped-query where the key heads are fewer) and at DeepSeek-V3's MLA shapes
   (queries and keys 192 wide, values 128), on torch's flash and cuDNN
   backends each (the fit prices by cuDNN's, which Transformer Engine runs:
-  :data:`pase.calibrate.fit.ATTENTION_BACKENDS`);
+  :data:`pase.calibrate.fit.ATTENTION_BACKENDS`; its curves from the 128-wide heads, the MLA shapes' rates
+  relative to them: :mod:`pase.hardware.attention_kernels`);
 * memory-bound kernels: copy, add of two tensors into a third, RMSNorm forward and forward plus backward;
 * launch (:func:`profile_launch`): small square products, a small copy and the expert products of the
   mixture-of-experts runs of published-measurements.md (section 3b) as a loop over the local experts, each timed
