@@ -153,24 +153,25 @@ def test_an_mla_attention_row_counts_its_narrower_values_and_output_by_hand():
     assert _attention_bytes({**row, "dv": 192}) == _attention_bytes({key: x for key, x in row.items() if key != "dv"})
 
 
-def test_mla_rows_give_the_calibration_its_head_shape_rates_and_leave_the_128_wide_curves():
-    # pase calibrate times DeepSeek-V3's MLA kernels beside 128-wide ones. Here: the H200 file's 128-wide rows and,
-    # at three of their sizes, MLA rows (queries and keys 192 wide, values 128) whose forward runs at 0.95 and whose
-    # backward at 0.75 of the 128-wide rate at the same FLOPs.
+@pytest.mark.parametrize("d,dv", [(192, 128), (64, 64)])
+def test_other_head_shapes_give_the_calibration_its_head_shape_rates_and_leave_the_128_wide_curves(d, dv):
+    # pase calibrate times DeepSeek-V3's MLA kernels (queries and keys 192 wide, values 128) and GPT-OSS's 64-wide
+    # heads beside 128-wide ones. Here: the H200 file's 128-wide rows and, at three of their sizes, rows of the other
+    # shape whose forward runs at 0.95 and whose backward at 0.75 of the 128-wide rate at the same FLOPs.
     from pase.hardware.attention_kernels import shape_factor
 
     plain = fit_efficiency(H200_ROWS, 989e12, 1979e12, source="f").efficiency
     wide = sorted(H200_ROWS["attention"]["rows"], key=lambda r: r["fwd_flops"])
-    mla = [dict(r, d=192, dv=128, fwd_s=r["fwd_s"] / 0.95, fwd_bwd_s=r["fwd_s"] / 0.95 + (r["fwd_bwd_s"] - r["fwd_s"]) /
+    mla = [dict(r, d=d, dv=dv, fwd_s=r["fwd_s"] / 0.95, fwd_bwd_s=r["fwd_s"] / 0.95 + (r["fwd_bwd_s"] - r["fwd_s"]) /
                 0.75) for r in (wide[0], wide[len(wide) // 2], wide[-1])]
     fitted = fit_efficiency({**H200_ROWS, "attention": {"rows": [*wide, *mla]}}, 989e12, 1979e12, source="f")
     e = fitted.efficiency
     for name in ("attention_curve", "attention_backward_curve"):
         assert np.ravel(getattr(e, name)) == pytest.approx(np.ravel(getattr(plain, name)), rel=1e-6)
     flops = [r["fwd_flops"] for r in mla]
-    assert shape_factor(e.attention_shapes, 192, 128, flops) == pytest.approx([0.95] * 3, rel=1e-6)
-    assert shape_factor(e.attention_shapes, 192, 128, flops, backward=True) == pytest.approx([0.75] * 3, rel=1e-6)
-    assert "192/128-wide heads" in e.sources["attention_shapes"]
-    # The fit's report prices the MLA rows with their rates: as near as the 128-wide rows they were made from.
+    assert shape_factor(e.attention_shapes, d, dv, flops) == pytest.approx([0.95] * 3, rel=1e-6)
+    assert shape_factor(e.attention_shapes, d, dv, flops, backward=True) == pytest.approx([0.75] * 3, rel=1e-6)
+    assert f"{d}/{dv}-wide heads" in e.sources["attention_shapes"]
+    # The fit's report prices those rows with their rates: as near as the 128-wide rows they were made from.
     errors = dict(zip(("fwd", "bwd"), (np.abs(fitted.errors(f"attention_{p}")) for p in ("fwd", "bwd"))))
     assert len(errors["fwd"]) == len(wide) + 3 and max(errors["bwd"][-3:]) <= max(errors["bwd"]) + 1e-9

@@ -8,8 +8,8 @@ The only module of pase that imports torch (``pip install pase[torch]``), and on
   (input gradient) and ``dW = dy^T x`` (weight gradient); FP8 products (``torch._scaled_mm``, e4m3 with
   per-tensor scales, BF16 out) where the GPU has them;
 * causal fused attention (``scaled_dot_product_attention``, BF16), forward and forward plus backward, over
-  sequence lengths and head counts (grouped-query where the key heads are fewer) and at DeepSeek-V3's MLA shapes
-  (queries and keys 192 wide, values 128), on torch's flash and cuDNN
+  sequence lengths and head counts (grouped-query where the key heads are fewer), at DeepSeek-V3's MLA shapes
+  (queries and keys 192 wide, values 128) and at GPT-OSS's 64-wide heads, on torch's flash and cuDNN
   backends each (the fit prices by cuDNN's, which Transformer Engine runs:
   :data:`pase.calibrate.fit.ATTENTION_BACKENDS`; its curves from the 128-wide heads, the MLA shapes' rates
   relative to them: :mod:`pase.hardware.attention_kernels`);
@@ -74,6 +74,9 @@ _QUICK_ATTENTION = ((1, 32, 8, 2048, 128), (1, 32, 8, 8192, 128), (1, 12, 12, 20
 # DeepSeek-V3's multi-head latent attention as a device runs it at TP 1 and 2 (128 and 64 heads, queries and keys 192
 # wide, values 128), 4,096 tokens: (b, hq, hkv, s, d, dv).
 _MLA_ATTENTION = ((1, 128, 128, 4096, 192, 128), (1, 64, 64, 4096, 192, 128))
+# GPT-OSS's 64-wide heads (64 query heads, 8 key heads) at TP 1 and 2, 4,096 tokens, causal (scaled_dot_product_attention
+# takes no sliding window): their rate relative to the 128-wide rows (pase.hardware.attention_kernels).
+_NARROW_ATTENTION = ((1, 64, 8, 4096, 64, 64), (1, 32, 4, 4096, 64, 64))
 _MEMORY = ((8192, 4096), (16384, 8192), (8192, 12288))
 _QUICK_MEMORY = ((8192, 4096), (16384, 8192))
 _COLLECTIVE_MB = (1, 4, 16, 64, 256, 1024)
@@ -281,7 +284,8 @@ def profile_kernels(quick: bool = False, say: Callable[[str], None] = print, has
     torch.cuda.set_device(device)
     time_s = Timer(torch, 3 if quick else 4, 7 if quick else 15).alone
     gemms = _QUICK_GEMMS if quick else tuple((s, s, s) for s in _SQUARES) + _LAYERS
-    attention = tuple((*shape, shape[-1]) for shape in (_QUICK_ATTENTION if quick else _ATTENTION)) + _MLA_ATTENTION
+    attention = (tuple((*shape, shape[-1]) for shape in (_QUICK_ATTENTION if quick else _ATTENTION)) + _MLA_ATTENTION
+                 + _NARROW_ATTENTION)
     memory = _QUICK_MEMORY if quick else _MEMORY
     fp8 = has_fp8 and hasattr(torch, "_scaled_mm") and hasattr(torch, "float8_e4m3fn")
     fp8_shapes = tuple((s, s, s) for s in ((1024, 4096, 8192) if quick else (1024, 2048, 4096, 8192, 16384)))
