@@ -72,12 +72,13 @@ def run() -> tuple[str, float]:
             fwd, bwd = (float(t[0]) * 1e3 for t in flash_times_s(g, unit, cfg, peak, efficiency, 2))
             error = (fwd + bwd) / (row["fwd_ms"] + row["bwd_ms"]) - 1
             shape = f"{row['d_qk']}/{row['d_v']}" + (f", window {row['window']:,}" if row["window"] else "")
-            groups.setdefault((gpu, shape.split(",")[0]), []).append(error)
+            kind = f"{row['d_qk']}/{row['d_v']} heads" + (" under a window" if row["window"] else "")
+            groups.setdefault((gpu, kind), []).append(error)
             lines.append(f"| {gpu} | {shape} | {row['b']} x {row['s']:,} | {row['hq']}/{row['hkv']} | "
                          f"{row['fwd_ms']:.3f} | {fwd:.3f} | {row['bwd_ms']:.3f} | {bwd:.3f} | {error:+.0%} |")
-    summary = [f"* {gpu}, {shape} heads ({'out of sample' if shape == '128/128' else 'in sample'}): pase's forward "
+    summary = [f"* {gpu}, {kind} ({'out of sample' if kind == '128/128 heads' else 'in sample'}): pase's forward "
                f"plus backward {statistics.median(e):+.0%} on the median, {min(e):+.0%} to {max(e):+.0%}."
-               for (gpu, shape), e in groups.items()]
+               for (gpu, kind), e in groups.items()]
     return "\n".join([*lines, "", *summary]), time.perf_counter() - start
 
 

@@ -366,7 +366,7 @@ def main() -> int:
         "heads (it had been counted at the 192-wide score heads', 20% more FLOPs; pase's model FLOPs per token of "
         "every 3b row now match NVIDIA's model TFLOP/s column within 1%, `tests/test_today.py`), and every fused "
         "attention kernel runs at its head shape's published rate (`pase.hardware.attention_kernels`: NVIDIA's "
-        "cuDNN timings of 192/128 and 64-wide heads beside 128-wide ones, on an H200 for the H100 and H200, on a "
+        "cuDNN timings of 192/128-wide heads and of windowed 64-wide ones beside 128-wide ones, on an H200 for the H100 and H200, on a "
         "GB200 for the B200; `benchmarks/audit_attention.py`). On the H100 the two nearly cancel, MLA's backward "
         "running at 0.75 of the 128-wide rate (DeepSeek-V3 -30.0% becomes -29.2%); on the B200, at 0.8-0.87 "
         "(-30.0% becomes -29.3%; in MXFP8 -34.8% becomes -34.2%). The other rows' heads are 128 wide: unchanged.",

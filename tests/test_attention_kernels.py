@@ -55,8 +55,10 @@ def test_deepseek_v3s_kernel_counts_its_value_heads_at_their_width():
 
 def test_the_reference_width_unmeasured_shapes_and_other_gpus_keep_the_calibrations_curve():
     flops = np.array([1e9, 1e11, 1e13])
-    assert set(measured_shapes(HOPPER)) == set(measured_shapes(BLACKWELL)) == {(192, 128), (64, 64)}
-    for rates, shape in [(HOPPER, (128, 128)), (HOPPER, (96, 96)), (HOPPER, (256, 256)), (None, (64, 64))]:
+    assert set(measured_shapes(HOPPER)) == set(measured_shapes(BLACKWELL)) == {(192, 128, False), (64, 64, True)}
+    # Unmeasured: 128-wide heads under a window, other widths, 64-wide heads without a window, no rates at all.
+    for rates, shape in [(HOPPER, (128, 128, True)), (HOPPER, (96, 96, False)), (HOPPER, (256, 256, False)),
+                         (HOPPER, (64, 64, False)), (BLACKWELL, (64, 64, False)), (None, (64, 64, True))]:
         assert np.array_equal(shape_factor(rates, *shape, flops), np.ones(3))
         assert np.array_equal(shape_factor(rates, *shape, flops, backward=True), np.ones(3))
     rates = {name: e.attention_shapes for name, e in CALIBRATIONS.items()}
@@ -64,21 +66,23 @@ def test_the_reference_width_unmeasured_shapes_and_other_gpus_keep_the_calibrati
     assert rates["dgx-a100"] is None
 
 
-def test_narrow_and_latent_heads_run_slower_than_128_wide_ones():
-    # The published run's shapes at every size it measured: 64-wide heads at 55-75% of the 128-wide rate both
-    # ways; MLA's forward within 10% of it, its backward about a quarter slower.
+def test_narrow_windowed_and_latent_heads_run_slower_than_128_wide_ones():
+    # The published H200 run's shapes at every size it measured: 64-wide heads under a window at 55-75% of the
+    # 128-wide rate both ways; MLA's forward within 10% of it, its backward about a quarter slower.
     flops = np.geomspace(1e10, 1e14, 9)
     for back in (False, True):
-        narrow = shape_factor(HOPPER, 64, 64, flops, backward=back)
+        narrow = shape_factor(HOPPER, 64, 64, True, flops, backward=back)
         assert np.all((narrow > 0.5) & (narrow < 0.75))
-    assert np.all(np.abs(shape_factor(HOPPER, 192, 128, flops) - 1) < 0.1)
-    latent = shape_factor(HOPPER, 192, 128, flops, backward=True)
+    assert np.all(np.abs(shape_factor(HOPPER, 192, 128, False, flops) - 1) < 0.1)
+    latent = shape_factor(HOPPER, 192, 128, False, flops, backward=True)
     assert np.all((latent > 0.7) & (latent < 0.8))
 
 
-@pytest.mark.parametrize("bad", ["hopper", 3, [[192, 128, []]], [[192, 128, [[1e9, 0.5]]]], [[192.5, 128, [[1e9, 1, 1]]]],
-                                 [[192, 128, [[1e9, 0.9, -1]]]], [[192, 128, [[1e9, 0.9, 0.8], [1e8, 0.9, 0.8]]]],
-                                 [[192, 128, [[1e9, 9, 0.8]]]]])
+@pytest.mark.parametrize("bad", ["hopper", 3, [[192, 128, False, []]], [[192, 128, False, [[1e9, 0.5]]]],
+                                 [[192.5, 128, False, [[1e9, 1, 1]]]], [[192, 128, 0, [[1e9, 1, 1]]]],
+                                 [[192, 128, False, [[1e9, 0.9, -1]]]], [[192, 128, [[1e9, 0.9, 0.8]]]],
+                                 [[192, 128, False, [[1e9, 0.9, 0.8], [1e8, 0.9, 0.8]]]],
+                                 [[192, 128, False, [[1e9, 9, 0.8]]]]])
 def test_head_shape_rates_that_are_not_widths_and_ascending_factors_are_refused(bad):
     data = {**CALIBRATIONS["dgx-h100"].to_dict(), "attention_shapes": bad}
     with pytest.raises(ClusterError, match="attention_shapes needs, per head shape"):
@@ -94,4 +98,4 @@ def test_the_calibrations_figures_name_the_head_shapes_source():
     from ui.stepmodel import sources_list
 
     listed = sources_list(CALIBRATIONS["dgx-h100"])
-    assert "attention\\_shapes** = 64\\/64\\-wide heads" in listed and "cudnn" in listed
+    assert "attention\\_shapes** = 64\\/64\\-wide heads under a sliding window" in listed and "cudnn" in listed

@@ -169,8 +169,9 @@ def test_other_head_shapes_give_the_calibration_its_head_shape_rates_and_leave_t
     for name in ("attention_curve", "attention_backward_curve"):
         assert np.ravel(getattr(e, name)) == pytest.approx(np.ravel(getattr(plain, name)), rel=1e-6)
     flops = [r["fwd_flops"] for r in mla]
-    assert shape_factor(e.attention_shapes, d, dv, flops) == pytest.approx([0.95] * 3, rel=1e-6)
-    assert shape_factor(e.attention_shapes, d, dv, flops, backward=True) == pytest.approx([0.75] * 3, rel=1e-6)
+    assert shape_factor(e.attention_shapes, d, dv, False, flops) == pytest.approx([0.95] * 3, rel=1e-6)
+    assert shape_factor(e.attention_shapes, d, dv, False, flops, backward=True) == pytest.approx([0.75] * 3,
+                                                                                                 rel=1e-6)
     assert f"{d}/{dv}-wide heads" in e.sources["attention_shapes"]
     # The fit's report prices those rows with their rates: as near as the 128-wide rows they were made from.
     errors = dict(zip(("fwd", "bwd"), (np.abs(fitted.errors(f"attention_{p}")) for p in ("fwd", "bwd"))))

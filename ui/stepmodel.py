@@ -23,6 +23,7 @@ from dataclasses import replace
 import streamlit as st
 
 from pase.errors import ClusterError
+from pase.hardware.attention_kernels import shape_name
 from pase.hardware.calibration import loads_calibration
 from pase.hardware.cluster import CALIBRATIONS, Cluster, calibrated_by_default
 from pase.hardware.efficiency import A100_FITTED, Efficiency
@@ -171,8 +172,9 @@ def sources_list(efficiency: Efficiency) -> str:
             return "" if v is None else ", ".join(f"{f / 1e9:.3g} GFLOP: {x:.1%}" for f, x in v)
         if name == "attention_shapes":  # per head shape, its rates relative to 128-wide heads
             return "" if v is None else ", ".join(
-                f"{q}/{w}-wide heads: forward {min(a for _, a, _ in p):.2f}-{max(a for _, a, _ in p):.2f}, "
-                f"backward {min(b for _, _, b in p):.2f}-{max(b for _, _, b in p):.2f}" for q, w, p in v)
+                f"{shape_name((q, w, windowed))}: forward {min(a for _, a, _ in p):.2f}-"
+                f"{max(a for _, a, _ in p):.2f}, backward {min(b for _, _, b in p):.2f}-{max(b for _, _, b in p):.2f}"
+                for q, w, windowed, p in v)
         unit = {"vector_flops": " FLOP/s", "memory_Bps": " bytes/s"}.get(name, " s" if name.endswith("_s") else "")
         return "" if v is None else f"{v:.4g}{unit}"
 

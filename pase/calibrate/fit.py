@@ -62,7 +62,7 @@ import numpy as np
 
 from pase.errors import ClusterError
 from pase.hardware.calibration import Calibration
-from pase.hardware.attention_kernels import measured_shapes, relative_rates, shape_factor
+from pase.hardware.attention_kernels import measured_shapes, relative_rates, shape_factor, shape_name
 from pase.hardware.efficiency import Efficiency, curve_fraction
 from pase.ops.norm import RMS_NORM_FLOPS_PER_ELEMENT, RMS_NORM_FORWARD_FLOPS
 
@@ -419,8 +419,8 @@ def fit_efficiency(measurements: Mapping, peak_flops: float, fp8_peak_flops: flo
                                                f"fwd_s, {ATTENTION_BACKWARD_FLOPS:g}x the forward's FLOPs) of "
                                                f"{kernel} of {source}: {how}")
         if shapes:
-            named = ", ".join(f"{q}/{v}" for q, v in measured_shapes(shapes))
-            sources["attention_shapes"] = (f"measured: the {named}-wide heads' rates over the 128-wide heads' at "
+            named = ", ".join(shape_name(shape) for shape in measured_shapes(shapes))
+            sources["attention_shapes"] = (f"measured: the rates of {named} over the 128-wide heads' at "
                                            f"the same FLOPs, {kernel} of {source} (pase.hardware.attention_kernels)")
     sms = measurements.get("sms")
     if sms is not None:
@@ -513,7 +513,7 @@ def residuals(measurements: Mapping, efficiency: Efficiency, peak_flops: float,
             label = f"b={r['b']} hq={r['hq']} hkv={r['hkv']} s={r['s']} d={r['d']}" + (f" dv={dv}" * (dv != r["d"]))
             fwd_b, bwd_b = _attention_bytes(r)
             bwd_flops = ATTENTION_BACKWARD_FLOPS * r["fwd_flops"]
-            fwd_x, bwd_x = (float(shape_factor(e.attention_shapes, r["d"], dv, r["fwd_flops"], backward=back))
+            fwd_x, bwd_x = (float(shape_factor(e.attention_shapes, r["d"], dv, False, r["fwd_flops"], backward=back))
                             for back in (False, True))
             add("attention_fwd", label, r["fwd_s"],
                 kernel_s(r["fwd_flops"], fwd_b,

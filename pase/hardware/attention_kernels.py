@@ -12,10 +12,12 @@ another rate: on Hopper, with narrower heads each score's exponential serves
 fewer FLOPs and the exponentials (3.9 TFLOP/s against 989 of products) bound
 the kernel (FlashAttention-3, Shah et al. 2024, section 3.1); DeepSeek-V3's
 multi-head latent attention (``q k`` 192 wide, ``v`` 128) runs a slower
-backward. A calibration carries its head shapes' rates
-(``Efficiency.attention_shapes``, :func:`relative_rates`): each shape's rate
-over the 128-wide kernels' at the same forward FLOPs (interpolated in log
-FLOPs, held flat beyond them), at each size timed, the forward and the
+backward; a sliding window's kernel (GPT-OSS's) loops over few key blocks a
+query tile. A calibration carries its head shapes' rates
+(``Efficiency.attention_shapes``, :func:`relative_rates`), a shape being both
+head widths and whether a window bounds the kernel: each shape's rate over
+the unwindowed 128-wide kernels' at the same forward FLOPs (interpolated in
+log FLOPs, held flat beyond them), at each size timed, the forward and the
 backward each, interpolated in log FLOPs between the sizes and held flat
 beyond. So the calibration's own 128-wide level stands and only the shape's
 effect is taken from kernels timed beside 128-wide ones in the same run:
@@ -23,21 +25,22 @@ effect is taken from kernels timed beside 128-wide ones in the same run:
 * the ``dgx-h100`` and ``dgx-h200`` presets, NVIDIA's published cuDNN 9.19
   timings on one H200 (``data/cudnn-attention-h200.json``, the ``"hopper"``
   table of :func:`published_rates`, :data:`SOURCES`): MLA's backward at 0.75
-  of the 128-wide rate, 64-wide heads at 0.55-0.7;
+  of the 128-wide rate, 64-wide heads under a 1,024-token window at 0.55-0.7;
 * ``dgx-b200``, NVIDIA's cuDNN 9.22 timings of the same shapes on one GB200
   (``data/cudnn-attention-gb200.json``, ``"blackwell"``): MLA's backward at
   0.8-0.87, GPT-OSS's 64-wide heads under its 128-token window at a tenth
   to a fifth, which may hold the cuDNN regression NVIDIA's Megatron-Bridge
   26.06.01 table notes for GPT-OSS (NVIDIA/cudnn-frontend#256);
-* ``pase calibrate``'s own, from the MLA rows it times beside its 128-wide
-  ones (:func:`pase.calibrate.fit.fit_efficiency`);
+* ``pase calibrate``'s own, from the MLA and 64-wide rows (no window) it
+  times beside its 128-wide ones (:func:`pase.calibrate.fit.fit_efficiency`);
 * ``dgx-a100``, none (the balance of its exponentials and products is
   neither Hopper's nor Blackwell's): every shape on its curves.
 
-A shape a calibration lacks runs at factor 1 (the 128-wide curves). The
-published runs timed 64-wide heads only under a sliding window (the H200's of
-1,024 tokens, the GB200's of 128, GPT-OSS's own): their rates are applied to
-64-wide heads whatever their mask. The H200's MLA rows' backward is cuDNN's
+A shape a calibration lacks runs at factor 1 (the 128-wide curves): on the
+presets, 64-wide heads without a window, which the published runs did not
+time, though Hopper's narrow heads are likely slower. A windowed shape's
+rates apply whatever the window's width (the H200's were timed under 1,024
+tokens, GPT-OSS's is 128). The H200's MLA rows' backward is cuDNN's
 deterministic one (that run timed no other); on the GB200 the two differ by
 under 10% for that shape, either way.
 """
@@ -51,7 +54,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["SHAPE_TABLES", "SOURCES", "ShapeRates", "computed_fraction", "measured_shapes", "published_rates",
-           "relative_rates", "shape_factor"]
+           "relative_rates", "shape_factor", "shape_name"]
 
 # The published timings behind each preset's head-shape rates, by the GPU family they were timed on.
 SHAPE_TABLES = {name: Path(__file__).resolve().parent / "data" / f"cudnn-attention-{gpu}.json"
@@ -99,55 +102,68 @@ def _forward_flops(row: dict) -> float:
         s, s, "causal", row["window"])
 
 
-# A calibration's head-shape rates: per head shape ``(d_qk, d_v, points)``, the points ``(forward FLOPs, forward
-# factor, backward factor)`` ascending in FLOPs (:func:`relative_rates`).
-ShapeRates = tuple[tuple[int, int, tuple[tuple[float, float, float], ...]], ...]
+# A calibration's head-shape rates: per head shape ``(d_qk, d_v, windowed, points)``, the points ``(forward FLOPs,
+# forward factor, backward factor)`` ascending in FLOPs (:func:`relative_rates`).
+ShapeRates = tuple[tuple[int, int, bool, tuple[tuple[float, float, float], ...]], ...]
+
+
+def _shape(row) -> tuple[int, int, bool]:
+    return int(row["d_qk"]), int(row["d_v"]), bool(row.get("window", 0))
 
 
 def relative_rates(rows) -> ShapeRates:
-    """Head-shape rates from timed kernels (the module docstring): ``rows`` of ``d_qk``, ``d_v``, ``flops`` (the
-    forward's, pase's count), ``fwd_s`` and ``bwd_s``; each shape other than 128 x 128 at each of its sizes, its
-    forward and backward rates over the 128-wide rows' at the same forward FLOPs (interpolated in log FLOPs, held
-    flat beyond them). Empty without 128-wide rows."""
+    """Head-shape rates from timed kernels (the module docstring): ``rows`` of ``d_qk``, ``d_v``, ``window`` (0 or
+    left out: none), ``flops`` (the forward's, pase's count), ``fwd_s`` and ``bwd_s``; each shape other than 128 x
+    128 without a window, at each of its sizes, its forward and backward rates over the 128-wide unwindowed rows' at
+    the same forward FLOPs (interpolated in log FLOPs, held flat beyond them). Empty without such rows."""
     def rate(rs, key):  # FLOPs per second of the pass, counted at the forward's FLOPs for both passes
         return np.array([r["flops"] / r[key] for r in rs])
 
-    ref = sorted((r for r in rows if (r["d_qk"], r["d_v"]) == (REFERENCE_WIDTH, REFERENCE_WIDTH)),
-                 key=lambda r: r["flops"])
+    reference = (REFERENCE_WIDTH, REFERENCE_WIDTH, False)
+    ref = sorted((r for r in rows if _shape(r) == reference), key=lambda r: r["flops"])
     if not ref:
         return ()
     log_ref = np.log10([r["flops"] for r in ref])
     out = []
-    for shape in sorted({(r["d_qk"], r["d_v"]) for r in rows} - {(REFERENCE_WIDTH, REFERENCE_WIDTH)}):
-        mine = sorted((r for r in rows if (r["d_qk"], r["d_v"]) == shape), key=lambda r: r["flops"])
+    for shape in sorted({_shape(r) for r in rows} - {reference}):
+        mine = sorted((r for r in rows if _shape(r) == shape), key=lambda r: r["flops"])
         at = np.log10([r["flops"] for r in mine])
         fwd, bwd = (rate(mine, key) / np.interp(at, log_ref, rate(ref, key)) for key in ("fwd_s", "bwd_s"))
         points: dict[float, tuple[float, float]] = {}
         for f, a, b in zip((r["flops"] for r in mine), fwd, bwd):
             points.setdefault(float(f), (float(a), float(b)))  # one point a size: the first row of it
-        out.append((int(shape[0]), int(shape[1]), tuple((f, a, b) for f, (a, b) in sorted(points.items()))))
+        out.append((*shape, tuple((f, a, b) for f, (a, b) in sorted(points.items()))))
     return tuple(out)
 
 
 @functools.cache
 def published_rates(table: str) -> ShapeRates:
     """The head-shape rates of a published table of :data:`SHAPE_TABLES` (``"hopper"``, ``"blackwell"``)."""
-    return relative_rates([dict(d_qk=r["d_qk"], d_v=r["d_v"], flops=_forward_flops(r), fwd_s=r["fwd_ms"] / 1e3,
-                                bwd_s=r["bwd_ms"] / 1e3) for r in _published(table)["rows"]])
+    return relative_rates([dict(d_qk=r["d_qk"], d_v=r["d_v"], window=r["window"], flops=_forward_flops(r),
+                                fwd_s=r["fwd_ms"] / 1e3, bwd_s=r["bwd_ms"] / 1e3) for r in _published(table)["rows"]])
 
 
-def measured_shapes(rates: ShapeRates) -> tuple[tuple[int, int], ...]:
-    """The head shapes ``(d_qk, d_v)`` with rates of their own in ``rates``."""
-    return tuple((q, v) for q, v, _ in rates)
+def measured_shapes(rates: ShapeRates) -> tuple[tuple[int, int, bool], ...]:
+    """The head shapes ``(d_qk, d_v, windowed)`` with rates of their own in ``rates``."""
+    return tuple((q, v, w) for q, v, w, _ in rates)
 
 
-def shape_factor(rates: ShapeRates | None, d_qk: int, d_v: int, forward_flops, backward: bool = False) -> np.ndarray:
-    """The rate of a fused attention kernel with ``d_qk``-wide score heads and ``d_v``-wide value heads over a
-    128-wide kernel's at the same forward FLOPs (``forward_flops``, per kernel, array or scalar), in its forward
-    or its ``backward``, by a calibration's ``rates`` (``Efficiency.attention_shapes``): interpolated in log FLOPs
-    between its points and held flat beyond them; 1 without rates or for a shape they lack."""
+def shape_name(shape: tuple[int, int, bool]) -> str:
+    """A head shape in words: ``"192/128-wide heads"``, ``"64/64-wide heads under a sliding window"``."""
+    q, v, windowed = shape
+    return f"{q}/{v}-wide heads" + (" under a sliding window" if windowed else "")
+
+
+def shape_factor(rates: ShapeRates | None, d_qk: int, d_v: int, windowed: bool, forward_flops,
+                 backward: bool = False) -> np.ndarray:
+    """The rate of a fused attention kernel with ``d_qk``-wide score heads and ``d_v``-wide value heads, under a
+    sliding window or not (``windowed``), over an unwindowed 128-wide kernel's at the same forward FLOPs
+    (``forward_flops``, per kernel, array or scalar), in its forward or its ``backward``, by a calibration's
+    ``rates`` (``Efficiency.attention_shapes``): interpolated in log FLOPs between its points and held flat
+    beyond them; 1 without rates or for a shape they lack."""
     flops = np.asarray(forward_flops, dtype=float)
-    points = next((p for q, v, p in rates or () if (q, v) == (int(d_qk), int(d_v))), None)
+    key = (int(d_qk), int(d_v), bool(windowed))
+    points = next((p for q, v, w, p in rates or () if (q, v, w) == key), None)
     if points is None:
         return np.ones_like(flops)
     at = np.log10([f for f, _, _ in points])

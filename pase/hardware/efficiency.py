@@ -29,7 +29,7 @@ reach instead, in a few physically meaningful numbers, each with its source
 * ``attention_shapes``, the rates at which this GPU's fused attention
   kernels run head shapes other than the curves' 128-wide heads, relative to
   them (:mod:`pase.hardware.attention_kernels`: per shape ``(d_qk, d_v,
-  points)``, each point ``(forward FLOPs, forward factor, backward
+  windowed, points)``, each point ``(forward FLOPs, forward factor, backward
   factor)``); None: every head shape on the attention curves;
 * ``sms``, the device's streaming multiprocessors (where known): what a
   communication kernel that holds some of them (DeepEP's) leaves the
@@ -152,7 +152,7 @@ class Efficiency:
         if self.sms is not None:
             out["sms"] = self.sms
         if self.attention_shapes is not None:
-            out["attention_shapes"] = [[q, v, [list(p) for p in points]] for q, v, points in self.attention_shapes]
+            out["attention_shapes"] = [[q, v, w, [list(p) for p in points]] for q, v, w, points in self.attention_shapes]
         out["sources"] = dict(self.sources)
         return out
 
@@ -208,21 +208,22 @@ MAX_SHAPE_FACTOR = 4.0
 
 def _check_shapes(shapes) -> ShapeRates:
     """``shapes`` as head-shape rates (:mod:`pase.hardware.attention_kernels`); ``ClusterError`` unless each is two
-    whole head widths from 1 to 1,024 and points of positive, ascending FLOPs with factors in (0,
-    ``MAX_SHAPE_FACTOR``]."""
-    bad = ClusterError("attention_shapes needs, per head shape, [d_qk, d_v, [[forward FLOPs, forward factor, "
-                       f"backward factor], ...]] with FLOPs ascending and factors in (0, {MAX_SHAPE_FACTOR:g}], got "
-                       f"{shapes!r}"[:400])
+    whole head widths from 1 to 1,024, whether windowed (true or false), and points of positive, ascending FLOPs
+    with factors in (0, ``MAX_SHAPE_FACTOR``]."""
+    bad = ClusterError("attention_shapes needs, per head shape, [d_qk, d_v, windowed, [[forward FLOPs, forward "
+                       f"factor, backward factor], ...]] with FLOPs ascending and factors in (0, {MAX_SHAPE_FACTOR:g}], "
+                       f"got {shapes!r}"[:400])
     try:
         out = []
-        for q, v, points in shapes:
+        for q, v, windowed, points in shapes:
             widths = [w for w in (q, v) if not isinstance(w, bool) and float(w).is_integer() and 1 <= w <= 1024]
             pts = tuple((float(f), float(a), float(b)) for f, a, b in points)
             flops = [f for f, _, _ in pts]
-            if len(widths) < 2 or not pts or flops != sorted(set(flops)) or not all(0 < f < math.inf for f in flops) \
+            if len(widths) < 2 or not isinstance(windowed, bool) or not pts or flops != sorted(set(flops)) \
+                    or not all(0 < f < math.inf for f in flops) \
                     or not all(0 < x <= MAX_SHAPE_FACTOR for _, a, b in pts for x in (a, b)):
                 raise bad
-            out.append((int(q), int(v), pts))
+            out.append((int(q), int(v), windowed, pts))
     except (TypeError, ValueError):
         raise bad from None
     return tuple(out)

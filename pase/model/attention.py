@@ -26,7 +26,8 @@ scores recomputed, and the gradients of the probabilities, ``q``, ``k`` and
 curves (:attr:`~pase.hardware.efficiency.Efficiency.attention_curve`,
 measured per kernel as a function of the FLOPs it does) at its head shape's
 rate (:func:`pase.hardware.attention_kernels.shape_factor`: published cuDNN
-timings of 192/128 and 64-wide heads against 128-wide ones), bounded below by its
+timings of 192/128-wide heads and of 64-wide ones under a sliding window
+against 128-wide ones), bounded below by its
 bytes (``q``, ``k``, ``v``, the output, read and written once forward, twice
 backward) at the memory bandwidth. Under context parallelism (``ring``: a
 score product whose queries are split ``c`` ways across a context-parallel
@@ -234,7 +235,8 @@ def flash_times_s(graph: Graph, unit: AttentionUnit, configs: np.ndarray, peak_f
                                       (backward / steps, efficiency.attention_backward_curve, 2 * nbytes / steps,
                                        True)):
         fraction = efficiency.matmul_fraction(flops) if curve is None else curve_fraction(curve, flops)
-        fraction = fraction * shape_factor(efficiency.attention_shapes, d_qk, d_v, forward / steps, backward=back)
+        fraction = fraction * shape_factor(efficiency.attention_shapes, d_qk, d_v, unit.window > 0, forward / steps,
+                                           backward=back)
         busy = np.maximum(flops / (peak_flops * fraction), moved / efficiency.memory_Bps)
         out.append(np.where(flops > 0, steps * (busy + efficiency.kernel_overhead_s), 0.0))
     return out[0], out[1]
