@@ -413,11 +413,11 @@ def fit_efficiency(measurements: Mapping, peak_flops: float, fp8_peak_flops: flo
                                                        peak_flops, memory_Bps, overhead_s)
         kernel = {"cudnn": "cuDNN's fused attention (as Transformer Engine runs it)",
                   "flash": "FlashAttention's fused attention (torch's flash backend)"}[backend]
-        which = "the 128-wide heads' forwards" if shapes else "the forwards"
-        sources["attention_curve"] = f"fitted to {which} of {kernel} of {source}: {how}"
-        sources["attention_backward_curve"] = (f"fitted to {which.replace('forwards', 'backwards')} (fwd_bwd_s - "
-                                               f"fwd_s, {ATTENTION_BACKWARD_FLOPS:g}x the forward's FLOPs) of "
-                                               f"{kernel} of {source}: {how}")
+        heads = "the 128-wide heads' " if shapes else "the "
+        sources["attention_curve"] = f"fitted to {heads}forwards of {kernel} of {source}: {how}"
+        sources["attention_backward_curve"] = (f"fitted to {heads}backwards (fwd_bwd_s - fwd_s, "
+                                               f"{ATTENTION_BACKWARD_FLOPS:g}x the forward's FLOPs) of {kernel} of "
+                                               f"{source}: {how}")
         if shapes:
             named = ", ".join(shape_name(shape) for shape in measured_shapes(shapes))
             sources["attention_shapes"] = (f"measured: the rates of {named} over the 128-wide heads' at "

@@ -133,11 +133,11 @@ def add_model_options(p: argparse.ArgumentParser, *, many_devices: bool = False,
                         "and dropout as kernels of their own (2021-22 Megatron-LM, eager PyTorch); auto (default): "
                         "flash under the calibrated model, unfused at peak rates")
     p.add_argument("--precision", choices=PRECISIONS, default=ConfigOptions().precision,
-                   help="bf16 (default), fp8 or fp8-cs: the products of layers with weights at the GPU's FP8 rate, "
-                        "as Transformer Engine runs them, with delayed scaling (fp8, its default) or current "
+                   help="bf16 (default), fp8, fp8-cs or mxfp8: the products of layers with weights at the GPU's "
+                        "FP8 rate, as Transformer Engine runs them, with delayed scaling (fp8, its default), current "
                         "per-tensor scaling (fp8-cs, NVIDIA's Megatron-Bridge recipes: an amax pass before each "
-                        "cast) (H100, H200, B200; calibrated model); MFU is still reported against the BF16 dense "
-                        "peak, as NVIDIA's tables do")
+                        "cast) (H100, H200, B200) or MXFP8 block scaling (mxfp8, B200 only); calibrated model; MFU "
+                        "is still reported against the BF16 dense peak, as NVIDIA's tables do")
 
 
 def add_cluster_options(p: argparse.ArgumentParser) -> None:

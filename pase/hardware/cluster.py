@@ -376,8 +376,9 @@ _GH100_SMS = {"sms": (132, "published: 132 SMs on the H100 SXM (H100 whitepaper,
                            "GH100 configuration")}
 _B200_SMS = {"sms": (148, "published: 148 SMs on the B200 (NVIDIA's B200 specifications; CUDA's multiprocessor "
                           "count)")}
-# Head shapes other than 128 wide at Hopper's own rates (pase.hardware.attention_kernels).
-_HOPPER_ATTENTION = {"attention_shapes": (published_rates("hopper"), ATTENTION_SHAPES_SOURCES["hopper"])}
+# Head shapes other than 128 wide at their GPU family's own rates (pase.hardware.attention_kernels).
+_HOPPER_ATTENTION, _BLACKWELL_ATTENTION = ({"attention_shapes": (published_rates(f), ATTENTION_SHAPES_SOURCES[f])}
+                                           for f in ("hopper", "blackwell"))
 H200_CALIBRATION = _with(_H200, _NVLINK4, _NDR, _LATENCY, _GH100_SMS, _HOPPER_ATTENTION)
 H100_CALIBRATION = _with(
     _H200, _NVLINK4, _NDR, _LATENCY, _GH100_SMS, _HOPPER_ATTENTION,
@@ -403,8 +404,7 @@ _B200_ASSUMED = ("assumed: the H200's fitted curve at its stated tensor-core clo
                  "({:.2f}x; a kernel reaches the fraction of its stated peak an H200 kernel of the same duration "
                  "reaches), not measured on a B200")
 B200_CALIBRATION = _with(
-    _H200, _NVLINK5, _NDR, _LATENCY, _B200_SMS,
-    {"attention_shapes": (published_rates("blackwell"), ATTENTION_SHAPES_SOURCES["blackwell"])},
+    _H200, _NVLINK5, _NDR, _LATENCY, _B200_SMS, _BLACKWELL_ATTENTION,
     {name: (_scaled(getattr(_H200, name), (_B200_FP8 / 1979e12) if name.startswith("fp8") else _B200_BF16 / 989e12),
             _B200_ASSUMED.format((_B200_FP8 / 1979e12) if name.startswith("fp8") else _B200_BF16 / 989e12))
      for name in ("matmul_curve", "matmul_dgrad_curve", "matmul_wgrad_curve", "fp8_matmul_curve", "attention_curve",

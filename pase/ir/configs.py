@@ -39,8 +39,8 @@ from pase.ir.graph import Graph, Layer
 from pase.limits import MAX_LAYER_CONFIGS, MAX_SEARCH_DEVICES
 from pase.ops import OPS
 
-__all__ = ["COST_MODELS", "SPLIT_SPACES", "ATTENTION_KINDS", "FP8_PRECISIONS", "PRECISIONS", "ConfigOptions", "is_fp8", "split_factors",
-           "count_configs", "layer_configs", "config_counts", "check_config", "mesh_shapes"]
+__all__ = ["COST_MODELS", "SPLIT_SPACES", "ATTENTION_KINDS", "FP8_PRECISIONS", "PRECISIONS", "ConfigOptions", "is_fp8",
+           "split_factors", "count_configs", "layer_configs", "config_counts", "check_config", "mesh_shapes"]
 
 # "corrected": layouts on the device mesh with pending sums, computed backward volumes and the
 # audit's fixes (pase.model.cost); "paper": the paper's equation 1 and its prototype's edge rule.

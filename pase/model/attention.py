@@ -53,7 +53,7 @@ by default, the paper's peak-rate model unfused.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -97,7 +97,8 @@ class AttentionUnit:
     ``scores`` (the ``q k^T`` product, which carries the kernel's time),
     ``context`` (the ``p v`` product, whose output leaves the kernel),
     ``members`` every layer of the core (the softmax and dropouts between
-    them too), ``mask`` and ``window`` the softmax's (:func:`pase.ops.norm.softmax`).
+    them too), ``mask`` and ``window`` the softmax's (:func:`pase.ops.norm.softmax`), ``widths`` its score and
+    value heads' widths (:func:`head_widths`, found once with the unit).
     """
 
     scores: str
@@ -106,6 +107,7 @@ class AttentionUnit:
     mask: str = "none"
     window: int = 0
     rotary: bool = False
+    widths: tuple[int, int] = (0, 0)
 
 
 def attention_units(graph: Graph) -> tuple[AttentionUnit, ...]:
@@ -139,7 +141,8 @@ def _units(graph: Graph) -> tuple[AttentionUnit, ...]:
         context = graph.layer(readers[0])
         if not OPS[context.op].contraction or context.weights or len(context.inputs) != 2:
             continue
-        units.append(AttentionUnit(layer.name, context.name, frozenset((*chain, context.name)), mask, window, rotary))
+        unit = AttentionUnit(layer.name, context.name, frozenset((*chain, context.name)), mask, window, rotary)
+        units.append(replace(unit, widths=head_widths(graph, unit)))
     return tuple(units)
 
 
@@ -175,7 +178,7 @@ def flash_flops(graph: Graph, unit: AttentionUnit, configs: np.ndarray) -> tuple
     block = np.asarray(scores.sizes, dtype=float) / np.asarray(configs, dtype=float)
     # The context product runs the score product's iteration space with the value heads' width in place of the
     # score heads' (DeepSeek-V3's attention: 128 against 192), split as the score heads are.
-    d_qk, d_v = head_widths(graph, unit)
+    d_qk, d_v = unit.widths
     forward = OPS[scores.op].flops(scores, block).forward * (1.0 + d_v / d_qk) * _fraction(unit, graph)
     return forward, FLASH_BACKWARD_RATIO * forward
 
@@ -199,7 +202,7 @@ def masked_model_flops(graph: Graph, units: tuple[AttentionUnit, ...]) -> float:
         if key not in skipped:
             scores = graph.layer(unit.scores)
             one = float(OPS[scores.op].flops(scores, np.asarray([scores.sizes], dtype=float)).forward[0])
-            d_qk, d_v = head_widths(graph, unit)
+            d_qk, d_v = unit.widths
             skipped[key] = 3 * one * (1.0 + d_v / d_qk) * (1.0 - _fraction(unit, graph))
         total += skipped[key]
     return total
@@ -212,7 +215,7 @@ def _io_elements(graph: Graph, unit: AttentionUnit, configs: np.ndarray) -> np.n
 
     scores = graph.layer(unit.scores)
     q, k = (block_elements(scores, t, np.asarray(configs, dtype=float)) for t in scores.inputs)
-    d_qk, d_v = head_widths(graph, unit)
+    d_qk, d_v = unit.widths
     return (q + k) * (1.0 + d_v / d_qk)  # the output has q's rows, v has k's, each at the value heads' width
 
 
@@ -229,7 +232,7 @@ def flash_times_s(graph: Graph, unit: AttentionUnit, configs: np.ndarray, peak_f
     scores = graph.layer(unit.scores)
     cfg = np.asarray(configs, dtype=float)
     steps = cfg[:, scores.dims.index("s")] if ring and "s" in scores.dims else np.ones(len(cfg))
-    d_qk, d_v = head_widths(graph, unit)
+    d_qk, d_v = unit.widths
     out = []
     for flops, curve, moved, back in ((forward / steps, efficiency.attention_curve, nbytes / steps, False),
                                       (backward / steps, efficiency.attention_backward_curve, 2 * nbytes / steps,

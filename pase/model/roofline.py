@@ -183,7 +183,8 @@ def blocks(graph: Graph) -> dict[str, str]:
 
 
 def fp8_products(graph: Graph) -> frozenset[str]:
-    """The layers of ``graph`` that train in FP8 under an FP8 precision (``"fp8"``, ``"fp8-cs"``): the products with weights inside
+    """The layers of ``graph`` that train in FP8 under an FP8 precision
+    (:data:`pase.ir.configs.FP8_PRECISIONS`): the products with weights inside
     its blocks (:func:`blocks`), Transformer Engine's linear layers in Megatron-Core's transformer layers.
     The embedding and the output layer (Megatron-Core's own ``ColumnParallelLinear``) stay in BF16, as
     Transformer Engine advises for the first and last layers. Derived once per graph."""
