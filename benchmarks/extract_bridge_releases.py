@@ -1,4 +1,4 @@
-"""Megatron-Bridge's published pre-training throughputs, every release: what ``audit_releases.py`` reads.
+"""Megatron-Bridge's published pre-training throughputs, every release: what pase shows beside a plan.
 
 NVIDIA publishes, with each NeMo container, the tokens/s/GPU its Megatron-Bridge performance recipes reach
 (``docs/performance-summary.md`` for the newest release, ``docs/performance-summary-archive.md`` for the ones
@@ -17,7 +17,8 @@ tables' "FP8" on the H100 is current scaling (the recipes of those releases defi
 ``scripts/performance/configs/*/*_workload_base_configs.py``).
 
 Usage: ``python benchmarks/extract_bridge_releases.py REPO [OUT]`` (``REPO``: a Megatron-Bridge git directory;
-``OUT``: ``tests/data/megatron-bridge-releases.json``). Reads the documents at the repository's ``HEAD``.
+``OUT``: ``pase/hardware/data/megatron-bridge-runs.json``, which ``pase.hardware.published_runs`` reads). Reads
+the documents at the repository's ``HEAD``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "megatron-bridge-releases.json"
+OUT = Path(__file__).resolve().parents[1] / "pase" / "hardware" / "data" / "megatron-bridge-runs.json"
 DOCS = ("docs/performance-summary.md", "docs/performance-summary-archive.md")
 SAMPLES = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B": "llama3-405b",
            "DeepSeekV3": "deepseek-v3", "Qwen3_30B_a3B": "qwen3-30b-a3b", "Qwen3_235B_a22B": "qwen3-235b-a22b",

@@ -28,6 +28,7 @@ from pase.model.memory import MemoryOptions
 from ui.fmt import fmt_count, fmt_fit, fmt_percent, fmt_time, md
 from ui.held import held_default
 from ui.moe import show_moe
+from ui.published import show_published
 from ui.pagekit import require_problem, routed
 from ui.stepmodel import CALIBRATED, PEAK, show_model
 from ui.training_figures import (
@@ -260,6 +261,7 @@ def show_plan(plan, prefix: str, runnable: dict | None = None) -> None:
     start with ``prefix``); ``runnable`` (framework name -> its best plan, or None) offers, beside an export the
     plan cannot be written as, the best plan that framework runs."""
     headline(plan)
+    show_published(plan, prefix)
     st.subheader("Pipeline schedule")
     st.plotly_chart(schedule_figure(plan), key=f"{prefix}_gantt")
     st.caption("One row per pipeline stage (device position): forward and backward of each microbatch (its number "

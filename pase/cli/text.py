@@ -125,6 +125,8 @@ def print_training(result) -> None:
     if d.get("experts"):
         print(_experts_lines(d["experts"]))
     print_model(d["step_time_model"])
+    if d["published_runs"] is not None:
+        print(f"  published runs: {d['published_runs']['text']}")
 
 
 def _experts_lines(e: dict) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pase.hardware.cluster import Cluster
+from pase.hardware.published_runs import beside
 from pase.model.cost import describe_model
 from pase.model.expert_overlap import unmerged_share
 from pase.model.parallelism import Parallelism, check_devices
@@ -143,6 +144,8 @@ class TrainingPlan:
     def to_dict(self) -> dict:
         """The JSON of ``pase evaluate --tp ...``: step time, memory, rates, the pipeline and its stages.
 
+        ``published_runs``: NVIDIA's published runs of the plan's model on its preset's system, and the plan
+        against those of its own configuration (:func:`pase.hardware.published_runs.beside`; None where none).
         ``mesh`` says which mesh axes each group spans (``{"tensor x context":
         {"gpu": 8}, "data": {"node": 32}, "pipeline": {"node": 2}}``); stage
         ``s`` runs on pipeline coordinate ``s`` of it.
@@ -177,6 +180,7 @@ class TrainingPlan:
             "step_time_model": self.step_time_model(),
             "experts": self.experts_dict(),
             "transformer_blocks": self.transformer_blocks,
+            "published_runs": beside(self),
         }
 
     def exposed_dispatch_s(self, stage: StageReport) -> float:
