@@ -63,7 +63,7 @@ def _vm_kib(field: str) -> int:
 
 def child(path: str, ordering: str, runs: int, budget_gib: float) -> dict:
     """Load one instance, solve it ``runs`` times, report times and memory (runs in the subprocess)."""
-    from pase.search.costgraph import load_instance
+    from pase.io.instance import load_instance
     from pase.errors import SearchTooLargeError
     from pase.search.exact import estimate, solve
 

@@ -10,7 +10,7 @@ __all__ = ["check_layer_size", "MAX_FILE_BYTES", "MAX_ONNX_BYTES", "MAX_LAYERS",
            "MIN_PEAK_FLOPS", "MAX_PEAK_FLOPS", "MIN_BANDWIDTH_BPS", "MAX_BANDWIDTH_BPS", "MIN_MEMORY_BYTES",
            "MAX_MEMORY_BYTES", "MAX_LATENCY_S", "MAX_SEARCH_DEVICES", "MAX_LAYER_CONFIGS",
            "MAX_DEPENDENT_SET", "MAX_RANK", "MAX_NODE_OUTPUTS", "MAX_ATTRIBUTE_VALUES", "MAX_FOLD_BYTES",
-           "MAX_ONNX_PARSE_BYTES"]
+           "MAX_ONNX_PARSE_BYTES", "default_memory_budget_bytes"]
 
 # A pase graph file larger than this is refused before parsing (the largest sample is ~1 MB).
 MAX_FILE_BYTES = 20 * 2**20
@@ -97,3 +97,18 @@ def check_layer_size(layer, where: str, fix: str = "") -> None:
             raise FormatError(f"{where}: tensor {t.name!r} of shape {t.shape} of its {layer.op} layer is absurdly "
                               f"large (at most {MAX_DIM} per axis, {MAX_TENSOR_ELEMENTS:.3g} elements){fix}")
 
+
+# Fraction of the available memory a search may use by default.
+_BUDGET_FRACTION = 0.5
+
+
+def default_memory_budget_bytes() -> int:
+    """Half of the memory the system reports available (``MemAvailable``), or 4 GiB if it cannot tell."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(int(line.split()[1]) * 1024 * _BUDGET_FRACTION)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 4 << 30

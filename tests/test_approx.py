@@ -7,7 +7,7 @@ import pytest
 
 from pase.search.approx import ApproxResult, improve
 from pase.search.solver import exact, exact_or_approximate
-from pase.search.costgraph import CostGraph
+from pase.ir.costgraph import CostGraph
 from pase.errors import SearchTooLargeError
 from pase.models import sample
 from pase.planner import PlanOptions, plan

@@ -66,3 +66,13 @@ def test_torch_is_imported_only_by_the_profiler_and_the_pytorch_importer():
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
             if any(n.split(".")[0] == "torch" for n in names):
                 assert path in allowed, f"{path} imports torch"
+
+
+def test_the_cost_model_never_imports_the_searches():
+    # The cost graph sits in the IR (pase.ir.costgraph): the model builds it, the searches solve it, and the model
+    # reaches no search module, directly or through another module.
+    graph = _import_graph()
+    for model in (n for n in graph if n.startswith("pase.model.")):
+        reached = nx.descendants(graph, model)
+        assert not any(n.startswith("pase.search") for n in reached), (model, sorted(
+            n for n in reached if n.startswith("pase.search")))

@@ -9,7 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from pase.search.costgraph import CostGraph, load_instance
+from pase.io.instance import load_instance
+from pase.ir.costgraph import CostGraph
 from pase.errors import FormatError
 
 

@@ -13,7 +13,7 @@ from pase.hardware.cluster import preset
 from pase.model.cost import build_cost_model
 from pase.models import sample
 from pase.search import exact, fold
-from pase.search.costgraph import CostGraph
+from pase.ir.costgraph import CostGraph
 from pase.search.solver import exact as exact_solver
 
 

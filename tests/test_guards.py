@@ -31,7 +31,7 @@ from pase.limits import MAX_DEPENDENT_SET, MAX_LAYER_CONFIGS, MAX_SEARCH_DEVICES
 from pase.model import cost as cost_module
 from pase.model.cost import build_cost_model
 from pase.planner import PlanOptions, plan
-from pase.search.costgraph import CostGraph
+from pase.ir.costgraph import CostGraph
 from pase.search.exact import estimate, solve
 from pase.search.ordering import (
     adjacency, breadth_first, compute_ordering, degeneracy, elimination_steps, generate_seq, min_fill, min_table,
@@ -243,7 +243,8 @@ def test_the_cost_graph_shares_the_tables_of_repeated_blocks():
 _UNDER_RLIMIT_AS = textwrap.dedent('''
     import gc, json, resource, sys
     import numpy as np
-    from pase.search.costgraph import CostGraph, load_instance
+    from pase.io.instance import load_instance
+    from pase.ir.costgraph import CostGraph
     from pase.search.exact import estimate, solve
 
     def address_space():

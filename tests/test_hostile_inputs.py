@@ -28,7 +28,7 @@ from pase.io.files import read_limited
 from pase.io.graph_json import loads_graph
 from pase.limits import MAX_BATCH, MAX_INSTANCE_BYTES
 from pase.planner import plan
-from pase.search.costgraph import load_instance
+from pase.io.instance import load_instance
 
 ROOT = Path(__file__).resolve().parents[1]
 INSTANCE = ROOT / "tests" / "data" / "instances" / "alexnet-p4.json.gz"
@@ -375,7 +375,7 @@ def test_a_directory_or_a_missing_file_is_refused_clearly(capsys, tmp_path, role
 
 
 def test_a_gzip_bomb_is_refused_while_it_inflates(monkeypatch, tmp_path):
-    monkeypatch.setattr("pase.search.costgraph.MAX_INSTANCE_BYTES", 4 * 2**20)
+    monkeypatch.setattr("pase.io.instance.MAX_INSTANCE_BYTES", 4 * 2**20)
     member = gzip.compress(bytes(2**20))
     many = write(tmp_path, "many.json.gz", member * 64)  # 64 members of 1 MiB of zeros
     one = write(tmp_path, "one.json.gz", gzip.compress(bytes(16 * 2**20)))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pase.search.costgraph import load_instance
+from pase.io.instance import load_instance
 from pase.errors import SearchTooLargeError
 from pase.search.exact import estimate, solve
 

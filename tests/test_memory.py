@@ -14,7 +14,7 @@ from pase import ops as L
 from pase.cli import main
 from pase.hardware.cluster import Cluster
 from pase.ir.configs import ConfigOptions
-from pase.search.costgraph import CostGraph
+from pase.ir.costgraph import CostGraph
 from pase.errors import ConfigurationError, PaseError
 from pase.ir.graph import Graph
 from pase.model.memory import InsufficientMemoryError, MemoryOptions, build_memory_model, saved_tensors

@@ -138,7 +138,7 @@ def test_auto_is_the_cheapest_heuristic_by_an_independent_count(seed):
     # estimate under auto must report that work.
     import numpy as np
 
-    from pase.search.costgraph import CostGraph
+    from pase.ir.costgraph import CostGraph
     from pase.search.exact import estimate
 
     adj, counts = _random_graph(seed)

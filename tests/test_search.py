@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from pase.search import exact as search
 from pase.cli import main
-from pase.search.costgraph import CostGraph
+from pase.ir.costgraph import CostGraph
 from pase.errors import SearchTooLargeError
 from pase.search.ordering import adjacency, elimination_steps
 from pase.search.exact import ORDERINGS, estimate, solve

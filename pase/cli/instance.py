@@ -24,7 +24,7 @@ def add_parser(sub, help: str) -> None:
 
 def run(args) -> int:
     """``pase solve-instance``: the instance's optimal assignment and cost; the exit status."""
-    from pase.search.costgraph import load_instance
+    from pase.io.instance import load_instance
     from pase.search.exact import solve
 
     cost_graph, meta = load_instance(args.file)

@@ -64,8 +64,8 @@ from pase.ops import OPS, Collective, CollectiveOptions, collectives, partial_co
 from pase.model.attention import attention_units, flash_flops, flash_times_s, flash_units, rotary_times_s
 from pase.model.precision import fp8_recipe, input_casts
 from pase.model.roofline import fp8_products, fused_chains, fused_times_s, layer_times_s
-from pase.search.costgraph import CostGraph
-from pase.search.exact import default_memory_budget_bytes
+from pase.ir.costgraph import CostGraph
+from pase.limits import default_memory_budget_bytes
 
 __all__ = ["CostModel", "LayerCost", "build_cost_model", "collective_s", "layer_compute_flops", "attention_kind",
            "check_precision", "describe_model"]
@@ -408,7 +408,7 @@ def build_cost_model(
     table: repeated blocks share theirs), the copy :meth:`CostModel.cost_graph`
     makes in FLOP-equivalents, and the scratch of computing them. Default:
     ``DEFAULT_TABLE_BUDGET_BYTES`` (4 GiB) or, if less,
-    :func:`~pase.search.exact.default_memory_budget_bytes`.
+    :func:`~pase.limits.default_memory_budget_bytes`.
 
     ``shared_reads`` (for a costed strategy, one configuration per layer):
     a producer's output read by several consumers in the same layout (the

@@ -1,4 +1,4 @@
-"""The searches: cost graphs in (:mod:`.costgraph`), an optimal or good assignment out.
+"""The searches: cost graphs in (:mod:`pase.ir.costgraph`), an optimal or good assignment out.
 
 :mod:`.ordering` (vertex orderings), :mod:`.exact` (the paper's dynamic program),
 :mod:`.approx` (local search where the exact one is too large), :mod:`.memory`

@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from pase.search.costgraph import CostGraph
+from pase.ir.costgraph import CostGraph
 from pase.errors import SearchTooLargeError
 from pase.search.exact import estimate, solve
 

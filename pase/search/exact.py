@@ -1,6 +1,6 @@
 """PaSE's strategy search: an exact dynamic program over an elimination ordering.
 
-Given a :class:`~pase.search.costgraph.CostGraph` (a cost vector per layer, a cost
+Given a :class:`~pase.ir.costgraph.CostGraph` (a cost vector per layer, a cost
 matrix per edge), :func:`solve` returns the assignment of one configuration
 per layer that minimises the total cost, as in the paper's section III.
 
@@ -65,9 +65,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from pase.search.costgraph import CostGraph
+from pase.ir.costgraph import CostGraph
 from pase.errors import SearchTooLargeError
-from pase.limits import MAX_DEPENDENT_SET
+from pase.limits import MAX_DEPENDENT_SET, default_memory_budget_bytes
 from pase.search.ordering import (
     DEFAULT_ORDERING,
     ORDERINGS,
@@ -85,7 +85,6 @@ __all__ = [
     "SearchEstimate",
     "SearchResult",
     "StepStats",
-    "default_memory_budget_bytes",
     "estimate",
     "prune_dominated",
     "solve",
@@ -108,8 +107,6 @@ _WEIGHTED_ORDERINGS = ("auto", "min-table", "min-fill")
 # vertex that the step's operands show to be dominated: the test reads the
 # operands a few times, far less than the step's own work.
 _STEP_PRUNE_WORK = 1 << 20
-# Fraction of the available memory a search may use by default.
-_BUDGET_FRACTION = 0.5
 # Address space a worker thread takes besides its tiles: its stack (8 MiB by default on
 # Linux) and the malloc arena glibc reserves for it (64 MiB), rounded up. Reserved, not
 # touched, but it counts against an address-space limit (RLIMIT_AS).
@@ -190,18 +187,6 @@ class SearchResult:
     search_time_s: float
 
 
-def default_memory_budget_bytes() -> int:
-    """Half of the memory the system reports available (``MemAvailable``), or 4 GiB if it cannot tell."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(int(line.split()[1]) * 1024 * _BUDGET_FRACTION)
-    except (OSError, ValueError, IndexError):
-        pass
-    return 4 << 30
-
-
 def estimate(
     cost_graph: CostGraph,
     *,
@@ -266,7 +251,7 @@ def solve(
         ordering gives the same optimum; they differ in time and memory.
     memory_budget_bytes : int, optional
         Refuse searches whose estimated peak memory exceeds this many bytes.
-        Default: :func:`default_memory_budget_bytes`.
+        Default: :func:`pase.limits.default_memory_budget_bytes`.
     progress : callable(done, total), optional
         Called after each elimination step with the steps done and the total
         (the number of vertices), from the calling thread.

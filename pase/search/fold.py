@@ -3,7 +3,7 @@
 A network made of identical blocks (the layers of a Transformer, the units of a
 ResNet stage) gives the exact search (:mod:`pase.search.exact`) the same
 elimination steps once per block. :func:`solve` finds such chains in the
-:class:`~pase.search.costgraph.CostGraph` itself, so whatever built the graph,
+:class:`~pase.ir.costgraph.CostGraph` itself, so whatever built the graph,
 eliminates one block's interior once into a table over its boundary, chains the
 blocks with min-plus matrix products by repeated squaring, and runs the exact
 search on what is left. The optimum is the same as the unfolded search's
@@ -54,13 +54,13 @@ from typing import Callable, Sequence
 import numpy as np
 
 from pase.errors import SearchTooLargeError
-from pase.search.costgraph import CostGraph
+from pase.ir.costgraph import CostGraph
+from pase.limits import default_memory_budget_bytes
 from pase.search.exact import (
     _THREADED_WORK,
     DEFAULT_ORDERING,
     SearchResult,
     _threads,
-    default_memory_budget_bytes,
     prune_dominated,
     solve as solve_unfolded,
 )
@@ -229,7 +229,7 @@ def solve(
         :func:`pase.search.exact.solve` directly).
     memory_budget_bytes : int, optional
         Bound on the memory of the fold's tables and the search together.
-        Default: :func:`~pase.search.exact.default_memory_budget_bytes`.
+        Default: :func:`~pase.limits.default_memory_budget_bytes`.
     progress : callable(done, total), optional
         As :func:`pase.search.exact.solve`, ``total`` being the vertices of
         ``cost_graph``; the folded ones count as done at once.

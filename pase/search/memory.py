@@ -1,6 +1,6 @@
 """The cheapest strategy that fits in device memory, over plain cost arrays.
 
-Problem: given a :class:`~pase.search.costgraph.CostGraph` and, per vertex and
+Problem: given a :class:`~pase.ir.costgraph.CostGraph` and, per vertex and
 configuration, *resident* bytes ``m[v][a]`` (added over vertices) and
 *transient* bytes ``t[v][a]`` (only the largest counts), find::
 
@@ -56,7 +56,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from pase.search.costgraph import CostGraph
+from pase.ir.costgraph import CostGraph
 from pase.search.solver import Solver, exact
 from pase.model.memory import InsufficientMemoryError
 

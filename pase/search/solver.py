@@ -1,6 +1,6 @@
 """The solver interface every search meets, and the searches composed through it.
 
-A :class:`Solver` takes a :class:`~pase.search.costgraph.CostGraph` and returns a
+A :class:`Solver` takes a :class:`~pase.ir.costgraph.CostGraph` and returns a
 :class:`Solution`: an assignment (one configuration index per vertex) and its
 cost. The exact search (:func:`pase.search.exact.solve`, after folding chains of
 identical blocks with :func:`pase.search.fold.solve`), the approximate one
@@ -19,7 +19,7 @@ import numpy as np
 
 from pase.errors import SearchTooLargeError
 from pase.search.approx import improve
-from pase.search.costgraph import CostGraph
+from pase.ir.costgraph import CostGraph
 from pase.search import fold
 from pase.search.exact import DEFAULT_ORDERING, solve
 
