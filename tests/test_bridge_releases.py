@@ -108,6 +108,9 @@ def test_the_cli_prints_the_runs_beside_an_evaluated_plan(capsys):
     out = capsys.readouterr().out
     assert "published runs: NVIDIA published 2 runs of llama3-8b on DGX H100" in out
     assert "25.09 at 14,079 tokens/s/GPU" in out and "25.11 at 14,451 tokens/s/GPU" in out
+    listed = [line for line in out.splitlines() if line.startswith("    25.")]
+    assert len(listed) == 2 and all(line.endswith("<- this configuration") for line in listed)
+    assert "8 GPUs, GBS 128, MBS 1, sequence 8,192, TP 1 PP 1 CP 1 VP 1 EP 1, FSDP 8: 14,079 tokens/s/GPU" in listed[0]
 
 
 def _view():
