@@ -15,6 +15,14 @@ settings, as section 3 prices it). Then, per run, the spread of the releases' ow
 pase's error against the newest release. Not a validation: nothing is fitted, no release is chosen by how well it
 agrees, and section 3's figures stay those against 25.09. It says how fixed the target is.
 
+NVIDIA names where the mixtures of experts' time went in its own words: host-boundedness among the "three
+walls" of MoE training (small expert products, many kernel launches; "Scalable Training of Mixture-of-Experts
+Models with Megatron Core", arXiv:2603.07685), and CPU synchronisation among the three bottlenecks its fused,
+sync-free MoE kernels of June 2026 removed, worth 8% end to end on its DeepSeek-V3 pre-training and 93% on
+GPT-OSS (NVIDIA Technical Blog, "Boosting MoE Training Throughput with Advanced Fusion Kernels", 2026-06-15).
+pase prices each kernel at its time alone, the host's issue included, and no synchronisation with the host:
+neither moves with a release.
+
 Usage: ``python benchmarks/audit_releases.py [--no-write]``.
 """
 
