@@ -2,12 +2,12 @@
 
 Section 3b is Megatron-Bridge's 25.09 table. NVIDIA published a table with each NeMo container after it
 (``pase/hardware/data/megatron-bridge-runs.json``, extracted from Megatron-Bridge's performance documents by
-``extract_bridge_releases.py``; ``pase`` shows them beside a plan of the same model and system), and several of them ran section 3b's configurations again on the same systems:
-the same model, GPUs, precision, global and micro batch, sequence, TP, PP, CP, VP, EP and FSDP. Between them the
-hardware, the model and the parallel layout are fixed, so pase's prediction is one number, and what moves is the
-software: the framework's kernels and fusions, its token dispatch (the 25.09 mixtures of experts dropped tokens
-at capacity, the later ones run dropless with forced balance: the same tokens reach the same experts), its
-overlap settings and CUDA graphs.
+``extract_bridge_releases.py``; ``pase`` shows them beside a plan of the same model and system), and several of
+them ran section 3b's configurations again on the same systems: the same model, GPUs, precision, global and
+micro batch, sequence, TP, PP, CP, VP, EP and FSDP. Between them the hardware, the model and the parallel layout
+are fixed, so pase's prediction is one number, and what moves is the software: the framework's kernels and
+fusions, its token dispatch (the 25.09 mixtures of experts dropped tokens at capacity, the later ones run dropless
+with forced balance: the same tokens reach the same experts), its overlap settings and CUDA graphs.
 
 The table lists each section-3b run (and its MXFP8 twin) beside every release that ran its configuration:
 tokens/s/GPU, the step they imply, and pase's step against it (``validate_today.predict``, the 25.09 recipe's
@@ -58,10 +58,8 @@ def run() -> tuple[str, float]:
         if len(found) < 2:
             continue
         step = predict(row).step_time_s
-        steps = []
-        for i, r in enumerate(found):
-            measured = r.step_s
-            steps.append(measured)
+        steps = [r.step_s for r in found]
+        for i, (r, measured) in enumerate(zip(found, steps)):
             named = f"{r.model} ({r.variant}), {r.precision}" if r.variant else f"{r.model}, {r.precision}"
             lines.append(f"| {row.label if i == 0 else ''} | {f'{step:.3f}' if i == 0 else ''} | {r.release} | "
                          f"{named} | {r.tokens_per_gpu_s:,.0f} | {measured:.3f} | "

@@ -16,16 +16,10 @@ from ui.fmt import md
 __all__ = ["published_rows", "show_published"]
 
 
-def published_rows(plan: TrainingPlan) -> list[dict]:
-    """One row per published run of the plan's model on its preset's system (empty where none)."""
-    found = beside(plan)
-    if found is None:
-        return []
+def published_rows(found: dict) -> list[dict]:
+    """One row per published run of :func:`~pase.hardware.published_runs.beside`'s ``found``."""
     return [{"release": r["release"], "as published": f"{r['model']} ({r['variant']})" if r["variant"] else r["model"],
-             "precision": r["precision"],
-             "configuration": f"{r['gpus']:,} GPUs, GBS {r['global_batch']}, MBS {r['microbatch_size']}, TP {r['tp']} "
-                              f"PP {r['pp']} CP {r['cp']} VP {r['vp']} EP {r['ep']}"
-                              + (f", FSDP {r['fsdp']}" if r["fsdp"] else "") + f", sequence {r['sequence']:,}",
+             "precision": r["precision"], "configuration": r["configuration"],
              "tokens/s/GPU": round(r["tokens_per_gpu_s"]), "step (s)": round(r["step_s"], 3),
              "this plan's step against it": "" if r["model_error"] is None else f"{r['model_error']:+.1%}"}
             for r in found["runs"]]
@@ -38,7 +32,7 @@ def show_published(plan: TrainingPlan, prefix: str) -> None:
         return
     st.caption(f"{md(found['text'])}.")
     with st.expander(f"NVIDIA's published runs of this model on DGX {found['system']}"):
-        st.dataframe(published_rows(plan), hide_index=True, key=f"{prefix}_published")
+        st.dataframe(published_rows(found), hide_index=True, key=f"{prefix}_published")
         st.caption("Tokens/s/GPU of Megatron-Bridge's performance recipes as NVIDIA published them with each NeMo "
                    "release; the step is GBS x sequence / (tokens/s/GPU x GPUs). The same configuration's "
                    "throughput can move between releases, by up to a factor of two for mixtures of experts "

@@ -128,10 +128,8 @@ def print_training(result) -> None:
     if d["published_runs"] is not None:
         print(f"  published runs: {d['published_runs']['text']}:")
         for r in d["published_runs"]["runs"]:
-            print(f"    {r['release']} {r['precision']}: {r['gpus']:,} GPUs, GBS {r['global_batch']}, MBS "
-                  f"{r['microbatch_size']}, sequence {r['sequence']:,}, TP {r['tp']} PP {r['pp']} CP {r['cp']} VP "
-                  f"{r['vp']} EP {r['ep']}{f', FSDP {f}' if (f := r['fsdp']) else ''}: "
-                  f"{r['tokens_per_gpu_s']:,.0f} tokens/s/GPU, a {r['step_s']:.3f} s step"
+            print(f"    {r['release']} {r['precision']}: {r['configuration']}: {r['tokens_per_gpu_s']:,.0f} "
+                  f"tokens/s/GPU, a {r['step_s']:.3f} s step"
                   + ("  <- this configuration" if r["same_configuration"] else ""))
 
 

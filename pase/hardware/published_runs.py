@@ -93,7 +93,7 @@ def beside(plan) -> dict | None:
     preset's system, or None where there are none.
 
     Returns ``system``, ``source``, ``runs`` (each run's release, model and variant as the table names them,
-    precision, configuration, tokens/s/GPU, the step it implies, ``same_configuration`` and, where it is the
+    precision, configuration (its sizes, and in words), tokens/s/GPU, the step it implies, ``same_configuration`` and, where it is the
     plan's, ``model_error``: the plan's step over the run's, less 1) and ``text``, one sentence for outputs.
     """
     runs = published_runs(plan.graph_name, plan.cluster.name)
@@ -108,7 +108,8 @@ def beside(plan) -> dict | None:
         rows.append({"release": r.release, "model": r.model, "variant": r.variant, "precision": r.precision,
                      "gpus": r.gpus, "global_batch": r.gbs, "microbatch_size": r.mbs, "sequence": r.seq,
                      "tp": r.tp, "pp": r.pp, "cp": r.cp, "vp": r.vp, "ep": r.ep, "fsdp": r.fsdp,
-                     "tokens_per_gpu_s": r.tokens_per_gpu_s, "step_s": r.step_s, "same_configuration": mine,
+                     "configuration": r.configuration, "tokens_per_gpu_s": r.tokens_per_gpu_s, "step_s": r.step_s,
+                     "same_configuration": mine,
                      "model_error": error})
     releases = sorted({r.release for r in runs}, key=_release_order)
     text = (f"NVIDIA published {len(runs)} run{'s' if len(runs) > 1 else ''} of {plan.graph_name} on DGX "
