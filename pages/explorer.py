@@ -15,6 +15,7 @@ from ui.graphview import auto_group_depth, build_graph_view, group_key, groups_o
 from ui.pagekit import headline, require_problem, routed, solve_button, solve_training_button
 from ui.stepmodel import show_model
 from ui.tables import strategy_table
+from ui.published import show_published
 
 routed()  # first of all: run under app.py's router (see ui.pagekit.routed)
 
@@ -207,6 +208,7 @@ def training_summary(search, group_plan) -> None:
             f"{md(r.label)} ({r.step_time_s / best.step_time_s - 1:+.1%})" for r in search.runners_up[:3]) + ".")
     for note in search.notes:
         st.caption(md(note))
+    show_published(best, "explorer")
     source = problem.source
     l1, l2 = st.columns([1, 3])
     # Written when clicked (a callable), as the other downloads: the page does not wait for them.

@@ -130,3 +130,12 @@ def test_the_app_shows_the_runs_with_the_plans_own_configuration_marked():
     table = at.dataframe[0].value
     marked = table[table["this plan's step against it"] != ""]
     assert list(marked["release"]) == ["25.09", "25.11"]
+
+
+def test_the_apps_table_has_no_comparison_column_when_no_run_is_the_plans_configuration():
+    from ui.published import published_rows
+
+    found = beside(replace(predict(_row("Llama 3 70B")), precision="bf16"))
+    rows = published_rows(found)
+    assert len(rows) == len(found["runs"]) and all("this plan's step against it" not in r for r in rows)
+    assert rows[0]["configuration"] == "64 GPUs, GBS 128, MBS 1, sequence 8,192, TP 4 PP 8 CP 1 VP 5 EP 1"

@@ -17,11 +17,14 @@ __all__ = ["published_rows", "show_published"]
 
 
 def published_rows(found: dict) -> list[dict]:
-    """One row per published run of :func:`~pase.hardware.published_runs.beside`'s ``found``."""
+    """One row per published run of :func:`~pase.hardware.published_runs.beside`'s ``found``; the plan's step
+    against a run in a column of its own where some run is the plan's configuration."""
+    mine = any(r["same_configuration"] for r in found["runs"])
     return [{"release": r["release"], "as published": f"{r['model']} ({r['variant']})" if r["variant"] else r["model"],
              "precision": r["precision"], "configuration": r["configuration"],
              "tokens/s/GPU": round(r["tokens_per_gpu_s"]), "step (s)": round(r["step_s"], 3),
-             "this plan's step against it": "" if r["model_error"] is None else f"{r['model_error']:+.1%}"}
+             **({"this plan's step against it": "" if r["model_error"] is None else f"{r['model_error']:+.1%}"}
+                if mine else {})}
             for r in found["runs"]]
 
 

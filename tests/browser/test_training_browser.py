@@ -47,6 +47,12 @@ def test_llama3_70b_on_64_h100s_solves_in_3d_and_draws(page, fresh_app_url, arti
     solve_from_the_page(page)
     page.get_by_text("one t x c group").first.wait_for()  # drawn a moment after the run ends
     page.locator('[data-testid="stMetric"]').filter(has_text="Memory per device").first.wait_for()
+    # NVIDIA's published runs of the model on the system, beside the plan (ui/published.py), their table in an
+    # expander that opens.
+    page.get_by_text("runs of llama3-70b on DGX H100").first.wait_for()
+    page.get_by_text("NVIDIA's published runs of this model on DGX H100").first.click()
+    page.locator('[data-testid="stExpander"]').filter(has_text="NVIDIA's published runs").locator(
+        '[data-testid="stDataFrame"]').first.wait_for()
     shoot(page, artifacts / "browser-llama3-70b-solved.png")
 
 
