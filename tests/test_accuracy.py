@@ -61,10 +61,12 @@ def test_evaluate_says_the_accuracy_beside_the_step(capsys):
             "--precision", "fp8"]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "  accuracy: against 3 published mixture-of-experts training runs on dgx-h100" in out
+    # Section 3b's three H100 runs and GPT-OSS's of Megatron-Bridge 26.02 (validate_today.LATER_RUNS).
+    assert "  accuracy: against 4 published mixture-of-experts training runs on dgx-h100 (Megatron-Bridge 25.09 " \
+           "and Megatron-Bridge 26.02)" in out
     assert main([*argv, "--json"]) == 0
     model = json.loads(capsys.readouterr().out)["step_time_model"]
-    assert model["accuracy"]["runs"] == 3 and model["accuracy"]["short"] == 3
+    assert model["accuracy"]["runs"] == 4 and model["accuracy"]["short"] == 4
     assert main(["evaluate", "qwen3-30b-a3b", "--devices", "16", "--cluster", "dgx-h100", "--peak-rates", "--tp",
                  "1", "--pp", "2", "--ep", "8", "--global-batch", "64", "--microbatch-size", "1", "--seq",
                  "4096"]) == 0

@@ -1,7 +1,8 @@
 """How far a preset's step-time model is from published training runs, so outputs can say it beside the step.
 
 ``data/validation.json`` holds, per published run of section 3 of the design's published measurements
-(NeMo 24.07 and Megatron-Bridge 25.09 on DGX H100 and B200), its measured step (from the published tokens per
+(NeMo 24.07 and Megatron-Bridge 25.09 on DGX H100 and B200), and of the later runs beside them (GPT-OSS in
+Megatron-Bridge 26.02), its measured step (from the published tokens per
 second per GPU) and the step pase's calibrated model predicts for the same configuration, out of sample: no
 figure of the calibrations was fitted to these runs. ``benchmarks/validate_today.py`` writes it, and a test
 keeps it equal to what the model predicts now.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from pathlib import Path
 
 from pase.hardware.cluster import CALIBRATIONS, Cluster
@@ -52,7 +54,8 @@ def accuracy(cluster: Cluster, experts: bool) -> dict | None:
     kind = "mixture-of-experts" if experts else "dense"
     way = ("shorter than measured in all of them" if short == len(rows) else
            f"shorter than measured in {short} of them" if short else "longer than measured in all of them")
-    sources = " and ".join(sorted({r["source"].split(" ", 1)[-1] for r in rows}))
+    # "3b Megatron-Bridge 25.09": the section's label is the design notes', the rest the release.
+    sources = " and ".join(sorted({re.sub(r"^\d[a-z] ", "", r["source"]) for r in rows}))
     text = (f"against {len(rows)} published {kind} training runs on {preset} ({sources}), "
             f"this model's step was {mean:.0%} off on average and {largest:+.0%} at most, {way}: predicted out of "
             "sample, no figure fitted to them (BENCHMARKS.md, \"Today's runs against the model\")")
