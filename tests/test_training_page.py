@@ -405,7 +405,7 @@ def test_a_mixture_of_experts_offers_its_expert_inputs_and_evaluates_with_deepep
     rows = dict(zip(table["quantity"], table["value"]))
     assert rows["expert parallelism (EP)"].startswith("8 ") and rows["token dispatcher"].startswith("DeepEP")
     # Beside the step, how far the model was from the published mixture-of-experts runs on this preset.
-    assert any(c.value.replace("\\", "").startswith("How far to trust the step: against 3 published "
+    assert any(c.value.replace("\\", "").startswith("How far to trust the step: against 4 published "
                                                      "mixture-of-experts") for c in at.caption)
     # DeepEP keeps every token: asking it to drop some is refused on the page, in words, and nothing is lost.
     at.checkbox(key="tr_token_drop").check().run()
