@@ -130,6 +130,7 @@ def test_the_app_shows_the_runs_with_the_plans_own_configuration_marked():
     table = at.dataframe[0].value
     marked = table[table["this plan's step against it"] != ""]
     assert list(marked["release"]) == ["25.09", "25.11"]
+    assert len(at.get("plotly_chart")) == 1  # the two releases' bars against the plan
 
 
 def test_the_apps_table_has_no_comparison_column_when_no_run_is_the_plans_configuration():
@@ -139,3 +140,16 @@ def test_the_apps_table_has_no_comparison_column_when_no_run_is_the_plans_config
     rows = published_rows(found)
     assert len(rows) == len(found["runs"]) and all("this plan's step against it" not in r for r in rows)
     assert rows[0]["configuration"] == "64 GPUs, GBS 128, MBS 1, sequence 8,192, TP 4 PP 8 CP 1 VP 5 EP 1"
+
+
+def test_the_figure_sets_each_release_of_the_plans_configuration_against_the_plan():
+    from ui.published import published_figure
+
+    row = _row("Qwen3-30B-A3B (tokendrop)")
+    plan = predict(row)
+    found = beside(plan)
+    bars, line = published_figure(found).data
+    assert list(bars.x) == ["25.09 (fp8-cs)", "25.11 (fp8-cs)"] and list(bars.y) == [10494.0, 5275.0]
+    # The plan's tokens/s/GPU by hand: GBS 512 x 4,096 tokens over its step and 16 GPUs.
+    assert list(line.y) == pytest.approx([512 * 4096 / (plan.step_time_s * 16)] * 2)
+    assert published_figure(beside(replace(plan, precision="bf16"))) is None  # no release ran it in BF16

@@ -35,6 +35,7 @@ __all__ = [
     "OUTLINE",
     "FOUND_RING",
     "PARALLELISM_COLORS",
+    "MEASURED",
 ]
 
 # -- kinds of parallelism (the explorer's graph, the what-if heat map) ----------------------------
@@ -135,6 +136,7 @@ PARTIAL_SUM_SCALE = [[0, "#fde8e6"], [1, "#a50f15"]]
 # -- neutral -----------------------------------------------------------------------------------------
 HIGHLIGHT_ROW = "#fff3cd"  # a table row that differs
 INK = "#222"
+MEASURED = "#9e9e9e"  # published measurements, beside a model's line in INK
 MUTED_LINE = "#999"
 OUTLINE = "#333"
 FOUND_RING = "#111"  # the ring around the layer found on the explorer's graph

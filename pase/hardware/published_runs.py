@@ -92,7 +92,7 @@ def beside(plan) -> dict | None:
     """``plan`` (a :class:`~pase.model.training_plan.TrainingPlan`) beside the published runs of its model on its
     preset's system, or None where there are none.
 
-    Returns ``system``, ``source``, ``runs`` (each run's release, model and variant as the table names them,
+    Returns ``system``, ``source``, ``model_tokens_per_gpu_s`` (the plan's own tokens/s/GPU), ``runs`` (each run's release, model and variant as the table names them,
     precision, configuration (its sizes, and in words), tokens/s/GPU, the step it implies, ``same_configuration`` and, where it is the
     plan's, ``model_error``: the plan's step over the run's, less 1) and ``text``, one sentence for outputs.
     """
@@ -121,5 +121,7 @@ def beside(plan) -> dict | None:
             f"{error * 100:+.1f}%)" for r, error in same)
     else:
         text += "; none in this configuration"
+    p = plan.parallelism
+    tokens = p.global_batch * plan.tokens_per_sample / (plan.step_time_s * p.devices) if plan.tokens_per_sample else None
     return {"system": PRESET_SYSTEMS[plan.cluster.name], "source": _document()["source"], "runs": rows,
-            "text": text}
+            "model_tokens_per_gpu_s": tokens, "text": text}
