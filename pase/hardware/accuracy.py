@@ -1,10 +1,10 @@
 """How far a preset's step-time model is from published training runs, so outputs can say it beside the step.
 
 ``data/validation.json`` holds, per published run of section 3 of the design's published measurements
-(NeMo 24.07 and Megatron-Bridge 25.09 on DGX H100 and B200), and of the later runs beside them (GPT-OSS in
-Megatron-Bridge 26.02), its measured step (from the published tokens per
-second per GPU) and the step pase's calibrated model predicts for the same configuration, out of sample: no
-figure of the calibrations was fitted to these runs. ``benchmarks/validate_today.py`` writes it, and a test
+(NeMo 24.07 and Megatron-Bridge 25.09 on DGX H100 and B200) and of the later runs beside them (GPT-OSS in
+Megatron-Bridge 26.02), its measured step (from the published tokens per second per GPU) and the step pase's
+calibrated model predicts for the same configuration, out of sample: no figure of the calibrations was fitted
+to these runs. ``benchmarks/validate_today.py`` writes it, and a test
 keeps it equal to what the model predicts now.
 
 :func:`accuracy` summarises the runs on one preset, with or without experts, as a user planning on that
