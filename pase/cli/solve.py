@@ -116,7 +116,9 @@ def _training_search_stats(found, cache: dict) -> dict:
 
 def _solve_training(args) -> int:
     """``pase solve --search 3d``: the joint search of :mod:`pase.search.stages`."""
+    from pase.analysis.throughput import sequence_length
     from pase.model.layer_times import cached_graph
+    from pase.search.published import published_layouts
     from pase.search.stages import search_training, training_baselines
 
     cluster = cluster_of(args)
@@ -131,6 +133,10 @@ def _solve_training(args) -> int:
     baselines = training_baselines(build, cluster, batch, options=options_of(args), tp_overlap=args.tp_overlap,
                                    tp_comm_overlap=args.tp_comm_overlap, cache=cache)
     stats = _training_search_stats(found, cache) if args.stats else None
+    graph = cached_graph(build, 1, cache)
+    layouts = published_layouts(build, cluster, batch, graph.name, sequence_length(graph), options_of(args).precision,
+                                options=options_of(args), cache=cache, tp_overlap=args.tp_overlap,
+                                tp_comm_overlap=args.tp_comm_overlap, **expert_search_options(args))
     best = found.best.step_time_s
     trained = time_to_train.when_asked(found.best, args, cached_graph(build, 1, cache).parameter_count)
     if args.json:
@@ -139,6 +145,7 @@ def _solve_training(args) -> int:
             name: {"label": b.label, "step_time_s": b.step_time_s, "speedup": b.step_time_s / best if best else None,
                    "memory_per_device_bytes": b.memory_per_device_bytes, "fits_memory": b.fits_memory}
             for name, b in baselines.items()}
+        out["published_layouts"] = [layout.to_dict() for layout in layouts]
         print_json(out)
         return 0
     print_training(found.best)
@@ -159,6 +166,12 @@ def _solve_training(args) -> int:
         fits = "" if b.fits_memory is not False else ", does NOT fit memory"
         print(f"  vs {name} ({b.label}): {b.step_time_s:.3f} s{fits}, "
               f"{b.step_time_s / best:.2f}x the searched step")
+    for layout in layouts:
+        measured = ", ".join(f"{r.release} {r.step_s:.3f} s" for r in layout.runs)
+        priced = (f"pase's best at it {layout.plan.label}: {layout.plan.step_time_s:.3f} s, "
+                  f"{layout.plan.step_time_s / best:.2f}x the searched step" if layout.plan is not None
+                  else f"pase finds no plan at it ({printable(layout.problem)})")
+        print(f"  vs NVIDIA's published layout {layout.layout} (measured {measured}): {priced}")
     time_to_train.print_estimate(trained)
     if stats is not None:
         print_stats(stats)
