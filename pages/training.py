@@ -22,6 +22,7 @@ from pase.model.pipeline import SCHEDULES
 from pase.model.parallelism import DISPATCHERS
 from pase.model.training import RECOMPUTE, Parallelism, evaluate_training
 from pase.models import LANGUAGE_MODELS
+from pase.search.published import published_layouts
 from pase.search.stages import search_training, training_baselines
 from ui import jobs, state
 from pase.model.memory import MemoryOptions
@@ -340,7 +341,10 @@ if mode == MODES[0]:
                 baselines = work.run(training_baselines, build, cluster, global_batch, options=options,
                                      what="costing the baselines",
                                      text="Costing the baselines (data parallel, ZeRO-3, Megatron)...")
-            found = (search, best, baselines)
+                layouts = work.run(published_layouts, build, cluster, global_batch, options=options, **routing,
+                                   what="pricing NVIDIA's published layouts",
+                                   text="Pricing the layouts NVIDIA published for this problem...")
+            found = (search, best, baselines, layouts)
             store.put(key, found)
         except PaseError as exc:
             st.error(f"{type(exc).__name__}: {md(exc)}", icon=":material/error:")
@@ -352,7 +356,7 @@ if mode == MODES[0]:
                 "microbatch sizes, schedules, recomputation, ZeRO and sequence parallelism) and keep the fastest "
                 "that fits.", icon=":material/info:")
         st.stop()
-    search, best, baselines = found
+    search, best, baselines, layouts = found
     st.success(f"Best of {search.configurations:,} configurations modelled ({search.skipped:,} skipped by the "
                f"bound) in {fmt_time(search.search_time_s)}: **{md(best.label)}**.", icon=":material/check_circle:")
     for note in search.notes:
@@ -374,11 +378,26 @@ if mode == MODES[0]:
         rows.append({"plan": name, "configuration": r.label, "step time": fmt_time(r.step_time_s),
                      "slower than the best": f"{r.step_time_s / best.step_time_s - 1:+.1%}",
                      "memory per device GB": round(r.memory_per_device_bytes / 1e9, 3), "fits": r.fits_memory})
+    for layout in layouts:
+        r = layout.plan
+        rows.append({"plan": f"NVIDIA's layout ({', '.join(run.release for run in layout.runs)})",
+                     "configuration": layout.layout if r is None else r.label,
+                     "step time": "-" if r is None else fmt_time(r.step_time_s),
+                     "slower than the best": "-" if r is None else f"{r.step_time_s / best.step_time_s - 1:+.1%}",
+                     "memory per device GB": None if r is None else round(r.memory_per_device_bytes / 1e9, 3),
+                     "fits": None if r is None else r.fits_memory})
     st.dataframe(rows, hide_index=True, key="tr_runners")
     st.caption("Baselines are what practitioners run (pase.search.stages.training_baselines), each at its best "
                "microbatch, costed by the same model; a baseline that does not fit shows its smallest-memory "
                f"variant. The search's step is within {fmt_time(search.gap_bound_s)} of any stage cut of its "
-               "configuration.")
+               "configuration."
+               + (" NVIDIA's layouts are those Megatron-Bridge's performance tables publish for this problem (its "
+                  "GPUs, global batch, sequence and precision), at pase's best for what the tables leave out "
+                  "(recomputation, dispatcher, schedule details; pase.search.published); NVIDIA measured "
+                  + "; ".join(f"{md(layout.layout)}: " + ", ".join(f"{run.release} {fmt_time(run.step_s)}"
+                                                                   for run in layout.runs)
+                              + ("" if layout.plan is not None else f" (pase: {md(layout.problem)})")
+                              for layout in layouts) + "." if layouts else ""))
     st.stop()
 
 # -- evaluate ----------------------------------------------------------------------------------------

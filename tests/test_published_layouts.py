@@ -26,8 +26,8 @@ def _llama3_8b_fsdp():
 
 def test_a_layout_two_releases_ran_is_priced_once_at_pase_s_best_for_what_the_tables_leave_out():
     build, cluster = _llama3_8b_fsdp()
-    (layout,) = published_layouts(build, cluster, 128, "llama3-8b", 8192, "fp8-cs", options=OPTIONS,
-                                  tp_overlap=True, tp_comm_overlap=True)
+    (layout,) = published_layouts(build, cluster, 128, options=OPTIONS, tp_overlap=True,
+                                  tp_comm_overlap=True)
     assert [r.release for r in layout.runs] == ["25.09", "25.11"]
     assert layout.layout == "TP 1 PP 1 CP 1 VP 1 EP 1, MBS 1, FSDP 8"
     p = layout.plan.parallelism
@@ -41,14 +41,13 @@ def test_a_layout_two_releases_ran_is_priced_once_at_pase_s_best_for_what_the_ta
 
 def test_no_layouts_for_a_problem_nvidia_did_not_publish():
     build, cluster = _llama3_8b_fsdp()
-    assert published_layouts(build, cluster, 256, "llama3-8b", 8192, "fp8-cs", options=OPTIONS) == []
-    assert published_layouts(build, cluster, 128, "llama3-8b", 8192, "bf16", options=OPTIONS) == []
+    assert published_layouts(build, cluster, 256, options=OPTIONS) == []
+    assert published_layouts(build, cluster, 128, options=ConfigOptions(attention="flash", precision="bf16")) == []
 
 
 def test_a_layout_pase_cannot_fit_says_why_instead_of_a_plan():
     build, cluster = _llama3_8b_fsdp()
-    (layout,) = published_layouts(build, cluster, 128, "llama3-8b", 8192, "fp8-cs", options=OPTIONS,
-                                  memory_limit_bytes=1e9)
+    (layout,) = published_layouts(build, cluster, 128, options=OPTIONS, memory_limit_bytes=1e9)
     assert layout.plan is None and "fits in 1 GB per device" in layout.problem
     assert layout.to_dict()["step_time_s"] is None
 

@@ -116,7 +116,6 @@ def _training_search_stats(found, cache: dict) -> dict:
 
 def _solve_training(args) -> int:
     """``pase solve --search 3d``: the joint search of :mod:`pase.search.stages`."""
-    from pase.analysis.throughput import sequence_length
     from pase.model.layer_times import cached_graph
     from pase.search.published import published_layouts
     from pase.search.stages import search_training, training_baselines
@@ -133,10 +132,9 @@ def _solve_training(args) -> int:
     baselines = training_baselines(build, cluster, batch, options=options_of(args), tp_overlap=args.tp_overlap,
                                    tp_comm_overlap=args.tp_comm_overlap, cache=cache)
     stats = _training_search_stats(found, cache) if args.stats else None
-    graph = cached_graph(build, 1, cache)
-    layouts = published_layouts(build, cluster, batch, graph.name, sequence_length(graph), options_of(args).precision,
-                                options=options_of(args), cache=cache, tp_overlap=args.tp_overlap,
-                                tp_comm_overlap=args.tp_comm_overlap, **expert_search_options(args))
+    layouts = published_layouts(build, cluster, batch, options=options_of(args), cache=cache,
+                                tp_overlap=args.tp_overlap, tp_comm_overlap=args.tp_comm_overlap,
+                                **expert_search_options(args))
     best = found.best.step_time_s
     trained = time_to_train.when_asked(found.best, args, cached_graph(build, 1, cache).parameter_count)
     if args.json:

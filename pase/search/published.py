@@ -13,11 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from pase.analysis.throughput import sequence_length
 from pase.errors import ConfigurationError
 from pase.hardware.cluster import Cluster
 from pase.hardware.published_runs import PublishedRun, published_runs
 from pase.ir.configs import ConfigOptions
 from pase.ir.graph import Graph
+from pase.model.layer_times import cached_graph
 from pase.model.memory import InsufficientMemoryError
 from pase.model.training_plan import TrainingPlan
 from pase.search.stages import search_training
@@ -50,11 +52,11 @@ class PublishedLayout:
                 "step_time_s": None if self.plan is None else self.plan.step_time_s, "problem": self.problem}
 
 
-def published_layouts(build: Callable[[int], Graph], cluster: Cluster, global_batch: int, graph_name: str,
-                      sequence: int, precision: str, *, options: ConfigOptions, cache: dict | None = None,
-                      **search: object) -> list[PublishedLayout]:
-    """Each layout NVIDIA published for this problem (model ``graph_name`` on ``cluster``'s preset system, as many
-    GPUs, ``global_batch`` sequences of ``sequence`` tokens, ``precision``), with pase's best plan at it.
+def published_layouts(build: Callable[[int], Graph], cluster: Cluster, global_batch: int, *, options: ConfigOptions,
+                      cache: dict | None = None, **search: object) -> list[PublishedLayout]:
+    """Each layout NVIDIA published for this problem (``build``'s model, by its graph's name and sequence, on
+    ``cluster``'s preset system, as many GPUs, ``global_batch`` sequences, ``options.precision``), with pase's
+    best plan at it.
 
     ``search`` passes on to :func:`~pase.search.stages.search_training` (the routing, dispatchers and overlaps
     the caller searched with); the layout fixes TP, PP, CP, the microbatch, the virtual stages (the interleaved
@@ -62,9 +64,12 @@ def published_layouts(build: Callable[[int], Graph], cluster: Cluster, global_ba
     and ZeRO 3 where the run used FSDP, else the distributed optimizer (ZeRO 1). Empty where NVIDIA published
     none.
     """
+    cache = {} if cache is None else cache
+    graph = cached_graph(build, 1, cache)
+    problem = (cluster.devices, global_batch, sequence_length(graph), options.precision)
     layouts: dict[tuple, list[PublishedRun]] = {}
-    for r in published_runs(graph_name, cluster.name):
-        if (r.gpus, r.gbs, r.seq, r.precision) == (cluster.devices, global_batch, sequence, precision):
+    for r in published_runs(graph.name, cluster.name):
+        if (r.gpus, r.gbs, r.seq, r.precision) == problem:
             layouts.setdefault((r.tp, r.pp, r.cp, r.vp, r.ep, r.mbs, bool(r.fsdp)), []).append(r)
     found = []
     for (tp, pp, cp, vp, ep, mbs, fsdp), runs in layouts.items():
