@@ -367,25 +367,19 @@ if mode == MODES[0]:
         st.caption(f"Best plan {md(FRAMEWORKS[name])} runs: " + ("none of the configurations." if r is None else
                    f"**{md(r.label)}**, {fmt_time(r.step_time_s)} ({r.step_time_s / best.step_time_s - 1:+.1%})."))
     st.subheader("Runners-up and baselines")
-    rows = [{"plan": "best", "configuration": best.label, "step time": fmt_time(best.step_time_s),
-             "slower than the best": "-", "memory per device GB": round(best.memory_per_device_bytes / 1e9, 3),
-             "fits": best.fits_memory}]
-    for r in search.runners_up:
-        rows.append({"plan": "runner-up", "configuration": r.label, "step time": fmt_time(r.step_time_s),
-                     "slower than the best": f"{r.step_time_s / best.step_time_s - 1:+.1%}",
-                     "memory per device GB": round(r.memory_per_device_bytes / 1e9, 3), "fits": r.fits_memory})
-    for name, r in baselines.items():
-        rows.append({"plan": name, "configuration": r.label, "step time": fmt_time(r.step_time_s),
-                     "slower than the best": f"{r.step_time_s / best.step_time_s - 1:+.1%}",
-                     "memory per device GB": round(r.memory_per_device_bytes / 1e9, 3), "fits": r.fits_memory})
-    for layout in layouts:
-        r = layout.plan
-        rows.append({"plan": f"NVIDIA's layout ({', '.join(run.release for run in layout.runs)})",
-                     "configuration": layout.layout if r is None else r.label,
-                     "step time": "-" if r is None else fmt_time(r.step_time_s),
-                     "slower than the best": "-" if r is None else f"{r.step_time_s / best.step_time_s - 1:+.1%}",
-                     "memory per device GB": None if r is None else round(r.memory_per_device_bytes / 1e9, 3),
-                     "fits": None if r is None else r.fits_memory})
+    def row(name: str, r, configuration: str = "") -> dict:
+        """A plan's row of the table (``r`` None: a layout pase found no plan at, ``configuration`` its own)."""
+        if r is None:
+            return {"plan": name, "configuration": configuration, "step time": "-", "slower than the best": "-",
+                    "memory per device GB": None, "fits": None}
+        return {"plan": name, "configuration": r.label, "step time": fmt_time(r.step_time_s),
+                "slower than the best": "-" if r is best else f"{r.step_time_s / best.step_time_s - 1:+.1%}",
+                "memory per device GB": round(r.memory_per_device_bytes / 1e9, 3), "fits": r.fits_memory}
+
+    rows = [row("best", best), *(row("runner-up", r) for r in search.runners_up),
+            *(row(name, r) for name, r in baselines.items()),
+            *(row(f"NVIDIA's layout ({', '.join(run.release for run in layout.runs)})", layout.plan, layout.layout)
+              for layout in layouts)]
     st.dataframe(rows, hide_index=True, key="tr_runners")
     st.caption("Baselines are what practitioners run (pase.search.stages.training_baselines), each at its best "
                "microbatch, costed by the same model; a baseline that does not fit shows its smallest-memory "

@@ -62,7 +62,8 @@ import numpy as np
 
 from pase.errors import ClusterError
 from pase.hardware.calibration import Calibration
-from pase.hardware.attention_kernels import measured_shapes, relative_rates, shape_factor, shape_name
+from pase.hardware.attention_kernels import (REFERENCE_WIDTH, measured_shapes, relative_rates, shape_factor,
+                                             shape_name)
 from pase.hardware.efficiency import Efficiency, curve_fraction
 from pase.ops.norm import RMS_NORM_FLOPS_PER_ELEMENT, RMS_NORM_FORWARD_FLOPS
 
@@ -402,7 +403,7 @@ def fit_efficiency(measurements: Mapping, peak_flops: float, fp8_peak_flops: flo
         widths = [dict(d_qk=r["d"], d_v=r.get("dv", r["d"]), flops=r["fwd_flops"], fwd_s=r["fwd_s"],
                        bwd_s=r["fwd_bwd_s"] - r["fwd_s"]) for r in attention]
         shapes = relative_rates(widths) or None
-        reference = [r for r, w in zip(attention, widths) if (w["d_qk"], w["d_v"]) == (128, 128)] if shapes \
+        reference = [r for r, w in zip(attention, widths) if w["d_qk"] == w["d_v"] == REFERENCE_WIDTH] if shapes \
             else attention
         fwd_flops = np.array([r["fwd_flops"] for r in reference], dtype=float)
         fwd_b, bwd_b = np.array([_attention_bytes(r) for r in reference]).T

@@ -29,8 +29,7 @@ effect is taken from kernels timed beside 128-wide ones in the same run:
 * ``dgx-b200``, NVIDIA's cuDNN 9.22 timings of the same shapes on one GB200
   (``data/cudnn-attention-gb200.json``, ``"blackwell"``): MLA's backward at
   0.8-0.87, GPT-OSS's 64-wide heads under its 128-token window at a tenth
-  to a fifth, which may hold the cuDNN regression NVIDIA's Megatron-Bridge
-  26.06.01 table notes for GPT-OSS (NVIDIA/cudnn-frontend#256);
+  to a fifth;
 * ``pase calibrate``'s own, from the MLA and 64-wide rows (no window) it
   times beside its 128-wide ones (:func:`pase.calibrate.fit.fit_efficiency`);
 * ``dgx-a100``, none (the balance of its exponentials and products is
@@ -53,7 +52,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["SHAPE_TABLES", "SOURCES", "ShapeRates", "computed_fraction", "measured_shapes", "published_rates",
+__all__ = ["REFERENCE_WIDTH", "SHAPE_TABLES", "SOURCES", "ShapeRates", "computed_fraction", "measured_shapes", "published_rates",
            "relative_rates", "shape_factor", "shape_name"]
 
 # The published timings behind each preset's head-shape rates, by the GPU family they were timed on.

@@ -58,6 +58,12 @@ class PublishedRun:
         return (f"{self.gpus:,} GPUs, GBS {self.gbs}, MBS {self.mbs}, sequence {self.seq:,}, TP {self.tp} PP {self.pp} "
                 f"CP {self.cp} VP {self.vp} EP {self.ep}" + (f", FSDP {self.fsdp}" if self.fsdp else ""))
 
+    @property
+    def layout(self) -> str:
+        """Its parallel layout alone (the problem's GPUs, batch and sequence left out), one line."""
+        return (f"TP {self.tp} PP {self.pp} CP {self.cp} VP {self.vp} EP {self.ep}, MBS {self.mbs}"
+                + (f", FSDP {self.fsdp}" if self.fsdp else ""))
+
     def ran(self, plan) -> bool:
         """Whether this run is ``plan``'s configuration (a :class:`~pase.model.training_plan.TrainingPlan`): the
         same GPUs, global and micro batch, sequence, TP, PP, CP, VP, EP, precision, and FSDP where ZeRO-3."""

@@ -109,6 +109,13 @@ class AttentionUnit:
     rotary: bool = False
     widths: tuple[int, int] = (0, 0)
 
+    @property
+    def products(self) -> float:
+        """The score and context products' work over the score product's alone: ``1 + d_v / d_qk`` (the context
+        product runs the scores' iteration space at the value heads' width; 2 where the widths are equal)."""
+        d_qk, d_v = self.widths
+        return 1.0 + d_v / d_qk
+
 
 def attention_units(graph: Graph) -> tuple[AttentionUnit, ...]:
     """The attention cores of ``graph`` that a fused kernel runs, in graph order (derived once per graph).
@@ -178,8 +185,7 @@ def flash_flops(graph: Graph, unit: AttentionUnit, configs: np.ndarray) -> tuple
     block = np.asarray(scores.sizes, dtype=float) / np.asarray(configs, dtype=float)
     # The context product runs the score product's iteration space with the value heads' width in place of the
     # score heads' (DeepSeek-V3's attention: 128 against 192), split as the score heads are.
-    d_qk, d_v = unit.widths
-    forward = OPS[scores.op].flops(scores, block).forward * (1.0 + d_v / d_qk) * _fraction(unit, graph)
+    forward = OPS[scores.op].flops(scores, block).forward * unit.products * _fraction(unit, graph)
     return forward, FLASH_BACKWARD_RATIO * forward
 
 
@@ -202,8 +208,7 @@ def masked_model_flops(graph: Graph, units: tuple[AttentionUnit, ...]) -> float:
         if key not in skipped:
             scores = graph.layer(unit.scores)
             one = float(OPS[scores.op].flops(scores, np.asarray([scores.sizes], dtype=float)).forward[0])
-            d_qk, d_v = unit.widths
-            skipped[key] = 3 * one * (1.0 + d_v / d_qk) * (1.0 - _fraction(unit, graph))
+            skipped[key] = 3 * one * unit.products * (1.0 - _fraction(unit, graph))
         total += skipped[key]
     return total
 
@@ -215,8 +220,7 @@ def _io_elements(graph: Graph, unit: AttentionUnit, configs: np.ndarray) -> np.n
 
     scores = graph.layer(unit.scores)
     q, k = (block_elements(scores, t, np.asarray(configs, dtype=float)) for t in scores.inputs)
-    d_qk, d_v = unit.widths
-    return (q + k) * (1.0 + d_v / d_qk)  # the output has q's rows, v has k's, each at the value heads' width
+    return (q + k) * unit.products  # the output has q's rows, v has k's, each at the value heads' width
 
 
 def flash_times_s(graph: Graph, unit: AttentionUnit, configs: np.ndarray, peak_flops: float,

@@ -38,10 +38,8 @@ class PublishedLayout:
 
     @property
     def layout(self) -> str:
-        """The layout in the tables' terms."""
-        r = self.runs[0]
-        return (f"TP {r.tp} PP {r.pp} CP {r.cp} VP {r.vp} EP {r.ep}, MBS {r.mbs}" + (f", FSDP {r.fsdp}" if r.fsdp
-                                                                                 else ""))
+        """The layout in the tables' terms (:attr:`PublishedRun.layout`)."""
+        return self.runs[0].layout
 
     def to_dict(self) -> dict:
         """The layout, its releases and measured steps, and pase's plan at it (its label and step) or why none."""
